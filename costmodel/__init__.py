@@ -1,0 +1,1 @@
+"""The numpy roofline core: hardware and model specs, parallel layouts, phase costs, sweeps."""

@@ -1,0 +1,1 @@
+"""The control plane: admission, routing, reallocation, replay and the command line."""

@@ -1,0 +1,1 @@
+"""KV cache as immutable blobs in tiers: HBM, CPU DRAM, rack cache, parallel file system."""

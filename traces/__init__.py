@@ -1,0 +1,1 @@
+"""Trace readers, the native format, statistics, validation and a synthetic generator."""
