@@ -1,0 +1,235 @@
+"""The virtual and live clocks: plain asyncio code runs on both."""
+
+import asyncio
+import math
+import time
+
+import pytest
+
+from workers.clock import (
+    Clock,
+    LiveClock,
+    VirtualClock,
+    VirtualEventLoop,
+    make_clock,
+    seconds_to_ns,
+)
+
+
+def run_virtual(coro):
+    return VirtualClock().run(coro)
+
+
+def test_an_hour_of_virtual_sleep_takes_milliseconds_of_wall_time():
+    async def main():
+        loop = asyncio.get_running_loop()
+        for _ in range(3600):
+            await asyncio.sleep(1.0)
+        return loop.time()
+
+    wall_start = time.monotonic()
+    assert run_virtual(main()) == 3600.0
+    assert time.monotonic() - wall_start < 0.5
+
+
+def test_time_is_integer_nanoseconds_so_sums_are_exact():
+    async def main():
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.2)
+        at_point_three = loop.time()
+        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.1)
+        return at_point_three, loop.time_ns(), loop.time()
+
+    at_point_three, end_ns, end_s = run_virtual(main())
+    assert 0.1 + 0.2 != 0.3 and 0.2 - 0.05 != 0.15  # floats drift; the clock does not
+    assert at_point_three == 0.3
+    assert (end_ns, end_s) == (450_000_000, 0.45)
+    assert seconds_to_ns(0.2) - seconds_to_ns(0.05) == seconds_to_ns(0.15)
+
+
+def test_wait_for_and_timeout_fire_at_exact_virtual_times():
+    async def main():
+        loop = asyncio.get_running_loop()
+        fired = []
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(asyncio.sleep(10.0), timeout=2.5)
+        fired.append(loop.time())
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.75):
+                await asyncio.Event().wait()
+        fired.append(loop.time())
+        result = await asyncio.wait_for(asyncio.sleep(1.0, result="done"), timeout=3.0)
+        fired.append(loop.time())
+        return fired, result
+
+    assert run_virtual(main()) == ([2.5, 3.25, 4.25], "done")
+
+
+def test_queues_and_tasks_work_unchanged():
+    async def producer(queue):
+        for item in range(5):
+            await asyncio.sleep(0.5)
+            await queue.put(item)
+        await queue.put(None)
+
+    async def consumer(queue, loop):
+        seen = []
+        while (item := await queue.get()) is not None:
+            seen.append((item, loop.time()))
+        return seen
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        queue = asyncio.Queue(maxsize=1)
+        prod = asyncio.create_task(producer(queue))
+        seen = await asyncio.create_task(consumer(queue, loop))
+        await prod
+        return seen
+
+    assert run_virtual(main()) == [(0, 0.5), (1, 1.0), (2, 1.5), (3, 2.0), (4, 2.5)]
+
+
+def _equal_time_events():
+    """Forty tasks that all wake at 1.0 s, having scheduled that wake at 0, 0.25 or 0.5 s."""
+    events = []
+
+    async def sleeper(name):
+        loop = asyncio.get_running_loop()
+        first_s = (name % 3) * 0.25
+        await asyncio.sleep(first_s)
+        await asyncio.sleep(1.0 - first_s)
+        events.append((loop.time_ns(), name))
+
+    async def main():
+        await asyncio.gather(*(sleeper(i) for i in range(40)))
+
+    run_virtual(main())
+    return events
+
+
+def test_equal_time_order_is_deterministic_and_fifo():
+    first, second = _equal_time_events(), _equal_time_events()
+    assert first == second
+    assert {t_ns for t_ns, _ in first} == {1_000_000_000}
+    # FIFO: wakes scheduled at 0 s come first (in task order), then 0.25 s, then 0.5 s.
+    assert [name for _, name in first] == sorted(range(40), key=lambda i: (i % 3, i))
+
+
+def test_equal_deadlines_fire_in_scheduling_order():
+    async def main():
+        loop = asyncio.get_running_loop()
+        fired = []
+        # Interleave an earlier timer so the heap is reshuffled between pushes.
+        for i in range(200):
+            loop.call_later(1.0, fired.append, i)
+            loop.call_later(0.5 if i % 2 else 0.7, lambda: None)
+        await asyncio.sleep(2.0)
+        return fired
+
+    assert run_virtual(main()) == list(range(200))
+
+
+def test_many_concurrent_sleepers_wake_in_deadline_order():
+    delays_ms = [(i * 7919) % 1000 for i in range(500)]
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        woken = []
+
+        async def sleeper(delay_ms):
+            await asyncio.sleep(delay_ms / 1000)
+            woken.append((loop.time_ns(), delay_ms))
+
+        await asyncio.gather(*(sleeper(d) for d in delays_ms))
+        return woken
+
+    woken = run_virtual(main())
+    assert [d for _, d in woken] == sorted(delays_ms)
+    assert all(t_ns == d * 1_000_000 for t_ns, d in woken)
+
+
+def test_cancelled_timers_do_not_move_the_clock():
+    async def main():
+        loop = asyncio.get_running_loop()
+        handles = [loop.call_later(100.0 + i, lambda: None) for i in range(300)]
+        for handle in handles:
+            handle.cancel()
+        await asyncio.sleep(1.0)
+        return loop.time()
+
+    assert run_virtual(main()) == 1.0
+
+
+def test_real_threads_still_complete_on_the_virtual_loop():
+    async def main():
+        loop = asyncio.get_running_loop()
+        value = await loop.run_in_executor(None, sum, range(10))
+        return value, loop.time()
+
+    assert run_virtual(main()) == (45, 0.0)
+
+
+def test_nan_delay_is_refused():
+    async def main():
+        await asyncio.sleep(math.nan)
+
+    with pytest.raises(ValueError, match="nan"):
+        run_virtual(main())
+
+
+def test_now_s_follows_the_clock_loop():
+    clock = VirtualClock()
+    with pytest.raises(RuntimeError, match="run"):
+        clock.now_s()
+
+    async def main():
+        await asyncio.sleep(7.0)
+        return clock.now_s()
+
+    assert clock.run(main()) == 7.0
+    assert isinstance(clock, Clock)
+
+
+def test_each_run_starts_at_zero():
+    clock = VirtualClock()
+
+    async def main():
+        await asyncio.sleep(3.0)
+        return asyncio.get_running_loop().time()
+
+    assert clock.run(main()) == clock.run(main()) == 3.0
+    assert isinstance(clock.new_event_loop(), VirtualEventLoop)
+
+
+@pytest.mark.parametrize("use_uvloop", [True, False])
+def test_live_clock_scales_real_time(use_uvloop):
+    clock = LiveClock(100.0, use_uvloop=use_uvloop)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        start_wall = time.monotonic()
+        await asyncio.sleep(1.0)
+        slept_wall = time.monotonic() - start_wall
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(asyncio.Event().wait(), timeout=2.0)
+        return slept_wall, loop.time()
+
+    slept_wall, loop_time = clock.run(main())
+    assert 0.009 <= slept_wall < 0.25  # 1 s at speed 100 is ~10 ms of wall time
+    # uvloop timers have 1 ms wall resolution: 0.1 s of loop time at speed 100.
+    assert 2.8 <= loop_time < 20.0
+
+
+@pytest.mark.parametrize("speed", [0, -1.0, math.nan, math.inf])
+def test_live_clock_refuses_bad_speed(speed):
+    with pytest.raises(ValueError, match=f"speed.*{speed!r}"):
+        LiveClock(speed)
+
+
+def test_make_clock_by_name():
+    assert isinstance(make_clock("virtual"), VirtualClock)
+    assert make_clock("live", speed=4.0).speed == 4.0
+    with pytest.raises(ValueError, match="'wall'"):
+        make_clock("wall")

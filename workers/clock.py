@@ -1,0 +1,360 @@
+"""The run's clock: virtual time (default) or live time scaled by a speed factor.
+
+Both clocks hand out an ordinary asyncio event loop, so the async shells use
+plain ``asyncio.sleep``, ``wait_for``, ``asyncio.timeout``, queues and tasks on
+either one; only how the loop waits differs (as in SimPy's
+``RealtimeEnvironment``). Core logic never reads a clock: the shells read
+``loop.time()`` (or ``Clock.now_s()``) once and pass ``now_s`` down.
+
+Virtual time
+    ``VirtualEventLoop`` subclasses the stdlib selector loop. Time is an
+    integer count of nanoseconds (0.2 - 0.05 is not 0.15 in floats). When no
+    callback is ready, the loop polls the selector without blocking and then
+    jumps straight to the earliest timer. Timers due at the same nanosecond
+    fire in the order they were scheduled (the stdlib heap compares by time
+    only and is not stable, so each timer carries a sequence number).
+
+Live time
+    ``LiveClock(speed)`` runs uvloop when it is installed, the stdlib selector
+    loop otherwise. ``time()`` is (monotonic - start) * speed and every wait is
+    divided by ``speed`` on its way to the real clock, so ``asyncio.sleep(1.0)``
+    at speed 100 takes ~10 ms of wall time. uvloop cannot be given virtual
+    time (its timers live in libuv and never read ``time()``), but scaling the
+    delay in ``call_later``/``call_at``, through which every asyncio timer
+    passes, is enough for live time. uvloop timers have 1 ms wall resolution,
+    so a live deadline may be off by up to speed x 1 ms of loop time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import math
+import selectors
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+try:  # uvloop is a live-time accelerator only; virtual runs never use it.
+    import uvloop
+except ImportError:  # pragma: no cover - depends on the platform
+    uvloop = None
+
+_T = TypeVar("_T")
+
+NS_PER_S = 1_000_000_000
+# asyncio's own heuristics for compacting cancelled timers out of the heap.
+_MIN_SCHEDULED_TIMER_HANDLES = 100
+_MIN_CANCELLED_TIMER_HANDLES_FRACTION = 0.5
+
+
+def seconds_to_ns(seconds: float) -> int:
+    """Round a duration or instant in seconds to the nearest nanosecond."""
+    if math.isnan(seconds) or math.isinf(seconds):
+        raise ValueError(f"time in seconds must be finite, got {seconds!r}")
+    return round(seconds * NS_PER_S)
+
+
+def _check_speed(speed: float) -> float:
+    if not isinstance(speed, int | float) or isinstance(speed, bool):
+        raise TypeError(f"speed must be a number, got {speed!r}")
+    if not math.isfinite(speed) or speed <= 0:
+        raise ValueError(f"speed must be a finite number > 0, got {speed!r}")
+    return float(speed)
+
+
+class _VirtualTimerHandle(asyncio.TimerHandle):
+    """A timer ordered by (integer nanoseconds, scheduling sequence)."""
+
+    __slots__ = ("_seq", "_when_ns")
+
+    def __init__(
+        self,
+        when_ns: int,
+        seq: int,
+        callback: Callable[..., object],
+        args: tuple[Any, ...],
+        loop: VirtualEventLoop,
+        context: Any = None,
+    ) -> None:
+        super().__init__(when_ns / NS_PER_S, callback, args, loop, context)
+        self._when_ns = when_ns
+        self._seq = seq
+
+    def _key(self) -> tuple[int, int]:
+        return (self._when_ns, self._seq)
+
+    # heapq only needs __lt__; the rest keep the ordering total and consistent.
+    def __lt__(self, other: object) -> bool:
+        if isinstance(other, _VirtualTimerHandle):
+            return self._key() < other._key()
+        return NotImplemented
+
+    def __le__(self, other: object) -> bool:
+        if isinstance(other, _VirtualTimerHandle):
+            return self._key() <= other._key()
+        return NotImplemented
+
+    def __gt__(self, other: object) -> bool:
+        if isinstance(other, _VirtualTimerHandle):
+            return self._key() > other._key()
+        return NotImplemented
+
+    def __ge__(self, other: object) -> bool:
+        if isinstance(other, _VirtualTimerHandle):
+            return self._key() >= other._key()
+        return NotImplemented
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _VirtualTimerHandle):
+            return self is other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+
+class VirtualEventLoop(asyncio.SelectorEventLoop):
+    """A stdlib selector loop whose clock jumps to the next timer when idle.
+
+    Real file descriptors, subprocesses and threads still work: the selector
+    is polled with timeout 0 on every iteration. While a thread or a
+    subprocess is busy, though, virtual time keeps jumping past pending
+    timers; code that needs wall-clock waits on real I/O belongs on the live
+    clock. With nothing ready and no timer at all the loop blocks in
+    ``select`` exactly as the stdlib loop does (a thread may still wake it).
+    """
+
+    def __init__(self, selector: selectors.BaseSelector | None = None) -> None:
+        super().__init__(selector)
+        self._now_ns = 0
+        self._timer_seq = 0
+
+    # -- time -------------------------------------------------------------
+    def time(self) -> float:
+        return self._now_ns / NS_PER_S
+
+    def time_ns(self) -> int:
+        """Virtual time in integer nanoseconds since the loop was created."""
+        return self._now_ns
+
+    # -- timers -----------------------------------------------------------
+    def call_later(
+        self, delay: float, callback: Callable[..., object], *args: Any, context: Any = None
+    ) -> asyncio.TimerHandle:
+        # Added in integers so that repeated sleeps never accumulate float error.
+        return self._call_at_ns(self._now_ns + seconds_to_ns(delay), callback, args, context)
+
+    def call_at(
+        self, when: float, callback: Callable[..., object], *args: Any, context: Any = None
+    ) -> asyncio.TimerHandle:
+        return self._call_at_ns(seconds_to_ns(when), callback, args, context)
+
+    def _call_at_ns(
+        self,
+        when_ns: int,
+        callback: Callable[..., object],
+        args: tuple[Any, ...],
+        context: Any,
+    ) -> asyncio.TimerHandle:
+        self._check_closed()
+        if self._debug:
+            self._check_thread()
+            self._check_callback(callback, "call_at")
+        self._timer_seq += 1
+        timer = _VirtualTimerHandle(when_ns, self._timer_seq, callback, args, self, context)
+        if timer._source_traceback:
+            del timer._source_traceback[-1]
+        heapq.heappush(self._scheduled, timer)
+        timer._scheduled = True
+        return timer
+
+    # -- one iteration ----------------------------------------------------
+    def _drop_cancelled_timers(self) -> None:
+        scheduled = self._scheduled
+        if (
+            len(scheduled) > _MIN_SCHEDULED_TIMER_HANDLES
+            and self._timer_cancelled_count / len(scheduled) > _MIN_CANCELLED_TIMER_HANDLES_FRACTION
+        ):
+            kept = []
+            for handle in scheduled:
+                if handle._cancelled:
+                    handle._scheduled = False
+                else:
+                    kept.append(handle)
+            heapq.heapify(kept)
+            self._scheduled = kept
+            self._timer_cancelled_count = 0
+            return
+        while scheduled and scheduled[0]._cancelled:
+            self._timer_cancelled_count -= 1
+            handle = heapq.heappop(scheduled)
+            handle._scheduled = False
+
+    def _run_once(self) -> None:
+        """One iteration: poll I/O, jump the clock if idle, run what is due.
+
+        Replaces ``BaseEventLoop._run_once``: the stdlib version would sleep in
+        ``select`` until the next timer and compares float deadlines.
+        """
+        self._drop_cancelled_timers()
+        idle = not self._ready and not self._stopping
+        timeout = None if idle and not self._scheduled else 0
+        event_list = self._selector.select(timeout)
+        self._process_events(event_list)
+        event_list = None  # break reference cycles on exceptions, as asyncio does
+
+        if not self._ready and not self._stopping and self._scheduled:
+            # Nothing runnable: jump to the earliest deadline instead of waiting.
+            self._now_ns = max(self._now_ns, self._scheduled[0]._when_ns)
+
+        while self._scheduled and self._scheduled[0]._when_ns <= self._now_ns:
+            handle = heapq.heappop(self._scheduled)
+            handle._scheduled = False
+            self._ready.append(handle)
+
+        # Run only what is ready now; callbacks scheduled by these run next time.
+        for _ in range(len(self._ready)):
+            handle = self._ready.popleft()
+            if handle._cancelled:
+                continue
+            if self._debug:
+                self._current_handle = handle
+                try:
+                    handle._run()
+                finally:
+                    self._current_handle = None
+            else:
+                handle._run()
+        handle = None
+
+
+class _ScaledSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+    """Waits 1/speed of the (scaled) timeout the stdlib loop asks for."""
+
+    def __init__(self, speed: float) -> None:
+        super().__init__()
+        self._speed = speed
+
+    def select(self, timeout: float | None = None) -> list[Any]:
+        return super().select(None if timeout is None else timeout / self._speed)
+
+
+class _ScaledSelectorLoop(asyncio.SelectorEventLoop):
+    """Live loop without uvloop.
+
+    The stdlib loop keeps deadlines in ``time()`` units and sleeps in
+    ``select`` for (deadline - time()), so scaling ``time()`` and dividing the
+    select timeout by ``speed`` is all it takes.
+    """
+
+    def __init__(self, speed: float) -> None:
+        super().__init__(_ScaledSelector(speed))
+        self._speed = speed
+        self._start_real_s = time.monotonic()
+
+    def time(self) -> float:
+        return (time.monotonic() - self._start_real_s) * self._speed
+
+
+if uvloop is not None:
+
+    class _ScaledUvLoop(uvloop.Loop):  # type: ignore[misc,name-defined]
+        """Live loop on uvloop.
+
+        uvloop's timers live in libuv and never read ``time()``; every timer
+        (``sleep``, ``wait_for``, ``asyncio.timeout``) goes through
+        ``call_later`` or ``call_at``, so the delay is scaled there.
+        """
+
+        def __init__(self, speed: float) -> None:
+            super().__init__()
+            self._speed = speed
+            self._start_real_s = super().time()
+
+        def time(self) -> float:
+            return (super().time() - self._start_real_s) * self._speed
+
+        def call_later(
+            self, delay: float, callback: Callable[..., object], *args: Any, context: Any = None
+        ) -> asyncio.TimerHandle:
+            return super().call_later(delay / self._speed, callback, *args, context=context)
+
+        def call_at(
+            self, when: float, callback: Callable[..., object], *args: Any, context: Any = None
+        ) -> asyncio.TimerHandle:
+            return self.call_later(when - self.time(), callback, *args, context=context)
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """What the entry point chooses once: which loop runs the shells."""
+
+    @property
+    def name(self) -> str: ...
+
+    def new_event_loop(self) -> asyncio.AbstractEventLoop: ...
+
+    def run(self, coro: Coroutine[Any, Any, _T]) -> _T: ...
+
+    def now_s(self) -> float: ...
+
+
+class _ClockBase:
+    name = "base"
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _make_loop(self) -> asyncio.AbstractEventLoop:
+        raise NotImplementedError
+
+    def new_event_loop(self) -> asyncio.AbstractEventLoop:
+        """A fresh loop whose time starts at 0.0; ``now_s`` follows it."""
+        self._loop = self._make_loop()
+        return self._loop
+
+    def run(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        """Run ``coro`` to completion on a fresh loop, like ``asyncio.run``."""
+        with asyncio.Runner(loop_factory=self.new_event_loop) as runner:
+            return runner.run(coro)
+
+    def now_s(self) -> float:
+        """Seconds on the most recent loop this clock made (0.0 at its start)."""
+        if self._loop is None:
+            raise RuntimeError(f"{self.name} clock has no event loop yet: call run() first")
+        return self._loop.time()
+
+
+class VirtualClock(_ClockBase):
+    """Deterministic virtual time: as fast as the CPU allows."""
+
+    name = "virtual"
+
+    def _make_loop(self) -> asyncio.AbstractEventLoop:
+        return VirtualEventLoop()
+
+
+class LiveClock(_ClockBase):
+    """Real time times ``speed`` (speed 2.0 runs twice as fast as the wall)."""
+
+    name = "live"
+
+    def __init__(self, speed: float = 1.0, *, use_uvloop: bool = True) -> None:
+        super().__init__()
+        self.speed = _check_speed(speed)
+        self.uses_uvloop = use_uvloop and uvloop is not None
+
+    def _make_loop(self) -> asyncio.AbstractEventLoop:
+        if self.uses_uvloop:
+            return _ScaledUvLoop(self.speed)
+        return _ScaledSelectorLoop(self.speed)
+
+
+def make_clock(kind: str, speed: float = 1.0) -> Clock:
+    """The clock for ``--clock virtual|live [--speed X]``."""
+    if kind == "virtual":
+        return VirtualClock()
+    if kind == "live":
+        return LiveClock(speed)
+    raise ValueError(f"clock must be 'virtual' or 'live', got {kind!r}")
