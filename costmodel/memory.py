@@ -1,0 +1,51 @@
+"""Resident memory per GPU: weights of the stage's slice. Works on scalars and arrays."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from costmodel.model import ModelSpec
+from costmodel.precision import BYTES_PER_ELEMENT, Precision
+
+_BYTES = np.array([BYTES_PER_ELEMENT[p] for p in Precision])
+
+
+def dense_weight_bytes(precision):
+    """Non-expert weights stay at FP8 or wider: MXFP4 is for routed experts only
+    (as gpt-oss and the K3-like preset ship them)."""
+    return np.maximum(_BYTES[np.asarray(precision)], BYTES_PER_ELEMENT[Precision.FP8])
+
+
+def expert_weight_bytes(model: ModelSpec, precision):
+    if model.routed_expert_precision is not None:
+        return np.full(np.shape(precision), BYTES_PER_ELEMENT[model.routed_expert_precision])
+    return _BYTES[np.asarray(precision)]
+
+
+def stage_fraction(model: ModelSpec, pp):
+    """Share of the model's layers on the heaviest stage: stages split between layer
+    groups, so a deep pipeline over few groups is uneven."""
+    groups = model.n_layer_groups
+    return np.ceil(groups / np.asarray(pp, dtype=np.float64)) / groups
+
+
+def weight_bytes_per_gpu(model: ModelSpec, layout=None, *, pp=None, tp=None, ep=None,
+                         precision=None):
+    """Weights one GPU of the heaviest stage holds (embedding or LM head included)."""
+    if layout is not None:
+        pp, tp, ep, precision = layout.pp, layout.tp, layout.ep, int(layout.weights)
+    pp, tp, ep = (np.asarray(x, dtype=np.float64) for x in (pp, tp, ep))
+    f = stage_fraction(model, pp)
+    wb = dense_weight_bytes(precision)
+    attn = ((model.n_full_layers + model.n_sliding_layers) * model.attn_params
+            + model.n_linear_layers * model.linear_params)
+    dense = model.n_dense_layers * model.dense_ffn_params
+    per_tp = f * (attn + dense) + model.vocab_size * model.hidden_size  # one of embed/head
+    total = per_tp / tp * wb
+    if model.moe is not None:
+        always = model.n_moe_layers * model.moe_always_params
+        experts_per_rank = np.ceil(model.moe.routed_experts / ep)
+        expert_split = np.maximum(1.0, tp / ep)
+        routed = model.n_moe_layers * experts_per_rank * model.expert_params / expert_split
+        total = total + f * (always / tp * wb + routed * expert_weight_bytes(model, precision))
+    return total

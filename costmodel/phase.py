@@ -1,0 +1,315 @@
+"""The vectorised phase cost: arrays of configurations in, arrays of costs out.
+
+For one model and a table of hardware, each configuration (phase, batch, new
+tokens, cached context, PP, TP, EP, precision, hardware) gets the time of one
+forward step, its FLOPs, HBM traffic, scale-up and scale-out traffic, energy,
+resident HBM per GPU, and the bound that dominated. Everything is numpy
+broadcasting: no Python loop over configurations.
+
+A step is one micro-batch passing through all `pp` stages. Per stage, each
+kernel group (attention, dense FFN, shared/router, routed experts, LM head)
+takes the longer of its compute and memory time (roofline); communication is
+added or overlapped according to `Efficiency.overlap`; fixed latencies
+(launches, collectives, all-to-all floors, pipeline hops, host gap) are added.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from enum import IntEnum
+
+import numpy as np
+
+from costmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency, OverlapMode
+from costmodel.hardware import HardwareTable
+from costmodel.memory import dense_weight_bytes, expert_weight_bytes, stage_fraction
+from costmodel.model import ModelSpec
+from costmodel.precision import BYTES_PER_ELEMENT, Precision
+
+ACT_BYTES = 2.0  # activations travel and rest in BF16
+
+
+class Phase(IntEnum):
+    PREFILL = 0  # new tokens, (almost) nothing cached
+    MIDFILL = 1  # a long cached prefix plus a short new suffix
+    DECODE = 2  # one token per sequence per step (more with MTP)
+
+
+class Bound(IntEnum):
+    COMPUTE = 0
+    MEMORY = 1
+    NETWORK = 2
+    LATENCY = 3  # fixed per-kernel, per-collective and per-step latencies dominate
+
+
+@dataclass(frozen=True)
+class Configs:
+    """Configuration arrays (broadcast together). `batch` is sequences per attention
+    data-parallel rank per micro-batch; `new_tokens` per sequence (decode: ignored, one
+    token plus `mtp` drafts); `context` the cached tokens each sequence already holds."""
+
+    phase: np.ndarray
+    batch: np.ndarray
+    new_tokens: np.ndarray
+    context: np.ndarray
+    pp: np.ndarray
+    tp: np.ndarray
+    ep: np.ndarray
+    precision: np.ndarray
+    hardware: np.ndarray
+    kv_precision: np.ndarray
+    mtp: np.ndarray
+
+    @classmethod
+    def make(cls, *, phase, batch, new_tokens, context, pp=1, tp=1, ep=1,
+             precision=Precision.FP8, hardware=0, kv_precision=Precision.BF16, mtp=0):
+        arrays = np.broadcast_arrays(
+            np.asarray(phase, dtype=np.int64), np.asarray(batch, dtype=np.float64),
+            np.asarray(new_tokens, dtype=np.float64), np.asarray(context, dtype=np.float64),
+            np.asarray(pp, dtype=np.float64), np.asarray(tp, dtype=np.float64),
+            np.asarray(ep, dtype=np.float64), np.asarray(precision, dtype=np.int64),
+            np.asarray(hardware, dtype=np.int64), np.asarray(kv_precision, dtype=np.int64),
+            np.asarray(mtp, dtype=np.float64),
+        )
+        return cls(*(np.ravel(a) for a in arrays))
+
+    def __len__(self) -> int:
+        return self.phase.shape[0]
+
+
+@dataclass(frozen=True)
+class PhaseCost:
+    step_time_s: np.ndarray  # one micro-batch through all stages (TTFT of a prefill batch)
+    tpot_s: np.ndarray  # decode: time per output token per sequence; else = step time
+    tokens_per_step: np.ndarray  # new tokens produced per micro-batch over the instance
+    tokens_per_s_per_gpu: np.ndarray
+    gpus: np.ndarray  # GPUs of one instance (pp x stage width)
+    flops: np.ndarray  # per step, whole instance
+    hbm_read_bytes_per_gpu: np.ndarray  # per stage step
+    scale_up_bytes_per_gpu: np.ndarray  # per stage step, sent
+    scale_out_bytes_per_gpu: np.ndarray
+    scale_up_bytes_per_s_per_gpu: np.ndarray  # averaged over the step
+    scale_out_bytes_per_s_per_gpu: np.ndarray
+    energy_j: np.ndarray  # one step of the instance
+    energy_per_token_j: np.ndarray
+    weight_bytes_per_gpu: np.ndarray
+    kv_bytes_per_gpu: np.ndarray
+    activation_bytes_per_gpu: np.ndarray
+    comm_buffer_bytes_per_gpu: np.ndarray
+    hbm_bytes_per_gpu: np.ndarray  # resident: weights + KV/state + activations + buffers
+    hbm_bytes_per_gpu_double_buffered: np.ndarray  # plus the next micro-batch's KV
+    fits: np.ndarray  # bool: resident HBM within capacity
+    compute_s: np.ndarray  # per stage, the parts the bound compares
+    memory_s: np.ndarray
+    network_s: np.ndarray
+    latency_s: np.ndarray
+    bound: np.ndarray  # Bound values
+
+    def row(self, i: int = 0) -> dict[str, float]:
+        return {f.name: getattr(self, f.name)[i].item() for f in fields(self)}
+
+
+def _distinct(n_slots: float, picks_per_draw, draws):
+    """Expected distinct slots hit when `draws` independent draws each pick
+    `picks_per_draw` of `n_slots` uniformly."""
+    miss = np.clip(1.0 - np.asarray(picks_per_draw) / n_slots, 0.0, 1.0)
+    return n_slots * (1.0 - miss ** draws)
+
+
+def phase_cost(model: ModelSpec, hardware: HardwareTable, cfg: Configs,
+               eff: Efficiency = DEFAULT_EFFICIENCY) -> PhaseCost:
+    m, d = model, float(model.hidden_size)
+    hw = cfg.hardware
+    peak = hardware.flops_column()
+    hbm_bw = hardware.column("hbm_bytes_per_s")[hw] * eff.hbm
+    su_bw = hardware.column("scale_up_bytes_per_s")[hw] * eff.scale_up
+    so_bw = hardware.column("scale_out_bytes_per_s")[hw] * eff.scale_out
+    domain = hardware.column("scale_up_domain_gpus")[hw]
+    tdp = hardware.column("tdp_w")[hw]
+    hbm_cap = hardware.column("hbm_bytes")[hw]
+
+    decode = cfg.phase == Phase.DECODE
+    pp, tp, ep = cfg.pp, cfg.tp, cfg.ep
+    width = np.maximum(tp, ep)  # GPUs per stage
+    attn_ranks = width / tp
+    n_seq = cfg.batch
+    q_tok = np.where(decode, 1.0 + cfg.mtp, cfg.new_tokens)  # query tokens per sequence
+    t_rank = n_seq * q_tok  # tokens per attention rank per micro-batch
+    t_group = t_rank * attn_ranks  # tokens per stage per micro-batch
+    ctx_end = cfg.context + q_tok  # KV length after the step
+    # Causal attention: a query sees the cache plus, on average, half its own chunk.
+    ctx_mean = cfg.context + (q_tok + 1.0) / 2.0
+    f = stage_fraction(m, pp)
+    n_full, n_slide = f * m.n_full_layers, f * m.n_sliding_layers
+    n_lin, n_dense, n_moe = f * m.n_linear_layers, f * m.n_dense_layers, f * m.n_moe_layers
+    n_layers = n_full + n_slide + n_lin
+
+    wprec = cfg.precision
+    wb_dense = dense_weight_bytes(wprec)
+    wb_exp = expert_weight_bytes(m, wprec)
+    dense_prec = np.where(wprec == Precision.FP4, Precision.FP8, wprec)
+    peak_dense = peak[hw, dense_prec] * eff.compute
+    peak_exp = peak[hw, wprec] * eff.compute
+    peak_attn = peak[hw, Precision.BF16] * eff.compute
+    kvb = np.array([BYTES_PER_ELEMENT[p] for p in Precision])[cfg.kv_precision]
+    kv_split = 1.0 if m.attention == 0 else np.minimum(tp, m.gqa.kv_heads)
+
+    # --- attention ------------------------------------------------------------------
+    attn_w = (n_full + n_slide) * m.attn_params + n_lin * m.linear_params
+    ctx_flops = np.where(decode, m.attn_flops_per_ctx_token_decode,
+                         m.attn_flops_per_ctx_token_prefill)
+    window = max(m.sliding_window, 1)
+    attn_ctx_flops = t_rank * ctx_flops * (
+        n_full * ctx_mean + n_slide * np.minimum(ctx_mean, window)) / tp
+    attn_ctx_flops += t_rank * n_lin * m.linear_flops_per_token / tp
+    attn_proj_flops = 2.0 * t_rank * attn_w / tp
+    kv_layer = m.kv_elems_per_token_layer * kvb / kv_split
+    state_layer = (m.state_bytes_per_sequence(2.0) / max(m.n_linear_layers, 1)
+                   if m.n_linear_layers else 0.0)
+    kv_read = n_seq * kv_layer * (n_full * ctx_end + n_slide * np.minimum(ctx_end, window))
+    kv_read += 2.0 * n_seq * n_lin * state_layer / tp  # recurrent state in and out
+    attn_bytes = attn_w / tp * wb_dense + kv_read
+    attn_bytes += t_rank * d * ACT_BYTES * eff.activation_passes_per_layer * n_layers / tp
+    t_attn = np.maximum(attn_proj_flops / peak_dense + attn_ctx_flops / peak_attn,
+                        attn_bytes / hbm_bw)
+
+    # --- dense FFN layers ------------------------------------------------------------
+    dense_w = n_dense * m.dense_ffn_params
+    dense_flops = 2.0 * t_rank * dense_w / tp
+    t_dense = np.maximum(dense_flops / peak_dense, dense_w / tp * wb_dense / hbm_bw)
+
+    # --- MoE layers: router, shared experts, routed experts --------------------------
+    if m.moe is not None:
+        mo = m.moe
+        always_w = n_moe * m.moe_always_params
+        always_flops = 2.0 * t_rank * always_w / tp
+        t_always = np.maximum(always_flops / peak_dense, always_w / tp * wb_dense / hbm_bw)
+        split = np.maximum(1.0, tp / ep)  # experts tensor-split when tp > ep
+        experts_per_rank = np.ceil(mo.routed_experts / ep)
+        # Sorted by expert, each touched expert's weights load once per step.
+        touched = (_distinct(mo.routed_experts, mo.top_k, t_group)
+                   * experts_per_rank / mo.routed_experts)
+        exp_bytes = n_moe * touched * m.expert_params / split * wb_exp
+        exp_flops = 2.0 * n_moe * t_group * mo.top_k / ep * m.expert_params / split
+        exp_flops *= eff.ep_imbalance
+        t_experts = np.maximum(exp_flops / peak_exp, exp_bytes / hbm_bw)
+        exp_act = t_group * mo.top_k / ep * eff.ep_imbalance * (
+            2 * mo.expert_intermediate + (mo.latent_size or d)) * ACT_BYTES
+    else:
+        always_flops = exp_flops = exp_bytes = exp_act = 0.0
+        t_always = t_experts = 0.0
+
+    # --- LM head (last stage): logits for every decode token, the last token of a fill
+    head_tok = np.where(decode, t_rank, n_seq)
+    head_w = m.vocab_size * d
+    head_flops = 2.0 * head_tok * head_w / tp
+    t_head = np.maximum(head_flops / peak_dense, head_w / tp * wb_dense / hbm_bw)
+
+    compute_s = (attn_proj_flops / peak_dense + attn_ctx_flops / peak_attn + dense_flops
+                 / peak_dense + always_flops / peak_dense + exp_flops / peak_exp
+                 + head_flops / peak_dense)
+    hbm_read = attn_bytes + dense_w / tp * wb_dense + exp_bytes + head_w / tp * wb_dense
+    if m.moe is not None:
+        hbm_read = hbm_read + always_w / tp * wb_dense
+    memory_s = hbm_read / hbm_bw
+    t_cm = t_attn + t_dense + t_always + t_experts + t_head
+
+    # --- communication -----------------------------------------------------------------
+    tp_bytes = np.where(tp > 1, 2.0 * (tp - 1) / tp * t_rank * d * ACT_BYTES, 0.0)
+    tp_bytes = tp_bytes * 2.0 * (n_layers)  # after attention and after the FFN
+    su_bytes = tp_bytes
+    so_bytes = np.zeros_like(tp_bytes)
+    if m.moe is not None:
+        disp = np.where(wprec >= Precision.FP8, 1.0, 2.0)  # FP8 dispatch, BF16 combine
+        per_token = d * (disp + ACT_BYTES)
+        sent = t_group / width  # tokens each GPU scatters (sequence-parallel within TP)
+        # Distinct remote EP ranks (and scale-up domains) a token's top-k experts live on.
+        remote_ranks = np.where(ep > 1, _distinct(ep, 1.0, mo.top_k) * (ep - 1) / ep, 0.0)
+        nodes = np.maximum(1.0, width / domain)
+        remote_nodes = np.where(
+            nodes > 1, _distinct(nodes, 1.0, mo.top_k) * (nodes - 1) / nodes, 0.0)
+        outside = np.clip(1.0 - domain / width, 0.0, 1.0)  # share of ranks beyond the domain
+        # Fills use throughput all-to-all kernels: across domains one copy per remote node,
+        # forwarded over NVLink (DeepEP normal mode). Decode uses low-latency kernels that
+        # send straight to each remote rank over RDMA: no per-node deduplication.
+        so_fill = sent * remote_nodes * per_token
+        so_decode = sent * remote_ranks * outside * per_token
+        su_bytes = su_bytes + n_moe * sent * remote_ranks * np.where(
+            decode, 1.0 - outside, 1.0) * per_token
+        so_bytes = so_bytes + n_moe * np.where(decode, so_decode, so_fill)
+    in_domain = pp * width <= domain
+    hop = np.where(pp > 1, t_group / width * d * ACT_BYTES, 0.0)
+    su_bytes = su_bytes + np.where(in_domain, hop, 0.0)
+    so_bytes = so_bytes + np.where(in_domain, 0.0, hop)
+    network_s = np.maximum(su_bytes / su_bw, so_bytes / so_bw)
+
+    # --- fixed latencies -----------------------------------------------------------------
+    latency_s = n_layers * eff.kernels_per_layer * eff.kernel_launch_s
+    latency_s = latency_s + np.where(tp > 1, 2.0 * n_layers * eff.tp_collective_s, 0.0)
+    if m.moe is not None:
+        a2a = np.where(width > domain, eff.a2a_scale_out_s, eff.a2a_scale_up_s)
+        latency_s = latency_s + np.where(ep > 1, 2.0 * n_moe * a2a, 0.0)
+    latency_s = latency_s + np.where(pp > 1, eff.pp_hop_s, 0.0)
+
+    stage_s = t_cm + network_s + latency_s
+    if eff.overlap == OverlapMode.OVERLAP:
+        stage_s = stage_s - eff.overlap_fraction * np.minimum(t_cm, network_s)
+    step_s = pp * stage_s + eff.step_overhead_s
+
+    # --- output, energy -----------------------------------------------------------------
+    accepted = 1.0 + sum(eff.mtp_acceptance ** (i + 1) * (cfg.mtp > i) for i in range(4))
+    tokens_per_seq = np.where(decode, accepted, cfg.new_tokens)
+    tokens_per_step = n_seq * attn_ranks * tokens_per_seq
+    gpus = pp * width
+    # pp micro-batches are in flight: every step time, pp of them finish.
+    tokens_per_s_per_gpu = tokens_per_step * pp / (step_s * gpus)
+    tpot_s = np.where(decode, step_s / accepted, step_s)
+    busy = np.clip(np.maximum(compute_s, memory_s) / stage_s, 0.0, 1.0)
+    power_w = gpus * tdp * (eff.idle_power_fraction + (1 - eff.idle_power_fraction) * busy)
+    energy_j = power_w * step_s
+    energy_per_token_j = power_w / (tokens_per_s_per_gpu * gpus)
+
+    # --- resident memory -----------------------------------------------------------------
+    from costmodel.memory import weight_bytes_per_gpu
+
+    weights = weight_bytes_per_gpu(m, pp=pp, tp=tp, ep=ep, precision=wprec)
+    # Each stage holds KV for the pp micro-batches in flight: flat in pp (the crossover).
+    seqs_resident = pp * n_seq
+    kv = seqs_resident * kv_layer * (n_full * ctx_end + n_slide * np.minimum(ctx_end, window))
+    kv = kv + seqs_resident * n_lin * state_layer / tp
+    acts = t_rank * d * ACT_BYTES * 4.0 + exp_act
+    comm_buf = 2.0 * (su_bytes + so_bytes) / np.maximum(n_layers, 1.0)  # one layer, send+recv
+    resident = weights + kv + acts + comm_buf
+    double = resident + kv / np.maximum(pp, 1.0) + acts
+
+    bound = np.argmax(np.stack([compute_s, memory_s, network_s, latency_s + (
+        eff.step_overhead_s / pp)]), axis=0)
+    return PhaseCost(
+        step_time_s=step_s, tpot_s=tpot_s, tokens_per_step=tokens_per_step,
+        tokens_per_s_per_gpu=tokens_per_s_per_gpu, gpus=gpus,
+        flops=(attn_proj_flops + attn_ctx_flops + dense_flops + always_flops + exp_flops
+               + head_flops) * gpus,
+        hbm_read_bytes_per_gpu=hbm_read, scale_up_bytes_per_gpu=su_bytes,
+        scale_out_bytes_per_gpu=so_bytes,
+        scale_up_bytes_per_s_per_gpu=su_bytes / stage_s,
+        scale_out_bytes_per_s_per_gpu=so_bytes / stage_s,
+        energy_j=energy_j, energy_per_token_j=energy_per_token_j,
+        weight_bytes_per_gpu=weights, kv_bytes_per_gpu=kv, activation_bytes_per_gpu=acts,
+        comm_buffer_bytes_per_gpu=comm_buf, hbm_bytes_per_gpu=resident,
+        hbm_bytes_per_gpu_double_buffered=double, fits=resident <= hbm_cap,
+        compute_s=compute_s, memory_s=memory_s, network_s=network_s, latency_s=latency_s,
+        bound=bound,
+    )
+
+
+def evaluate(model: ModelSpec, hardware, phase: Phase, batch: float, new_tokens: float,
+             context: float, layout, eff: Efficiency = DEFAULT_EFFICIENCY) -> dict[str, float]:
+    """One configuration, checked: the layout must be possible (LayoutError otherwise)."""
+    from costmodel.layout import check_layout
+
+    check_layout(model, hardware, layout)
+    table = HardwareTable((hardware,))
+    cfg = Configs.make(phase=int(phase), batch=batch, new_tokens=new_tokens, context=context,
+                       pp=layout.pp, tp=layout.tp, ep=layout.ep, precision=int(layout.weights),
+                       kv_precision=int(layout.kv), mtp=layout.mtp)
+    return phase_cost(model, table, cfg, eff).row(0)
