@@ -1,0 +1,146 @@
+"""`tokenfactory trace ...` as a user runs it: output, exit status, no half-written files."""
+
+import gzip
+import json
+
+import pytest
+
+from orchestrator.cli import main
+from traces import sample_path
+
+MOONCAKE = (
+    '{"timestamp": 0, "input_length": 1024, "output_length": 5, "hash_ids": [1, 2]}\n'
+    '{"timestamp": 1000, "input_length": 1100, "output_length": 5, "hash_ids": [1, 2, 3]}\n'
+)
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_stats_json_is_one_object_with_the_promised_keys(capsys):
+    code, out, _ = run(capsys, "trace", "stats", "--json")
+    assert code == 0
+    obj = json.loads(out)
+    assert out.count("\n") == 1
+    for key in ("sessions", "calls", "subagent_calls", "resets"):
+        assert isinstance(obj[key], int)
+    for key in ("input_tokens", "cached_tokens", "new_tokens", "output_tokens", "think_s"):
+        assert set(obj[key]) >= {"p50", "p90", "p99"}
+    assert obj["sessions"] == len(list(sample_path().glob("*.json.gz")))
+
+
+def test_stats_table_names_every_figure(capsys):
+    code, out, _ = run(capsys, "trace", "stats", str(sample_path()))
+    assert code == 0 and "prefix_hit" in out and "context resets" in out
+
+
+def test_validate_accepts_the_sample(capsys):
+    code, out, _ = run(capsys, "trace", "validate")
+    assert code == 0 and out.startswith("ok: ")
+
+
+def test_convert_then_read_gives_the_same_stats(capsys, tmp_path):
+    src = tmp_path / "m.jsonl"
+    src.write_text(MOONCAKE)
+    out_file = tmp_path / "m.native.jsonl.gz"
+    assert (
+        run(capsys, "trace", "convert", str(src), "--to", "native", "--out", str(out_file))[0] == 0
+    )
+    with gzip.open(out_file) as f:
+        assert f.readline().startswith(b'{"format":"tokenfactory-trace"')
+    _, a, _ = run(capsys, "trace", "stats", "--json", str(src))
+    _, b, _ = run(capsys, "trace", "stats", "--json", str(out_file))
+    assert json.loads(a) == json.loads(b)
+    assert json.loads(a)["sessions"] == 1
+
+
+def _bad_inputs(tmp_path):
+    good = json.dumps(
+        {
+            "id": "x",
+            "block_size": 64,
+            "requests": [{"t": 0, "type": "n", "in": 128, "out": 1, "hash_ids": [1, 2]}],
+        }
+    ).encode()
+    cases = {
+        "truncated.json.gz": (gzip.compress(good)[:-12], "gzip"),
+        "invalid.jsonl": (b'{"timestamp": 0, "input_length": 1,\n', "1: json"),
+        "missing.jsonl": (
+            b'{"timestamp": 0, "output_length": 1, "hash_ids": [1]}\n',
+            "1: input_length",
+        ),
+        "mistyped.jsonl": (
+            MOONCAKE.replace('"output_length": 5', '"output_length": "5"', 1).encode(),
+            "1: output_length",
+        ),
+        "negative.csv": (
+            b"TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,-3,4\n",
+            "2: ContextTokens",
+        ),
+        "absurd.jsonl": (MOONCAKE.replace("1100", "99000000", 1).encode(), "2: input_length"),
+        "empty.json": (b"", "empty file"),
+        "binary.json": (bytes(range(256)) * 4, "binary"),
+    }
+    return {name: (tmp_path / name, data, expect) for name, (data, expect) in cases.items()}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "truncated.json.gz",
+        "invalid.jsonl",
+        "missing.jsonl",
+        "mistyped.jsonl",
+        "negative.csv",
+        "absurd.jsonl",
+        "empty.json",
+        "binary.json",
+    ],
+)
+def test_bad_input_is_one_located_line_exit_2_and_no_output_file(capsys, tmp_path, name):
+    path, data, expect = _bad_inputs(tmp_path)[name]
+    path.write_bytes(data)
+    out_file = tmp_path / "out.jsonl"
+    code, _, err = run(
+        capsys, "trace", "convert", str(path), "--to", "native", "--out", str(out_file)
+    )
+    assert code == 2
+    assert err.startswith(f"tokenfactory trace: error: {path}") and err.count("\n") == 1
+    assert expect in err
+    assert not out_file.exists()
+    assert [p.name for p in tmp_path.iterdir()] == [name]  # no temporary left either
+
+
+def test_timestamps_going_backwards_in_an_open_loop_trace(capsys, tmp_path):
+    path = tmp_path / "back.jsonl"
+    path.write_text(MOONCAKE.replace('"timestamp": 0', '"timestamp": 5000', 1))
+    code, _, err = run(capsys, "trace", "stats", str(path))
+    assert code == 2 and f"{path}:2: timestamp: 1000 ms goes back" in err
+
+
+def test_directory_without_traces(capsys, tmp_path):
+    (tmp_path / "notes.md").write_text("nothing here")
+    code, _, err = run(capsys, "trace", "stats", str(tmp_path))
+    assert code == 2 and "holds no trace files" in err and str(tmp_path) in err
+
+
+def test_validate_lists_every_problem_up_to_20_then_a_count(capsys, tmp_path):
+    path = tmp_path / "bad.jsonl"
+    line = '{"timestamp": 0, "input_length": -1, "output_length": 1, "hash_ids": []}\n'
+    path.write_text(line * 25)
+    code, out, err = run(capsys, "trace", "validate", str(path))
+    lines = err.splitlines()
+    assert code == 2 and out == ""
+    assert len(lines) == 21
+    assert lines[0] == f"{path}:1: input_length: Expected `int` >= 0"
+    assert lines[19].startswith(f"{path}:20: input_length:")
+    assert lines[20] == "... and 5 more problems (25 in all)"
+
+
+def test_unknown_format_name_is_refused(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["trace", "stats", "--format", "parquet"])
+    assert info.value.code == 2

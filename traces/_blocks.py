@@ -1,0 +1,61 @@
+"""Prefix blocks of one session: what it already computed, and global block ids.
+
+Block ids in a source file are local to that file (the agent traces restart
+at 1 in every file). A reader gives each file a namespace number and a
+block's global id is `namespace << LOCAL_BITS | local id`, so sessions from
+different files never share a block by accident, while calls of one file
+(a Mooncake trace is one namespace) share exactly what the file says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+LOCAL_BITS = 40
+LOCAL_LIMIT = 1 << LOCAL_BITS
+
+
+def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest shared leading run of `a` and `b`."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+class SessionBlocks:
+    """Tracks the blocks one session has computed, call by call.
+
+    `add` returns how many leading blocks of a call were computed before (by
+    any call of the session, sub-agents included) and the call's global ids.
+    The previous call of the same agent is compared first as whole slices
+    (C speed), since a turn usually resends all of its predecessor; only the
+    remainder is looked up block by block.
+    """
+
+    def __init__(self, namespace: int):
+        self._offset = namespace << LOCAL_BITS
+        self._seen: set[int] = set()
+        self._last: dict[str, tuple[Sequence[int], tuple[int, ...]]] = {}
+
+    def add(self, agent_id: str, local_ids: Sequence[int]) -> tuple[int, tuple[int, ...]]:
+        prev_local, prev_global = self._last.get(agent_id, ((), ()))
+        shared = common_prefix_len(local_ids, prev_local)
+        cached = shared
+        seen = self._seen
+        while cached < len(local_ids) and local_ids[cached] in seen:
+            cached += 1
+        seen.update(local_ids[cached:])
+        offset = self._offset
+        # Reusing the predecessor's tuple slice shares its int objects: a long
+        # session costs memory for its new blocks only.
+        global_ids = prev_global[:shared] + tuple(x + offset for x in local_ids[shared:])
+        self._last[agent_id] = (local_ids, global_ids)
+        return cached, global_ids
