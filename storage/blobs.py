@@ -1,0 +1,174 @@
+"""Immutable KV blobs, content-addressed by the blocks they cover.
+
+A request's input is a sequence of block ids (one id per ``block_tokens``
+tokens; equal ids at equal positions after equal prefixes mean equal KV).
+A blob is a contiguous run of blocks that continues a parent blob from block
+position ``first_block``; its identity is (parent, first_block, block_ids), so
+writing the same blocks after the same prefix yields the same blob, and a
+prefix shared by many sessions is one blob. A branch that backs up and
+diverges forks a new chain from the point of divergence (usually a blob's
+end; a fork inside a blob is allowed: the child then continues the first
+``first_block`` blocks of the chain through its parent).
+
+Invariant kept by ``BlobIndex``: at any fork point (parent, position) at most
+one child starts with a given block id, so the longest cached prefix of a
+sequence is found by one walk with one dict lookup per block.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NewType
+
+BlobId = NewType("BlobId", int)
+
+
+@dataclass(frozen=True, slots=True)
+class Blob:
+    """KV of ``block_ids`` at positions first_block.. after ``parent``'s chain."""
+
+    id: BlobId
+    parent: BlobId | None
+    first_block: int
+    block_ids: tuple[int, ...]
+    tokens: int
+    kv_bytes: int
+
+    @property
+    def end_block(self) -> int:
+        return self.first_block + len(self.block_ids)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixMatch:
+    """The blobs covering the longest cached prefix of a block sequence.
+
+    ``chain`` runs root first; the last blob may be matched only up to
+    ``matched_blocks`` (a fork inside it). Loading uses whole blobs.
+    """
+
+    chain: tuple[Blob, ...]
+    matched_blocks: int
+    matched_tokens: int
+
+    @property
+    def blob_ids(self) -> tuple[BlobId, ...]:
+        return tuple(blob.id for blob in self.chain)
+
+
+_ForkKey = tuple[BlobId | None, int, int]  # (parent, position, first block id)
+
+
+class BlobIndex:
+    """Every blob ever described, and the trie that finds shared prefixes.
+
+    Blob ids are handed out in creation order, so the same sequence of
+    writes gives the same ids in every run.
+    """
+
+    def __init__(self, block_tokens: int, kv_bytes_per_token: int) -> None:
+        for name, value in (
+            ("block_tokens", block_tokens),
+            ("kv_bytes_per_token", kv_bytes_per_token),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"BlobIndex.{name} must be an int > 0, got {value!r}")
+        self.block_tokens = block_tokens
+        self.kv_bytes_per_token = kv_bytes_per_token
+        self._blobs: dict[BlobId, Blob] = {}
+        self._children: dict[_ForkKey, BlobId] = {}
+
+    def __len__(self) -> int:
+        return len(self._blobs)
+
+    def __getitem__(self, blob_id: BlobId) -> Blob:
+        try:
+            return self._blobs[blob_id]
+        except KeyError:
+            raise KeyError(f"unknown blob {blob_id}") from None
+
+    def __contains__(self, blob_id: object) -> bool:
+        return blob_id in self._blobs
+
+    def match(self, block_ids: Sequence[int]) -> PrefixMatch:
+        """The longest prefix of ``block_ids`` that existing blobs cover."""
+        chain: list[Blob] = []
+        current: Blob | None = None
+        pos = 0
+        while pos < len(block_ids):
+            if (
+                current is not None
+                and pos < current.end_block
+                and current.block_ids[pos - current.first_block] == block_ids[pos]
+            ):
+                pos += 1
+                continue
+            parent = current.id if current is not None else None
+            child = self._children.get((parent, pos, block_ids[pos]))
+            if child is None:
+                break
+            current = self._blobs[child]
+            chain.append(current)
+        return PrefixMatch(tuple(chain), pos, pos * self.block_tokens)
+
+    def describe(
+        self, block_ids: Sequence[int], segment_ends: Sequence[int] = ()
+    ) -> tuple[PrefixMatch, tuple[Blob, ...]]:
+        """The match and the new blobs that would cover the rest, unregistered.
+
+        ``segment_ends`` are block positions where a new blob must end (the
+        end of a system prompt, of a turn) so later sessions can share them.
+        New ids follow the index's current size; ``register`` them unchanged.
+        """
+        match = self.match(block_ids)
+        cuts = sorted({end for end in segment_ends if match.matched_blocks < end < len(block_ids)})
+        bounds = [match.matched_blocks, *cuts, len(block_ids)]
+        parent = match.chain[-1].id if match.chain else None
+        new: list[Blob] = []
+        next_id = len(self._blobs)
+        for start, end in itertools.pairwise(bounds):
+            if start == end:
+                continue
+            run = tuple(block_ids[start:end])
+            tokens = len(run) * self.block_tokens
+            blob = Blob(
+                BlobId(next_id), parent, start, run, tokens, tokens * self.kv_bytes_per_token
+            )
+            new.append(blob)
+            parent = blob.id
+            next_id += 1
+        return match, tuple(new)
+
+    def register(self, blob: Blob) -> None:
+        """Record a blob from ``describe``; blobs never change once recorded."""
+        if blob.id != len(self._blobs):
+            raise ValueError(f"blob {blob.id} is stale: the next blob id is {len(self._blobs)}")
+        if blob.parent is not None:
+            parent = self[blob.parent]
+            inside = blob.first_block - parent.first_block
+            if not 0 < inside <= len(parent.block_ids) or (
+                inside < len(parent.block_ids) and parent.block_ids[inside] == blob.block_ids[0]
+            ):
+                raise ValueError(
+                    f"blob {blob.id} does not fork from parent {blob.parent} at block {blob.first_block}"
+                )
+        elif blob.first_block != 0:
+            raise ValueError(f"root blob {blob.id} must start at block 0, got {blob.first_block}")
+        if not blob.block_ids:
+            raise ValueError(f"blob {blob.id} covers no blocks")
+        key = (blob.parent, blob.first_block, blob.block_ids[0])
+        if key in self._children:
+            raise ValueError(f"blob {blob.id} duplicates blob {self._children[key]}")
+        self._blobs[blob.id] = blob
+        self._children[key] = blob.id
+
+    def chain_of(self, blob_id: BlobId) -> tuple[BlobId, ...]:
+        """The blob and all its ancestors, root first."""
+        chain = []
+        current: BlobId | None = blob_id
+        while current is not None:
+            chain.append(current)
+            current = self[current].parent
+        return tuple(reversed(chain))

@@ -1,0 +1,99 @@
+"""Transfer plans: what a placement decision asks to be done, and what it costs.
+
+A plan is a value. ``BlobStore.plan_*`` build one without touching the store;
+``BlobStore.apply`` commits it at once (the shell then waits ``time_s`` on the
+run's clock before the KV is usable). Steps run in order: evictions first,
+then loads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from storage.blobs import Blob, BlobId
+from storage.tiers import Location, Tier
+
+
+class StepKind(Enum):
+    COPY = "copy"  # bytes move from the sources to ``location``; sources keep their copies
+    PLACE = "place"  # KV computed at ``location`` (a write or a recompute); no bytes move
+    DROP = "drop"  # the copy at ``location`` is released
+
+
+class Purpose(Enum):
+    FETCH = "fetch"
+    WRITE = "write"
+    OFFLOAD = "offload"
+    EVICT = "evict"
+    PROMOTE = "promote"
+
+
+class FetchAction(Enum):
+    """How a fetch gets the cached prefix to its destination."""
+
+    MISS = "miss"  # no prefix is cached anywhere
+    HIT = "hit"  # the whole cached prefix is already at the destination
+    LOAD = "load"  # copy the missing blobs, striped across their holders
+    RECOMPUTE = "recompute"  # recomputing from text is faster than loading
+
+
+class NoFit(Enum):
+    """Why a plan does not fit (closed list, exported as a label later)."""
+
+    NO_ROOM = "no_room"  # not enough evictable bytes at the destination
+    NO_ROOM_BELOW = "no_room_below"  # offload found no room in a lower tier
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    location: Location
+    kv_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    kind: StepKind
+    blob_id: BlobId
+    location: Location
+    sources: tuple[Source, ...] = ()
+    kv_bytes: int = 0
+    time_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class TransferPlan:
+    """A decision and its price; ``fits=False`` plans carry no steps.
+
+    ``time_s`` is the sum of the steps' times (steps run one after another;
+    each copy is striped across all holders of its blob); it excludes
+    compute. For a fetch, ``prefix_tokens`` is the cached prefix the request
+    can skip computing, ``recompute_tokens`` the part of it that the plan
+    recomputes instead of loading (the worker prices and runs that as
+    prefill; ``recompute_time_s`` is the caller's estimate), and
+    ``hit_tokens``/``miss_tokens`` the lookup accounting per tier that
+    ``apply`` adds to the counters.
+    """
+
+    purpose: Purpose
+    location: Location
+    now_s: float
+    base_version: int
+    fits: bool = True
+    no_fit: NoFit | None = None
+    steps: tuple[Step, ...] = ()
+    time_s: float = 0.0
+    action: FetchAction | None = None
+    requested_tokens: int = 0
+    prefix_tokens: int = 0
+    recompute_tokens: int = 0
+    load_time_s: float = 0.0
+    recompute_time_s: float = 0.0
+    chain: tuple[BlobId, ...] = ()
+    new_blobs: tuple[Blob, ...] = ()
+    hit_tokens: dict[Tier, int] = field(default_factory=dict)
+    miss_tokens: dict[Tier, int] = field(default_factory=dict)
+
+    @property
+    def moved_bytes(self) -> int:
+        return sum(step.kv_bytes for step in self.steps if step.kind is StepKind.COPY)

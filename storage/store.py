@@ -1,0 +1,308 @@
+"""The blob store: pure placement decisions over immutable KV blobs.
+
+Plans are computed without side effects (``plan_*``) and committed with
+``apply``, which checks the invariants: capacity is never exceeded and the
+last copy of a blob a live session references is never dropped. Time is
+passed in as ``now_s``; nothing here reads a clock.
+
+Typical worker use::
+
+    plan = store.plan_fetch(block_ids, hbm, now_s, recompute_s=cost.prefill_s)
+    if plan.fits:
+        store.apply(plan); store.pin(hbm, plan.chain); await asyncio.sleep(plan.time_s)
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+
+from storage.blobs import BlobId, BlobIndex, PrefixMatch
+from storage.counters import CounterSnapshot, StoreCounters
+from storage.placement import Draft, Placement
+from storage.plans import FetchAction, NoFit, Purpose, Step, StepKind, TransferPlan
+from storage.tiers import Location, StoreLayout, Tier
+
+
+class BlobStore:
+    def __init__(self, layout: StoreLayout, block_tokens: int, kv_bytes_per_token: int) -> None:
+        self.layout = layout
+        self.index = BlobIndex(block_tokens, kv_bytes_per_token)
+        self.placement = Placement(layout)
+        self.counters = StoreCounters()
+        self.version = 0  # bumped by every mutation; a plan applies to its version only
+        self._refs: dict[str, set[BlobId]] = {}
+        self._ref_count: Counter[BlobId] = Counter()
+        self._pins: Counter[tuple[BlobId, Location]] = Counter()
+
+    # -- sessions and pins ------------------------------------------------
+    def referenced(self, blob_id: BlobId) -> bool:
+        return self._ref_count[blob_id] > 0
+
+    def sessions_referencing(self, blob_id: BlobId) -> int:
+        return self._ref_count[blob_id]
+
+    def ref(self, session_id: str, blob_ids: Iterable[BlobId]) -> None:
+        """Mark blobs as needed by a live session (with their ancestors)."""
+        held = self._refs.setdefault(session_id, set())
+        for blob_id in blob_ids:
+            for needed in self.index.chain_of(blob_id):
+                if needed in held:
+                    continue
+                if not self.placement.holders(needed):
+                    raise ValueError(f"session {session_id!r}: blob {needed} has no copy left")
+                held.add(needed)
+                self._ref_count[needed] += 1
+        self.version += 1
+
+    def release(self, session_id: str) -> None:
+        """The session ended: its blobs become ordinary cache entries."""
+        for blob_id in self._refs.pop(session_id, ()):
+            self._ref_count[blob_id] -= 1
+            if not self._ref_count[blob_id]:
+                del self._ref_count[blob_id]
+        self.version += 1
+
+    def session_blobs(self, session_id: str) -> frozenset[BlobId]:
+        return frozenset(self._refs.get(session_id, ()))
+
+    def pinned(self, blob_id: BlobId, location: Location) -> bool:
+        return self._pins[(blob_id, location)] > 0
+
+    def pin(self, location: Location, blob_ids: Iterable[BlobId]) -> None:
+        """A computation at ``location`` uses these copies: never evict them."""
+        for blob_id in blob_ids:
+            if blob_id not in self.placement.at[location]:
+                raise ValueError(f"cannot pin blob {blob_id} at {location}: no copy there")
+            self._pins[(blob_id, location)] += 1
+        self.version += 1
+
+    def unpin(self, location: Location, blob_ids: Iterable[BlobId]) -> None:
+        for blob_id in blob_ids:
+            key = (blob_id, location)
+            if self._pins[key] <= 0:
+                raise ValueError(f"blob {blob_id} is not pinned at {location}")
+            self._pins[key] -= 1
+            if not self._pins[key]:
+                del self._pins[key]
+        self.version += 1
+
+    # -- lookups ----------------------------------------------------------
+    def match(self, block_ids: Sequence[int]) -> PrefixMatch:
+        """Longest cached prefix whose blobs all still have a copy somewhere."""
+        match = self.index.match(block_ids)
+        for i, blob in enumerate(match.chain):
+            if not self.placement.holders(blob.id):
+                end = blob.first_block
+                return PrefixMatch(match.chain[:i], end, end * self.index.block_tokens)
+        return match
+
+    def holders(self, blob_id: BlobId) -> tuple[Location, ...]:
+        return self.placement.holders(blob_id)
+
+    def hot_blobs(self, min_sessions: int) -> tuple[BlobId, ...]:
+        """Blobs live sessions share (system prompts): candidates for the rack cache."""
+        return tuple(sorted(b for b, n in self._ref_count.items() if n >= min_sessions))
+
+    def snapshot(self) -> CounterSnapshot:
+        return self.counters.snapshot(dict(self.placement.used_bytes))
+
+    # -- plans ------------------------------------------------------------
+    def _draft(self, location: Location, now_s: float) -> Draft:
+        if location not in self.layout:
+            raise KeyError(f"unknown storage location {location}")
+        if math.isnan(now_s):
+            raise ValueError(f"now_s must be a number, got {now_s!r}")
+        return Draft(self.placement, self.index, self.referenced, self.pinned, now_s)
+
+    def _plan(self, draft: Draft, purpose: Purpose, location: Location, **fields) -> TransferPlan:
+        steps = tuple(draft.steps)
+        return TransferPlan(
+            purpose,
+            location,
+            draft.now_s,
+            self.version,
+            steps=steps,
+            time_s=sum(step.time_s for step in steps),
+            **fields,
+        )
+
+    def _no_fit(self, purpose: Purpose, location: Location, now_s: float, why: NoFit, **fields):
+        return TransferPlan(purpose, location, now_s, self.version, False, why, **fields)
+
+    def _accounting(self, match: PrefixMatch, dst: Location, requested_tokens: int):
+        """Per-tier hit and miss tokens for a lookup walking tiers fast to slow."""
+        hits: Counter[Tier] = Counter()
+        misses: Counter[Tier] = Counter()
+        block_tokens = self.index.block_tokens
+        for i, blob in enumerate(match.chain):
+            # A blob is used up to where the next one forks off, or the match ends.
+            is_last = i + 1 == len(match.chain)
+            used_end = match.matched_blocks if is_last else match.chain[i + 1].first_block
+            tokens = (min(used_end, blob.end_block) - blob.first_block) * block_tokens
+            if blob.id in self.placement.at[dst]:
+                served = dst.tier
+            else:
+                served = min(loc.tier for loc in self.placement.holders(blob.id))
+            hits[served] += tokens
+            for tier in Tier:
+                if tier < served:
+                    misses[tier] += tokens
+        for tier in Tier:
+            misses[tier] += requested_tokens - match.matched_tokens
+        return dict(hits), dict(misses)
+
+    def plan_fetch(
+        self,
+        block_ids: Sequence[int],
+        dst: Location,
+        now_s: float,
+        recompute_s: Callable[[int], float] | None = None,
+    ) -> TransferPlan:
+        """Bring the longest cached prefix of ``block_ids`` to ``dst``.
+
+        Missing blobs are loaded (striped across holders) unless
+        ``recompute_s(tokens)`` says recomputing them from text is faster.
+        The whole of each blob is moved, even one the prefix uses in part.
+        """
+        draft = self._draft(dst, now_s)
+        match = self.match(block_ids)
+        requested = len(block_ids) * self.index.block_tokens
+        hits, misses = self._accounting(match, dst, requested)
+        common = {
+            "requested_tokens": requested,
+            "prefix_tokens": match.matched_tokens,
+            "chain": match.blob_ids,
+            "hit_tokens": hits,
+            "miss_tokens": misses,
+        }
+        missing = [b for b in match.chain if not draft.has(b.id, dst)]
+        if not match.chain or not missing:
+            action = FetchAction.HIT if match.chain else FetchAction.MISS
+            return self._plan(draft, Purpose.FETCH, dst, action=action, **common)
+        protect = frozenset(match.blob_ids)
+        if not draft.make_room(dst, sum(b.kv_bytes for b in missing), protect):
+            return self._no_fit(Purpose.FETCH, dst, now_s, NoFit.NO_ROOM, **common)
+        load_time_s = sum(draft.copy_time_s(b.id, dst) for b in missing)
+        missing_tokens = sum(b.tokens for b in missing)
+        recompute_time_s = math.inf if recompute_s is None else recompute_s(missing_tokens)
+        if recompute_time_s < load_time_s:
+            for blob in missing:
+                draft.place(blob.id, dst)
+            plan = self._plan(draft, Purpose.FETCH, dst, action=FetchAction.RECOMPUTE, **common)
+            # The worker charges the compute (it batches recompute_tokens as
+            # prefill); time_s stays the transfer time of the evictions.
+            return replace(
+                plan,
+                recompute_tokens=missing_tokens,
+                load_time_s=load_time_s,
+                recompute_time_s=recompute_time_s,
+            )
+        for blob in missing:
+            draft.copy(blob.id, dst)
+        plan = self._plan(draft, Purpose.FETCH, dst, action=FetchAction.LOAD, **common)
+        return replace(plan, load_time_s=load_time_s, recompute_time_s=recompute_time_s)
+
+    def plan_write(
+        self,
+        block_ids: Sequence[int],
+        dst: Location,
+        now_s: float,
+        segment_ends: Sequence[int] = (),
+    ) -> TransferPlan:
+        """Record KV just computed at ``dst`` for ``block_ids`` as new blobs.
+
+        Only the part no blob covers yet becomes new blobs (split at
+        ``segment_ends``); the already cached prefix is shared.
+        """
+        draft = self._draft(dst, now_s)
+        match, new = self.index.describe(block_ids, segment_ends)
+        chain = (*match.blob_ids, *(b.id for b in new))
+        need = sum(b.kv_bytes for b in new)
+        if not draft.make_room(dst, need, frozenset(match.blob_ids)):
+            return self._no_fit(Purpose.WRITE, dst, now_s, NoFit.NO_ROOM, chain=chain)
+        for blob in new:
+            draft.place(blob.id, dst, blob.kv_bytes)  # not in the index until applied
+        return self._plan(draft, Purpose.WRITE, dst, chain=chain, new_blobs=new)
+
+    def plan_offload(self, blob_ids: Iterable[BlobId], src: Location, now_s: float) -> TransferPlan:
+        """Move these blobs' copies out of ``src`` (between turns KV leaves HBM).
+
+        A copy that also exists in a lower tier is dropped; otherwise it moves
+        one tier down. Pinned copies stay.
+        """
+        draft = self._draft(src, now_s)
+        ids = tuple(sorted(set(blob_ids)))
+        protect = frozenset(ids)
+        for blob_id in ids:
+            if not draft.has(blob_id, src) or self.pinned(blob_id, src):
+                continue
+            if any(loc.tier > src.tier for loc in draft.holders(blob_id)):
+                draft.drop(blob_id, src)
+            elif not draft.demote(blob_id, src, protect):
+                if self.referenced(blob_id) and len(draft.holders(blob_id)) == 1:
+                    return self._no_fit(Purpose.OFFLOAD, src, now_s, NoFit.NO_ROOM_BELOW)
+                draft.drop(blob_id, src)
+        return self._plan(draft, Purpose.OFFLOAD, src, chain=ids)
+
+    def plan_evict(self, location: Location, need_bytes: int, now_s: float) -> TransferPlan:
+        """Make ``need_bytes`` free at ``location`` (LRU, demoting down the tiers)."""
+        if need_bytes < 0:
+            raise ValueError(f"need_bytes must be >= 0, got {need_bytes}")
+        draft = self._draft(location, now_s)
+        if not draft.make_room(location, need_bytes, frozenset()):
+            return self._no_fit(Purpose.EVICT, location, now_s, NoFit.NO_ROOM)
+        return self._plan(draft, Purpose.EVICT, location)
+
+    def plan_promote(self, blob_ids: Iterable[BlobId], dst: Location, now_s: float) -> TransferPlan:
+        """Copy blobs to ``dst`` (a hot prefix into the rack cache)."""
+        draft = self._draft(dst, now_s)
+        ids = tuple(b for b in sorted(set(blob_ids)) if not draft.has(b, dst))
+        need = sum(self.index[b].kv_bytes for b in ids)
+        if not draft.make_room(dst, need, frozenset(ids)):
+            return self._no_fit(Purpose.PROMOTE, dst, now_s, NoFit.NO_ROOM, chain=ids)
+        for blob_id in ids:
+            draft.copy(blob_id, dst)
+        return self._plan(draft, Purpose.PROMOTE, dst, chain=ids)
+
+    # -- commit -----------------------------------------------------------
+    def apply(self, plan: TransferPlan) -> None:
+        """Commit a plan made against the current version of the store."""
+        if not plan.fits:
+            raise ValueError(f"cannot apply a {plan.purpose.value} plan that does not fit")
+        if plan.base_version != self.version:
+            raise ValueError(
+                f"stale {plan.purpose.value} plan: made at version {plan.base_version}, "
+                f"store is at {self.version}"
+            )
+        for blob in plan.new_blobs:
+            self.index.register(blob)
+        for step in plan.steps:
+            self._apply_step(step, plan.now_s)
+        for blob_id in plan.chain:
+            self.placement.touch(blob_id, plan.location, plan.now_s)
+        if plan.purpose is Purpose.FETCH:
+            self.counters.hit_tokens.update(plan.hit_tokens)
+            self.counters.miss_tokens.update(plan.miss_tokens)
+            self.counters.requested_tokens += plan.requested_tokens
+            self.counters.recomputed_tokens += plan.recompute_tokens
+        self.version += 1
+
+    def _apply_step(self, step: Step, now_s: float) -> None:
+        kv_bytes = self.index[step.blob_id].kv_bytes
+        if step.kind is StepKind.DROP:
+            if self.pinned(step.blob_id, step.location):
+                raise ValueError(f"plan drops pinned blob {step.blob_id} at {step.location}")
+            self.placement.remove(step.blob_id, step.location, kv_bytes)
+            if self.referenced(step.blob_id) and not self.placement.holders(step.blob_id):
+                raise AssertionError(f"plan dropped the last copy of live blob {step.blob_id}")
+            self.counters.dropped_blobs += 1
+            return
+        self.placement.add(step.blob_id, step.location, kv_bytes, now_s)
+        capacity = self.layout.spec(step.location).capacity_bytes
+        if self.placement.used_bytes[step.location] > capacity:
+            raise AssertionError(f"plan overfills {step.location}")
+        for source in step.sources:
+            self.counters.moved_bytes[(source.location.tier, step.location.tier)] += source.kv_bytes
