@@ -46,6 +46,7 @@ class SessionBlocks:
         self._last: dict[str, tuple[Sequence[int], tuple[int, ...]]] = {}
 
     def add(self, agent_id: str, local_ids: Sequence[int]) -> tuple[int, tuple[int, ...]]:
+        """`local_ids` is kept for the next call: pass a sequence nobody mutates."""
         prev_local, prev_global = self._last.get(agent_id, ((), ()))
         shared = common_prefix_len(local_ids, prev_local)
         cached = shared
