@@ -116,8 +116,29 @@ def _distinct(n_slots: float, picks_per_draw, draws):
     return n_slots * (1.0 - miss ** draws)
 
 
+# Configurations per block: numpy's temporaries of a few thousand float64 stay in the
+# L2 cache, which is ~3x faster than streaming million-element temporaries through
+# DRAM. Every formula is elementwise, so blocking changes no bit of any result.
+BLOCK_CONFIGS = 4096
+
+
 def phase_cost(model: ModelSpec, hardware: HardwareTable, cfg: Configs,
                eff: Efficiency = DEFAULT_EFFICIENCY) -> PhaseCost:
+    n = len(cfg)
+    if n <= BLOCK_CONFIGS:
+        return _phase_cost_block(model, hardware, cfg, eff)
+    names = [f.name for f in fields(Configs)]
+    parts = [
+        _phase_cost_block(model, hardware, Configs(
+            *(getattr(cfg, k)[s:s + BLOCK_CONFIGS] for k in names)), eff)
+        for s in range(0, n, BLOCK_CONFIGS)
+    ]
+    return PhaseCost(*(np.concatenate([getattr(p, f.name) for p in parts])
+                       for f in fields(PhaseCost)))
+
+
+def _phase_cost_block(model: ModelSpec, hardware: HardwareTable, cfg: Configs,
+                      eff: Efficiency) -> PhaseCost:
     m, d = model, float(model.hidden_size)
     hw = cfg.hardware
     peak = hardware.flops_column()
