@@ -51,6 +51,14 @@ def read_azure(path: Path, namespace: int, sink: ProblemSink | None = None) -> I
         except msgspec.ValidationError as exc:
             report(sink, TraceError(path, lineno, *msgspec_problem(exc)))
             continue
+        if row.TIMESTAMP.tzinfo is not None:  # a bare number or a zone: not this trace's clock
+            report(
+                sink,
+                TraceError(
+                    path, lineno, "TIMESTAMP", f"expected a local date and time, got {cells[0]!r}"
+                ),
+            )
+            continue
         if origin is None:
             origin = row.TIMESTAMP
         arrival_s = (row.TIMESTAMP - origin).total_seconds()
