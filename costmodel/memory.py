@@ -40,7 +40,9 @@ def weight_bytes_per_gpu(model: ModelSpec, layout=None, *, pp=None, tp=None, ep=
     attn = ((model.n_full_layers + model.n_sliding_layers) * model.attn_params
             + model.n_linear_layers * model.linear_params)
     dense = model.n_dense_layers * model.dense_ffn_params
-    per_tp = f * (attn + dense) + model.vocab_size * model.hidden_size  # one of embed/head
+    # The first stage holds the embedding, the last the LM head; one stage holds both.
+    tables = np.where(pp > 1, 1.0, 1.0 if model.tie_word_embeddings else 2.0)
+    per_tp = f * (attn + dense) + tables * model.vocab_size * model.hidden_size
     total = per_tp / tp * wb
     if model.moe is not None:
         always = model.n_moe_layers * model.moe_always_params

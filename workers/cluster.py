@@ -1,0 +1,335 @@
+"""The cluster description: pools of workers on nodes and racks, and the storage tiers.
+
+One validated, frozen description, read from a TOML file (format in
+`docs/cluster-format.md`). A description that exists is valid: every field is
+checked at construction and an error names the file, the field and the value.
+Layouts are checked against a model when the cluster is bound to one
+(`bind(model)`), since heads, experts and weight sizes are the model's.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from costmodel.errors import CostModelError
+from costmodel.hardware import HardwareSpec, load_hardware
+from costmodel.layout import Layout, check_layout
+from costmodel.memory import weight_bytes_per_gpu
+from costmodel.model import ModelSpec
+from costmodel.phase import Phase
+from costmodel.precision import Precision
+from storage.tiers import Location, StoreLayout, Tier, TierSpec
+
+GB = 1e9
+# Share of the HBM left after weights that holds KV; the rest is activations,
+# all-to-all buffers and allocator fragmentation (SGLang's default mem fraction
+# leaves a similar margin).
+KV_SHARE_OF_FREE_HBM = 0.85
+
+
+class ClusterError(CostModelError):
+    """A cluster description that cannot be: names the file, field and value."""
+
+
+@dataclass(frozen=True)
+class BatchPolicySpec:
+    max_batch_tokens: int  # fills: new tokens per step, summed over sequences
+    max_batch_sequences: int  # fills: sequences per step; decode: hard cap
+    target_batch: int  # decode: sequences decoding together (small: BRIEF.md section 5)
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    name: str
+    phase: Phase
+    hardware: HardwareSpec
+    gpus: int
+    layout: Layout
+    nodes: tuple[str, ...]
+    batch: BatchPolicySpec
+
+    @property
+    def workers(self) -> int:
+        return self.gpus // self.layout.instance_gpus
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    rack: str
+    hardware: HardwareSpec
+    gpus: int
+    dram_bytes: int
+    dram_bytes_per_s: float
+
+
+@dataclass(frozen=True)
+class RackSpec:
+    name: str
+    cache_bytes: int  # 0: no rack cache
+    cache_bytes_per_s: float
+
+
+@dataclass(frozen=True)
+class PfsSpec:
+    capacity_bytes: int
+    read_bytes_per_s: float
+    write_bytes_per_s: float
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """One model instance: a pool's slice of GPUs on a home node."""
+
+    name: str
+    pool: str
+    phase: Phase
+    node: str
+    rack: str
+    hardware: HardwareSpec
+    layout: Layout
+    batch: BatchPolicySpec
+    kv_capacity_bytes: int
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    name: str
+    description: str
+    racks: tuple[RackSpec, ...]
+    nodes: tuple[NodeSpec, ...]
+    pools: tuple[PoolSpec, ...]
+    pfs: PfsSpec
+
+    @property
+    def gpus(self) -> int:
+        return sum(p.gpus for p in self.pools)
+
+    def pool(self, name: str) -> PoolSpec:
+        for p in self.pools:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def bind(self, model: ModelSpec) -> BoundCluster:
+        return BoundCluster.build(self, model)
+
+
+@dataclass(frozen=True)
+class BoundCluster:
+    """A cluster whose layouts were checked against a model: its workers and store layout."""
+
+    spec: ClusterSpec
+    model: ModelSpec
+    workers: tuple[WorkerSpec, ...]
+    store_layout: StoreLayout
+
+    @classmethod
+    def build(cls, spec: ClusterSpec, model: ModelSpec) -> BoundCluster:
+        nodes = {n.name: n for n in spec.nodes}
+        free = {n.name: n.gpus for n in spec.nodes}
+        workers: list[WorkerSpec] = []
+        for pool in spec.pools:
+            try:
+                check_layout(model, pool.hardware, pool.layout)
+            except CostModelError as exc:
+                raise ClusterError(f"pool {pool.name}: {exc}") from None
+            per_gpu_free = pool.hardware.hbm_bytes - float(weight_bytes_per_gpu(model, pool.layout))
+            kv_bytes = int(KV_SHARE_OF_FREE_HBM * per_gpu_free * pool.layout.instance_gpus)
+            for i in range(pool.workers):
+                need = pool.layout.instance_gpus
+                home = next((n for n in pool.nodes if free[n] >= need), None)
+                if home is None:
+                    raise ClusterError(
+                        f"pool {pool.name}: worker {i} needs {need} GPUs on one node; nodes "
+                        f"{', '.join(pool.nodes)} have {', '.join(str(free[n]) for n in pool.nodes)} free"
+                    )
+                free[home] -= need
+                workers.append(WorkerSpec(
+                    name=f"{pool.name}-{i}", pool=pool.name, phase=pool.phase, node=home,
+                    rack=nodes[home].rack, hardware=pool.hardware, layout=pool.layout,
+                    batch=pool.batch, kv_capacity_bytes=kv_bytes,
+                ))
+        return cls(spec, model, tuple(workers), _store_layout(spec, workers))
+
+
+def _store_layout(spec: ClusterSpec, workers: list[WorkerSpec]) -> StoreLayout:
+    pfs = Location(Tier.PFS, "pfs")
+    entries: list[tuple[Location, TierSpec, Location | None]] = [
+        (pfs, TierSpec(Tier.PFS, spec.pfs.capacity_bytes, spec.pfs.read_bytes_per_s,
+                       spec.pfs.write_bytes_per_s), None)]
+    for rack in spec.racks:
+        if rack.cache_bytes:
+            entries.append((Location(Tier.RACK, rack.name), TierSpec(
+                Tier.RACK, rack.cache_bytes, rack.cache_bytes_per_s, rack.cache_bytes_per_s), pfs))
+    for node in spec.nodes:
+        entries.append((Location(Tier.DRAM, node.name), TierSpec(
+            Tier.DRAM, node.dram_bytes, node.dram_bytes_per_s, node.dram_bytes_per_s), pfs))
+    for w in workers:
+        # KV enters and leaves HBM over the host link of each GPU of the instance.
+        link = w.hardware.host_bytes_per_s * w.layout.instance_gpus
+        entries.append((Location(Tier.HBM, w.name), TierSpec(
+            Tier.HBM, w.kv_capacity_bytes, link, link), Location(Tier.DRAM, w.node)))
+    return StoreLayout.build(entries)
+
+
+# --- reading a TOML file ------------------------------------------------------------------
+
+
+class _Table:
+    def __init__(self, data: dict[str, Any], where: str):
+        self.data, self.where = data, where
+
+    def _raw(self, key: str, required: bool, default: Any) -> Any:
+        if key not in self.data:
+            if required:
+                raise ClusterError(f"{self.where}.{key}: missing")
+            return default
+        return self.data[key]
+
+    def text(self, key: str, default: Any = None, required: bool = True) -> str:
+        value = self._raw(key, required and default is None, default)
+        if not isinstance(value, str) or not value:
+            raise ClusterError(f"{self.where}.{key}: expected a non-empty string, got {value!r}")
+        return value
+
+    def number(self, key: str, default: Any = None, *, integer: bool = False,
+               allow_zero: bool = False) -> float:
+        value = self._raw(key, default is None, default)
+        if isinstance(value, bool) or not isinstance(value, int | float) or (
+                integer and not isinstance(value, int)):
+            kind = "an integer" if integer else "a number"
+            raise ClusterError(f"{self.where}.{key}: expected {kind}, got {value!r}")
+        if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+            bound = ">= 0" if allow_zero else "> 0"
+            raise ClusterError(f"{self.where}.{key}: expected {bound}, got {value!r}")
+        return value
+
+
+def _tables(data: dict, key: str, where: str) -> list[_Table]:
+    items = data.get(key, [])
+    if not isinstance(items, list) or not all(isinstance(t, dict) for t in items):
+        raise ClusterError(f"{where}: [[{key}]] must be a list of tables")
+    return [_Table(t, f"{where}: {key}[{i}]") for i, t in enumerate(items)]
+
+
+def _hardware(t: _Table) -> HardwareSpec:
+    name = t.text("hardware")
+    try:
+        return load_hardware(name)
+    except CostModelError as exc:
+        raise ClusterError(f"{t.where}.hardware: {exc}") from None
+
+
+def _pool(t: _Table, nodes: dict[str, NodeSpec]) -> PoolSpec:
+    phase_name = t.text("phase")
+    try:
+        phase = Phase[phase_name.upper()]
+    except KeyError:
+        raise ClusterError(
+            f"{t.where}.phase: expected prefill, midfill or decode, got {phase_name!r}") from None
+    names = t.data.get("nodes", [t.data["node"]] if "node" in t.data else None)
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise ClusterError(f"{t.where}.nodes: expected a list of node names, got {names!r}")
+    for n in names:
+        if n not in nodes:
+            raise ClusterError(f"{t.where}.nodes: unknown node {n!r}; known: {', '.join(nodes)}")
+    precisions = {}
+    for key, default in (("precision", "fp8"), ("kv_precision", "bf16")):
+        try:
+            precisions[key] = Precision.parse(t.text(key, default))
+        except CostModelError as exc:
+            raise ClusterError(f"{t.where}.{key}: {exc}") from None
+    layout = Layout(pp=int(t.number("pp", 1, integer=True)), tp=int(t.number("tp", 1, integer=True)),
+                    ep=int(t.number("ep", 1, integer=True)), weights=precisions["precision"],
+                    kv=precisions["kv_precision"], mtp=int(t.number("mtp", 0, integer=True,
+                                                                      allow_zero=True)))
+    gpus = int(t.number("gpus", integer=True))
+    if gpus % layout.instance_gpus:
+        raise ClusterError(
+            f"{t.where}.gpus: {gpus} is not a multiple of the layout's {layout.instance_gpus} GPUs "
+            f"per worker (pp={layout.pp} x max(tp={layout.tp}, ep={layout.ep}))")
+    hardware = nodes[names[0]].hardware
+    batch = BatchPolicySpec(
+        max_batch_tokens=int(t.number("max_batch_tokens", 16384, integer=True)),
+        max_batch_sequences=int(t.number("max_batch_sequences", 64, integer=True)),
+        target_batch=int(t.number("target_batch", 4, integer=True)),
+    )
+    if batch.target_batch > batch.max_batch_sequences:
+        raise ClusterError(f"{t.where}.target_batch: {batch.target_batch} is more than "
+                           f"max_batch_sequences={batch.max_batch_sequences}")
+    return PoolSpec(t.text("name"), phase, hardware, gpus, layout, tuple(names), batch)
+
+
+def cluster_from_dict(data: dict[str, Any], where: str) -> ClusterSpec:
+    top = _Table(data, where)
+    racks = tuple(RackSpec(t.text("name"), int(t.number("cache_gb", 0, allow_zero=True) * GB),
+                           t.number("cache_gb_per_s", 100) * GB)
+                  for t in _tables(data, "racks", where))
+    rack_names = {r.name for r in racks}
+    nodes_list = []
+    for t in _tables(data, "nodes", where):
+        rack = t.text("rack")
+        if rack not in rack_names:
+            raise ClusterError(f"{t.where}.rack: unknown rack {rack!r}")
+        nodes_list.append(NodeSpec(t.text("name"), rack, _hardware(t),
+                                   int(t.number("gpus", integer=True)),
+                                   int(t.number("dram_gb") * GB), t.number("dram_gb_per_s") * GB))
+    if not nodes_list:
+        raise ClusterError(f"{where}: no [[nodes]]")
+    nodes = {n.name: n for n in nodes_list}
+    if len(nodes) != len(nodes_list):
+        raise ClusterError(f"{where}: node names must be unique")
+    pfs_t = _Table(data.get("pfs", {}), f"{where}: pfs")
+    pfs = PfsSpec(int(pfs_t.number("capacity_gb") * GB), pfs_t.number("read_gb_per_s") * GB,
+                  pfs_t.number("write_gb_per_s") * GB)
+    pools = tuple(_pool(t, nodes) for t in _tables(data, "pools", where))
+    if not pools:
+        raise ClusterError(f"{where}: no [[pools]]")
+    if len({p.name for p in pools}) != len(pools):
+        raise ClusterError(f"{where}: pool names must be unique")
+    for phase in (Phase.PREFILL, Phase.DECODE):
+        if not any(p.phase is phase for p in pools):
+            raise ClusterError(f"{where}: needs at least one {phase.name.lower()} pool")
+    total_free = sum(n.gpus for n in nodes_list)
+    if sum(p.gpus for p in pools) > total_free:
+        raise ClusterError(f"{where}: pools ask for {sum(p.gpus for p in pools)} GPUs, "
+                           f"nodes have {total_free}")
+    return ClusterSpec(top.text("name"), str(data.get("description", "")), racks,
+                       tuple(nodes_list), pools, pfs)
+
+
+DATA_DIR = Path(__file__).parent / "data" / "clusters"
+
+
+def cluster_names() -> list[str]:
+    return sorted(p.stem for p in DATA_DIR.glob("*.toml"))
+
+
+def load_cluster(name_or_path: str) -> ClusterSpec:
+    """A preset by name (`gb200-nvl72x2`, ...) or a TOML file by path."""
+    if name_or_path.endswith(".toml") or "/" in name_or_path:
+        return load_cluster_file(Path(name_or_path))
+    path = DATA_DIR / f"{name_or_path}.toml"
+    if not path.is_file():
+        raise ClusterError(f"unknown cluster {name_or_path!r}; known: {', '.join(cluster_names())}")
+    return load_cluster_file(path)
+
+
+def load_cluster_file(path: Path) -> ClusterSpec:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ClusterError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ClusterError(f"{path}: not a text file") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ClusterError(f"{path}: invalid TOML: {exc}") from None
+    return cluster_from_dict(data, str(path))

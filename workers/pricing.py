@@ -1,0 +1,77 @@
+"""What a worker asks of the cost core: the time of its next step.
+
+A worker is one model instance (`pp` stages of `max(tp, ep)` GPUs). Its
+sequences spread over `attention_ranks = max(tp, ep) / tp` data-parallel
+attention ranks, so the cost core's per-rank batch is the worker's batch over
+that (a mean, which is exact for the KV and attention terms, linear in
+sequences). A heterogeneous fill batch is priced at its mean new and cached
+tokens. A decode worker's sequences all advance one token per step; the step
+time grows with context, so a run of steps is priced as one vector.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from costmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency
+from costmodel.hardware import HardwareSpec, HardwareTable
+from costmodel.layout import Layout
+from costmodel.model import ModelSpec
+from costmodel.phase import Configs, Phase, phase_cost
+from costmodel.precision import BYTES_PER_ELEMENT
+
+
+class StepPricer:
+    def __init__(self, model: ModelSpec, hardware: HardwareSpec, layout: Layout,
+                 eff: Efficiency = DEFAULT_EFFICIENCY):
+        self.model, self.hardware, self.layout, self.eff = model, hardware, layout, eff
+        self._table = HardwareTable((hardware,))
+        self.attention_ranks = layout.stage_gpus // layout.tp
+        kvb = BYTES_PER_ELEMENT[layout.kv]
+        self.kv_bytes_per_token = model.kv_bytes_per_token(kvb)
+        self.state_bytes_per_sequence = model.state_bytes_per_sequence(kvb)
+        self._fill = lru_cache(maxsize=65536)(self._fill_uncached)
+
+    def _configs(self, phase: Phase, batch, new_tokens, context) -> Configs:
+        lay = self.layout
+        return Configs.make(phase=int(phase), batch=batch, new_tokens=new_tokens,
+                            context=context, pp=lay.pp, tp=lay.tp, ep=lay.ep,
+                            precision=int(lay.weights), kv_precision=int(lay.kv), mtp=lay.mtp)
+
+    def per_rank(self, sequences: float) -> float:
+        return sequences / self.attention_ranks
+
+    def _fill_uncached(self, phase: Phase, sequences: int, new_tokens: int,
+                       cached_tokens: int) -> tuple[float, float]:
+        cost = phase_cost(self.model, self._table,
+                          self._configs(phase, self.per_rank(sequences), new_tokens,
+                                        cached_tokens), self.eff)
+        step_s = float(cost.step_time_s[0])
+        # The pipeline takes a new batch every stage time; the batch itself takes step_s.
+        return step_s, step_s / self.layout.pp
+
+    def fill_s(self, phase: Phase, sequences: int, mean_new_tokens: float,
+               mean_cached_tokens: float) -> tuple[float, float]:
+        """(latency, occupancy) of one fill batch: the batch's tokens are done after
+        `latency`; the worker can start the next batch after `occupancy`."""
+        return self._fill(phase, int(sequences), round(mean_new_tokens),
+                          round(mean_cached_tokens))
+
+    def recompute_s(self, tokens: int) -> float:
+        """Recomputing a prefix from text: a prefill of that many tokens, alone."""
+        return self.fill_s(Phase.PREFILL, 1, tokens, 0)[0]
+
+    def decode_steps_s(self, sequences: int, mean_context: float, steps: int) -> np.ndarray:
+        """Times of `steps` decode steps; every sequence gains one token a step. With
+        multi-token prediction a step yields more than one token on average: the time
+        returned is per token (the cost core's TPOT)."""
+        contexts = mean_context + np.arange(steps, dtype=np.float64)
+        cost = phase_cost(self.model, self._table,
+                          self._configs(Phase.DECODE, self.per_rank(sequences), 1, contexts),
+                          self.eff)
+        return cost.tpot_s
+
+    def kv_bytes(self, tokens: float) -> float:
+        return tokens * self.kv_bytes_per_token + self.state_bytes_per_sequence

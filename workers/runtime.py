@@ -1,0 +1,76 @@
+"""A cluster's workers, store and ready buffer, wired together on the running loop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from costmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency
+from costmodel.phase import Phase
+from costmodel.precision import BYTES_PER_ELEMENT
+from storage.store import BlobStore
+from workers.cluster import BoundCluster
+from workers.decode import DecodeWorker
+from workers.events import EventLog
+from workers.fill import FillWorker
+from workers.pricing import StepPricer
+from workers.ready import ReadyBuffer
+from workers.request import Request
+from workers.state import WorkerState
+
+
+class ClusterRuntime:
+    """Builds one worker per model instance of each pool. `start()` runs them as tasks on
+    the current loop; `submit_fill` hands a request to a named fill worker."""
+
+    def __init__(self, cluster: BoundCluster, block_tokens: int,
+                 eff: Efficiency = DEFAULT_EFFICIENCY,
+                 on_done: Callable[[Request, float], None] | None = None,
+                 keep_events: bool = False, jump: bool = True):
+        self.cluster = cluster
+        self.log = EventLog(keep=keep_events)
+        decode_kv = next((w.layout.kv for w in cluster.workers if w.phase is Phase.DECODE),
+                         cluster.workers[0].layout.kv)
+        kv_per_token = cluster.model.kv_bytes_per_token(BYTES_PER_ELEMENT[decode_kv])
+        self.store = BlobStore(cluster.store_layout, block_tokens, round(kv_per_token))
+        self.ready = ReadyBuffer()
+        self.done: list[Request] = []
+        self._on_done = on_done
+        pricers: dict[str, StepPricer] = {}
+        self.fill_workers: dict[str, FillWorker] = {}
+        self.decode_workers: dict[str, DecodeWorker] = {}
+        for w in cluster.workers:
+            pricer = pricers.setdefault(w.pool, StepPricer(cluster.model, w.hardware, w.layout,
+                                                           eff))
+            if w.phase is Phase.DECODE:
+                self.decode_workers[w.name] = DecodeWorker(w, pricer, self.store, self.ready,
+                                                           self.log, self._finished, jump=jump)
+            else:
+                self.fill_workers[w.name] = FillWorker(w, pricer, self.store, self.ready,
+                                                       self.log, self._finished)
+        self.pricers = pricers
+        self._tasks: list[asyncio.Task] = []
+
+    def _finished(self, req: Request, now_s: float) -> None:
+        self.done.append(req)
+        if self._on_done is not None:
+            self._on_done(req, now_s)
+
+    def start(self) -> list[asyncio.Task]:
+        workers = [*self.fill_workers.values(), *self.decode_workers.values()]
+        self._tasks = [asyncio.create_task(w.run(), name=w.name) for w in workers]
+        return self._tasks
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def fill_workers_of(self, phase: Phase) -> list[FillWorker]:
+        return [w for w in self.fill_workers.values() if w.spec.phase is phase]
+
+    def submit_fill(self, worker: str, req: Request, now_s: float) -> None:
+        self.fill_workers[worker].submit(req, now_s)
+
+    def states(self) -> list[WorkerState]:
+        return [w.state() for w in (*self.fill_workers.values(), *self.decode_workers.values())]
