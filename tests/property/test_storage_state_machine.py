@@ -1,0 +1,199 @@
+"""The blob store against a simple model, driven by Hypothesis.
+
+The model keeps only what the store must never get wrong: the content of
+every blob ever written, which sessions are live and what they reference,
+which copies are pinned, the tokens looked up and the bytes planned to move.
+"""
+
+import itertools
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from storage.plans import FetchAction
+from storage.store import BlobStore
+from storage.tiers import Location, StoreLayout, Tier, TierSpec
+
+BLOCK_TOKENS = 4
+KV_BYTES_PER_TOKEN = 10
+BLOCK_BYTES = BLOCK_TOKENS * KV_BYTES_PER_TOKEN
+
+HBMS = (Location(Tier.HBM, "w0"), Location(Tier.HBM, "w1"))
+DRAM = Location(Tier.DRAM, "n0")
+RACK = Location(Tier.RACK, "r0")
+PFS = Location(Tier.PFS, "pfs")
+ALL = (*HBMS, DRAM, RACK, PFS)
+
+
+def small_layout() -> StoreLayout:
+    def spec(tier, blocks, bytes_per_s):
+        return TierSpec(tier, blocks * BLOCK_BYTES, bytes_per_s, bytes_per_s)
+
+    return StoreLayout.build(
+        [
+            (HBMS[0], spec(Tier.HBM, 7, 4000.0), DRAM),
+            (HBMS[1], spec(Tier.HBM, 7, 4000.0), DRAM),
+            (DRAM, spec(Tier.DRAM, 8, 1000.0), PFS),
+            (RACK, spec(Tier.RACK, 4, 800.0), PFS),
+            (PFS, spec(Tier.PFS, 12, 100.0), None),
+        ]
+    )
+
+
+# Few distinct block ids and a shared "system prompt" make prefixes collide often.
+prompts = st.lists(st.integers(0, 3), min_size=1, max_size=6).map(lambda rest: [9, *rest])
+sessions = st.sampled_from(["s0", "s1", "s2", "s3"])
+hbms = st.sampled_from(HBMS)
+now_steps = st.floats(0.0, 5.0, allow_nan=False)
+
+
+class BlobStoreMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.store = BlobStore(small_layout(), BLOCK_TOKENS, KV_BYTES_PER_TOKEN)
+        self.now_s = 0.0
+        self.contents: dict[int, tuple] = {}
+        self.refs: dict[str, set[int]] = {}
+        self.pins: list[tuple[int, Location]] = []
+        self.requested_tokens = 0
+        self.moved_bytes = 0
+
+    def _apply(self, plan) -> None:
+        if not plan.fits:
+            assert plan.steps == ()
+            return
+        self.store.apply(plan)
+        self.moved_bytes += plan.moved_bytes
+        for blob in plan.new_blobs:
+            self.contents[blob.id] = (blob.parent, blob.first_block, blob.block_ids, blob.kv_bytes)
+
+    def _tick(self, dt_s: float) -> float:
+        self.now_s += dt_s
+        return self.now_s
+
+    @rule(blocks=prompts, where=hbms, dt=now_steps, cut=st.integers(1, 4))
+    def write(self, blocks, where, dt, cut):
+        self._apply(self.store.plan_write(blocks, where, self._tick(dt), segment_ends=[cut]))
+
+    @rule(
+        blocks=prompts,
+        where=hbms,
+        dt=now_steps,
+        prefill_s_per_token=st.sampled_from([None, 1e-3, 1.0]),
+    )
+    def fetch(self, blocks, where, dt, prefill_s_per_token):
+        recompute = None if prefill_s_per_token is None else (lambda n: n * prefill_s_per_token)
+        plan = self.store.plan_fetch(blocks, where, self._tick(dt), recompute_s=recompute)
+        if plan.fits:
+            self.requested_tokens += len(blocks) * BLOCK_TOKENS
+        if plan.action is FetchAction.RECOMPUTE:
+            assert plan.recompute_time_s < plan.load_time_s
+        self._apply(plan)
+
+    @rule(session=sessions, blocks=prompts)
+    def ref(self, session, blocks):
+        chain = self.store.match(blocks).blob_ids
+        if chain:
+            self.store.ref(session, chain[-1:])
+            self.refs.setdefault(session, set()).update(self.store.index.chain_of(chain[-1]))
+
+    @rule(session=sessions)
+    def release(self, session):
+        self.store.release(session)
+        self.refs.pop(session, None)
+
+    @rule(session=sessions, where=hbms, dt=now_steps)
+    def offload(self, session, where, dt):
+        plan = self.store.plan_offload(self.store.session_blobs(session), where, self._tick(dt))
+        self._apply(plan)
+
+    @rule(where=st.sampled_from(ALL), blocks=st.integers(0, 12), dt=now_steps)
+    def evict(self, where, blocks, dt):
+        self._apply(self.store.plan_evict(where, blocks * BLOCK_BYTES, self._tick(dt)))
+
+    @rule(min_sessions=st.integers(1, 3), dt=now_steps)
+    def promote_hot(self, min_sessions, dt):
+        hot = self.store.hot_blobs(min_sessions)
+        self._apply(self.store.plan_promote(hot, RACK, self._tick(dt)))
+
+    @rule(where=hbms, data=st.data())
+    def pin(self, where, data):
+        resident = sorted(self.store.placement.at[where])
+        if resident:
+            blob_id = data.draw(st.sampled_from(resident))
+            self.store.pin(where, [blob_id])
+            self.pins.append((blob_id, where))
+
+    @precondition(lambda self: self.pins)
+    @rule(data=st.data())
+    def unpin(self, data):
+        blob_id, where = self.pins.pop(data.draw(st.integers(0, len(self.pins) - 1)))
+        self.store.unpin(where, [blob_id])
+
+    # -- invariants ---------------------------------------------------------
+    @invariant()
+    def blobs_never_change(self):
+        for blob_id, content in self.contents.items():
+            blob = self.store.index[blob_id]
+            assert (blob.parent, blob.first_block, blob.block_ids, blob.kv_bytes) == content
+        assert len(self.store.index) == len(self.contents)
+
+    @invariant()
+    def identical_prefixes_are_one_blob(self):
+        full = set()
+        for blob_id in self.contents:
+            chain = self.store.index.chain_of(blob_id)
+            prefix = []
+            for i, link in enumerate(chain):
+                blob = self.store.index[link]
+                is_last = i + 1 == len(chain)
+                end = blob.end_block if is_last else self.store.index[chain[i + 1]].first_block
+                prefix += blob.block_ids[: end - blob.first_block]
+            assert tuple(prefix) not in full
+            full.add(tuple(prefix))
+
+    @invariant()
+    def capacity_never_exceeded_and_bytes_add_up(self):
+        placement = self.store.placement
+        for where in ALL:
+            resident = sum(self.store.index[b].kv_bytes for b in placement.at[where])
+            assert placement.used_bytes[where] == resident
+            assert resident <= self.store.layout.spec(where).capacity_bytes
+
+    @invariant()
+    def referenced_blobs_stay_reachable(self):
+        for session, blob_ids in self.refs.items():
+            assert self.store.session_blobs(session) == blob_ids
+            for blob_id in blob_ids:
+                assert self.store.holders(blob_id), f"live blob {blob_id} of {session} lost"
+
+    @invariant()
+    def pinned_copies_stay(self):
+        for blob_id, where in self.pins:
+            assert blob_id in self.store.placement.at[where]
+
+    @invariant()
+    def hits_and_misses_add_up(self):
+        snap = self.store.snapshot()
+        assert snap.requested_tokens == self.requested_tokens
+        assert snap.lookup_tokens(Tier.HBM) == self.requested_tokens
+        tiers = list(Tier)
+        for faster, slower in itertools.pairwise(tiers):
+            assert snap.lookup_tokens(slower) == snap.miss_tokens[faster]
+        found = sum(snap.hit_tokens.values())
+        assert found + snap.miss_tokens[Tier.PFS] == self.requested_tokens
+
+    @invariant()
+    def moved_bytes_match_the_plans(self):
+        assert sum(self.store.snapshot().moved_bytes.values()) == self.moved_bytes
+
+
+class TestBlobStoreMachine(BlobStoreMachine.TestCase):
+    settings = settings(max_examples=60, stateful_step_count=40)
+
+
+@pytest.mark.slow
+class TestBlobStoreMachineLong(BlobStoreMachine.TestCase):
+    settings = settings(max_examples=1000, stateful_step_count=60)
