@@ -1,0 +1,127 @@
+"""`tokenfactory sweep`: hardware x PP x TP x EP x batch, frontiers, CSV and PNGs.
+
+With no options it runs the worked example (Kimi K3-like on GB200, B200, B300,
+all seven workloads) and writes `sweep.csv`, `frontier.csv` and four PNGs under
+`./sweep-out`. Output is written into a temporary directory beside `--out` and
+moved into place only when every file is complete.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from orchestrator.cli._common import UserError, print_json
+
+EXECUTORS = ("local", "ray")
+PHASES = ("all", "prefill", "midfill", "decode")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from costmodel.worked_example import HARDWARE, MODEL, workload_names
+
+    p = sub.add_parser("sweep", help="sweep layouts and batches; write frontiers and plots")
+    p.add_argument("--model", default=MODEL, metavar="NAME",
+                   help=f"model preset or config.json path (default {MODEL})")
+    p.add_argument("--hardware", default=",".join(HARDWARE), metavar="A,B,...",
+                   help=f"hardware presets or TOML paths, comma-separated "
+                        f"(default {','.join(HARDWARE)})")
+    p.add_argument("--phase", choices=PHASES, default="all", help="phase to sweep (default all)")
+    p.add_argument("--workload", action="append", metavar="NAME",
+                   help=f"workload, repeatable (default all of: {', '.join(workload_names())})")
+    p.add_argument("--out", type=Path, default=Path("sweep-out"), metavar="DIR",
+                   help="output directory (default ./sweep-out)")
+    p.add_argument("--plots", action=argparse.BooleanOptionalAction, default=True,
+                   help="write PNG plots (default yes)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--executor", default="local", metavar="NAME",
+                   help="where to evaluate: local (default); ray is not available yet")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from costmodel.sweep import write_csv
+    from costmodel.worked_example import (
+        check_findings,
+        print_worked_example,
+        run_worked_example,
+        select_workloads,
+        summary_rows,
+    )
+
+    if args.executor != "local":
+        if args.executor == "ray":
+            raise UserError("--executor ray is not available yet; use --executor local")
+        raise UserError(f"unknown executor {args.executor!r}; known: local")
+    hardware = tuple(h.strip() for h in args.hardware.split(",") if h.strip())
+    if not hardware:
+        raise UserError("--hardware: expected at least one name")
+    workloads = select_workloads(args.phase, args.workload)
+    out = args.out
+    parent = _check_out(out)
+
+    started = time.perf_counter()
+    result = run_worked_example(args.model, hardware, workloads)
+    sweep_s = time.perf_counter() - started
+
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent))
+    except OSError as exc:
+        raise UserError(f"--out {out}: cannot write: {exc.strerror or exc}") from None
+    try:
+        rows = write_csv(result, tmp / "sweep.csv")
+        frontier_rows = write_csv(result, tmp / "frontier.csv", result.columns["on_frontier"])
+        pngs = []
+        if args.plots:
+            from costmodel.plots import write_plots
+
+            pngs = [p.name for p in write_plots(result, tmp)]
+        _move_into_place(tmp, out)
+    except OSError as exc:
+        raise UserError(f"--out {out}: cannot write: {exc.strerror or exc}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    files = ["sweep.csv", "frontier.csv", *pngs]
+    if args.json:
+        print_json({
+            "model": args.model, "hardware": list(result.hardware_names),
+            "workloads": [w.name for w in result.workloads], "out": str(out),
+            "files": files, "configs_evaluated": result.configs_evaluated,
+            "rows": rows, "frontier_rows": frontier_rows, "sweep_s": round(sweep_s, 4),
+            "summary": summary_rows(result),
+            "findings": [{"claim": f.claim, "holds": f.holds, "detail": f.detail}
+                         for f in check_findings(result)],
+        })
+        return 0
+    print_worked_example(result=result)
+    sys.stdout.write(f"{result.configs_evaluated:,} configurations swept in {sweep_s:.2f} s; "
+                     f"wrote {', '.join(files)} to {out}/\n")
+    return 0
+
+
+def _check_out(out: Path) -> Path:
+    """Refuse, before any work, an --out that cannot become a directory of results."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: exists and is not a directory")
+    parent = out.resolve().parent
+    if not parent.is_dir():
+        raise UserError(f"--out {out}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK) or (out.is_dir() and not os.access(out, os.W_OK)):
+        raise UserError(f"--out {out}: not writable")
+    return parent
+
+
+def _move_into_place(tmp: Path, out: Path) -> None:
+    """A new --out appears whole (one rename); into an existing one each file is
+    replaced whole, so a reader never sees a half-written file."""
+    if not out.exists():
+        os.rename(tmp, out)
+        return
+    for path in sorted(tmp.iterdir()):
+        os.replace(path, out / path.name)
