@@ -101,8 +101,8 @@ def _panel(ax, result: SweepResult, workload: int, view: View) -> None:
                     label=name)
     if view.file_name == "frontier_hbm_per_gpu.png":
         ax.axhline(HBM_LINE_GB, color="grey", linestyle=":", linewidth=1)
-        ax.text(ax.get_xlim()[0], HBM_LINE_GB, " 80 GB", va="bottom", fontsize=7,
-                color="grey")
+        ax.text(0.01, HBM_LINE_GB, "80 GB", va="bottom", fontsize=7, color="grey",
+                transform=ax.get_yaxis_transform())  # x in panel fractions, y in GB
     ax.set_xscale("log")
     ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels collide on short ranges
     if view.log_y:
