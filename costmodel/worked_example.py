@@ -186,7 +186,8 @@ def print_worked_example(console=None, result: SweepResult | None = None) -> Swe
     for name, justify in (("workload", "left"), ("hw", "left"), ("best tok/s/GPU", "right"),
                           ("at layout", "left"), ("lowest latency", "right"),
                           ("at layout", "left"), ("front", "right"), ("<80 GB", "right")):
-        table.add_column(name, justify=justify)
+        # Names and layouts stay on one line; rich shrinks the other columns first.
+        table.add_column(name, justify=justify, no_wrap=name in ("workload", "hw"))
     for row in summary_rows(result):
         if not row["frontier_points"]:
             table.add_row(row["workload"], row["hardware"], "-", "nothing fits", "-", "-",
