@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 
 from orchestrator.cli._common import atomic_path, non_negative_int, positive_int, print_json
+from traces.formats import Format
 
-FORMATS = ("auto", "weka", "mooncake", "azure", "native")
+FORMATS = tuple(f.value for f in Format)
 MAX_SHOWN_PROBLEMS = 20
 
 
@@ -134,9 +135,9 @@ def run_convert(args: argparse.Namespace) -> int:
 
 def run_synth(args: argparse.Namespace) -> int:
     import numpy as np
-    from traces.synth import generate
 
     from traces.native import write_native_file
+    from traces.synth import generate
 
     sessions = generate(args.sessions, np.random.default_rng(args.seed))
     with atomic_path(args.out) as tmp:

@@ -144,3 +144,30 @@ def test_unknown_format_name_is_refused(capsys):
     with pytest.raises(SystemExit) as info:
         main(["trace", "stats", "--format", "parquet"])
     assert info.value.code == 2
+
+
+def test_synth_is_seeded_and_writes_a_readable_native_trace(capsys, tmp_path):
+    a, b, c = tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "c.jsonl"
+    for out, seed in ((a, "3"), (b, "3"), (c, "4")):
+        assert (
+            run(capsys, "trace", "synth", "--sessions", "3", "--seed", seed, "--out", str(out))[0]
+            == 0
+        )
+    assert a.read_bytes() == b.read_bytes() != c.read_bytes()
+    code, out, _ = run(capsys, "trace", "stats", "--json", str(a))
+    assert code == 0 and json.loads(out)["sessions"] == 3
+
+
+def test_synth_into_a_missing_directory_is_a_one_line_error(capsys, tmp_path):
+    code, _, err = run(
+        capsys,
+        "trace",
+        "synth",
+        "--sessions",
+        "2",
+        "--seed",
+        "1",
+        "--out",
+        str(tmp_path / "nope" / "x.jsonl"),
+    )
+    assert code == 2 and "does not exist" in err and err.count("\n") == 1
