@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cache
 from pathlib import Path
 
@@ -148,18 +148,33 @@ class HardwareTable:
     specs: tuple[HardwareSpec, ...]
 
     def column(self, attr: str):
-        import numpy as np
+        return self.columns()[attr]
 
-        return np.array([getattr(s, attr) for s in self.specs], dtype=np.float64)
+    def columns(self) -> dict:
+        """Every numeric field as an array over the specs (built once per table)."""
+        return _columns(self.specs)
 
     def flops_column(self):
         """Shape (n_hardware, n_precisions): peak dense FLOP/s."""
-        import numpy as np
-
-        return np.array([[s.flops_per_s(p) for p in Precision] for s in self.specs])
+        return _flops(self.specs)
 
     def index(self, name: str) -> int:
         for i, s in enumerate(self.specs):
             if s.name == name:
                 return i
         raise CostModelError(f"hardware {name!r} is not in this table")
+
+
+@cache
+def _columns(specs: tuple[HardwareSpec, ...]) -> dict:
+    import numpy as np
+
+    names = [f.name for f in fields(HardwareSpec) if f.type in ("float", "int")]
+    return {n: np.array([getattr(s, n) for s in specs], dtype=np.float64) for n in names}
+
+
+@cache
+def _flops(specs: tuple[HardwareSpec, ...]):
+    import numpy as np
+
+    return np.array([[s.flops_per_s(p) for p in Precision] for s in specs])

@@ -22,7 +22,12 @@ import numpy as np
 
 from costmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency, OverlapMode
 from costmodel.hardware import HardwareTable
-from costmodel.memory import dense_weight_bytes, expert_weight_bytes, stage_fraction
+from costmodel.memory import (
+    dense_weight_bytes,
+    expert_weight_bytes,
+    stage_fraction,
+    weight_bytes_per_gpu,
+)
 from costmodel.model import ModelSpec
 from costmodel.precision import BYTES_PER_ELEMENT, Precision
 
@@ -137,180 +142,215 @@ def phase_cost(model: ModelSpec, hardware: HardwareTable, cfg: Configs,
                        for f in fields(PhaseCost)))
 
 
-def _phase_cost_block(model: ModelSpec, hardware: HardwareTable, cfg: Configs,
-                      eff: Efficiency) -> PhaseCost:
-    m, d = model, float(model.hidden_size)
-    hw = cfg.hardware
-    peak = hardware.flops_column()
-    hbm_bw = hardware.column("hbm_bytes_per_s")[hw] * eff.hbm
-    su_bw = hardware.column("scale_up_bytes_per_s")[hw] * eff.scale_up
-    so_bw = hardware.column("scale_out_bytes_per_s")[hw] * eff.scale_out
-    domain = hardware.column("scale_up_domain_gpus")[hw]
-    tdp = hardware.column("tdp_w")[hw]
-    hbm_cap = hardware.column("hbm_bytes")[hw]
+class _Shape:
+    """The configuration arrays turned into per-stage quantities every term uses."""
 
-    decode = cfg.phase == Phase.DECODE
-    pp, tp, ep = cfg.pp, cfg.tp, cfg.ep
-    width = np.maximum(tp, ep)  # GPUs per stage
-    attn_ranks = width / tp
-    n_seq = cfg.batch
-    q_tok = np.where(decode, 1.0 + cfg.mtp, cfg.new_tokens)  # query tokens per sequence
-    t_rank = n_seq * q_tok  # tokens per attention rank per micro-batch
-    t_group = t_rank * attn_ranks  # tokens per stage per micro-batch
-    ctx_end = cfg.context + q_tok  # KV length after the step
-    # Causal attention: a query sees the cache plus, on average, half its own chunk.
-    ctx_mean = cfg.context + (q_tok + 1.0) / 2.0
-    f = stage_fraction(m, pp)
-    n_full, n_slide = f * m.n_full_layers, f * m.n_sliding_layers
-    n_lin, n_dense, n_moe = f * m.n_linear_layers, f * m.n_dense_layers, f * m.n_moe_layers
-    n_layers = n_full + n_slide + n_lin
+    def __init__(self, m: ModelSpec, hardware: HardwareTable, cfg: Configs, eff: Efficiency):
+        hw = cfg.hardware
+        cols = hardware.columns()
+        self.hbm_bw = cols["hbm_bytes_per_s"][hw] * eff.hbm
+        self.su_bw = cols["scale_up_bytes_per_s"][hw] * eff.scale_up
+        self.so_bw = cols["scale_out_bytes_per_s"][hw] * eff.scale_out
+        self.domain = cols["scale_up_domain_gpus"][hw]
+        self.hw = hw
+        self.decode = cfg.phase == Phase.DECODE
+        self.pp, self.tp, self.ep = pp, tp, ep = cfg.pp, cfg.tp, cfg.ep
+        self.width = np.maximum(tp, ep)  # GPUs per stage
+        self.attn_ranks = self.width / tp
+        self.n_seq = cfg.batch
+        # Query tokens per sequence this step.
+        self.q_tok = np.where(self.decode, 1.0 + cfg.mtp, cfg.new_tokens)
+        self.t_rank = self.n_seq * self.q_tok  # tokens per attention rank per micro-batch
+        self.t_group = self.t_rank * self.attn_ranks  # tokens per stage per micro-batch
+        self.ctx_end = cfg.context + self.q_tok  # KV length after the step
+        # Causal attention: a query sees the cache plus, on average, half its own chunk.
+        self.ctx_mean = cfg.context + (self.q_tok + 1.0) / 2.0
+        f = stage_fraction(m, pp)
+        self.n_full, self.n_slide = f * m.n_full_layers, f * m.n_sliding_layers
+        self.n_lin, self.n_dense = f * m.n_linear_layers, f * m.n_dense_layers
+        self.n_moe = f * m.n_moe_layers
+        self.n_layers = self.n_full + self.n_slide + self.n_lin
+        self.wprec = wprec = cfg.precision
+        self.wb_dense = dense_weight_bytes(wprec)
+        self.wb_exp = expert_weight_bytes(m, wprec)
+        peak = hardware.flops_column()
+        dense_prec = np.where(wprec == Precision.FP4, Precision.FP8, wprec)
+        self.peak_dense = peak[hw, dense_prec] * eff.compute
+        self.peak_exp = peak[hw, wprec] * eff.compute
+        self.peak_attn = peak[hw, Precision.BF16] * eff.compute
+        kvb = np.array([BYTES_PER_ELEMENT[p] for p in Precision])[cfg.kv_precision]
+        kv_split = 1.0 if m.attention == 0 else np.minimum(tp, m.gqa.kv_heads)
+        self.kv_layer = m.kv_elems_per_token_layer * kvb / kv_split
+        self.state_layer = (m.state_bytes_per_sequence(2.0) / max(m.n_linear_layers, 1)
+                            if m.n_linear_layers else 0.0)
+        self.window = max(m.sliding_window, 1)
 
-    wprec = cfg.precision
-    wb_dense = dense_weight_bytes(wprec)
-    wb_exp = expert_weight_bytes(m, wprec)
-    dense_prec = np.where(wprec == Precision.FP4, Precision.FP8, wprec)
-    peak_dense = peak[hw, dense_prec] * eff.compute
-    peak_exp = peak[hw, wprec] * eff.compute
-    peak_attn = peak[hw, Precision.BF16] * eff.compute
-    kvb = np.array([BYTES_PER_ELEMENT[p] for p in Precision])[cfg.kv_precision]
-    kv_split = 1.0 if m.attention == 0 else np.minimum(tp, m.gqa.kv_heads)
 
-    # --- attention ------------------------------------------------------------------
-    attn_w = (n_full + n_slide) * m.attn_params + n_lin * m.linear_params
-    ctx_flops = np.where(decode, m.attn_flops_per_ctx_token_decode,
-                         m.attn_flops_per_ctx_token_prefill)
-    window = max(m.sliding_window, 1)
-    attn_ctx_flops = t_rank * ctx_flops * (
-        n_full * ctx_mean + n_slide * np.minimum(ctx_mean, window)) / tp
-    attn_ctx_flops += t_rank * n_lin * m.linear_flops_per_token / tp
-    attn_proj_flops = 2.0 * t_rank * attn_w / tp
-    kv_layer = m.kv_elems_per_token_layer * kvb / kv_split
-    state_layer = (m.state_bytes_per_sequence(2.0) / max(m.n_linear_layers, 1)
-                   if m.n_linear_layers else 0.0)
-    kv_read = n_seq * kv_layer * (n_full * ctx_end + n_slide * np.minimum(ctx_end, window))
-    kv_read += 2.0 * n_seq * n_lin * state_layer / tp  # recurrent state in and out
-    attn_bytes = attn_w / tp * wb_dense + kv_read
-    attn_bytes += t_rank * d * ACT_BYTES * eff.activation_passes_per_layer * n_layers / tp
-    t_attn = np.maximum(attn_proj_flops / peak_dense + attn_ctx_flops / peak_attn,
-                        attn_bytes / hbm_bw)
+class _Kernels:
+    """Per stage: each kernel group's roofline time, and the compute and HBM totals."""
 
-    # --- dense FFN layers ------------------------------------------------------------
-    dense_w = n_dense * m.dense_ffn_params
-    dense_flops = 2.0 * t_rank * dense_w / tp
-    t_dense = np.maximum(dense_flops / peak_dense, dense_w / tp * wb_dense / hbm_bw)
+    def __init__(self, m: ModelSpec, v: _Shape, eff: Efficiency):
+        d, tp, t_rank = float(m.hidden_size), v.tp, v.t_rank
+        # Attention: projections, scores and values over the context, KV and state traffic.
+        attn_w = (v.n_full + v.n_slide) * m.attn_params + v.n_lin * m.linear_params
+        ctx_flops = np.where(v.decode, m.attn_flops_per_ctx_token_decode,
+                             m.attn_flops_per_ctx_token_prefill)
+        attn_ctx_flops = t_rank * ctx_flops * (
+            v.n_full * v.ctx_mean + v.n_slide * np.minimum(v.ctx_mean, v.window)) / tp
+        attn_ctx_flops += t_rank * v.n_lin * m.linear_flops_per_token / tp
+        attn_proj_flops = 2.0 * t_rank * attn_w / tp
+        kv_read = v.n_seq * v.kv_layer * (
+            v.n_full * v.ctx_end + v.n_slide * np.minimum(v.ctx_end, v.window))
+        kv_read += 2.0 * v.n_seq * v.n_lin * v.state_layer / tp  # recurrent state in and out
+        attn_bytes = attn_w / tp * v.wb_dense + kv_read
+        attn_bytes += t_rank * d * ACT_BYTES * eff.activation_passes_per_layer * v.n_layers / tp
+        t_attn = np.maximum(attn_proj_flops / v.peak_dense + attn_ctx_flops / v.peak_attn,
+                            attn_bytes / v.hbm_bw)
+        # Dense FFN layers.
+        dense_w = v.n_dense * m.dense_ffn_params
+        dense_flops = 2.0 * t_rank * dense_w / tp
+        t_dense = np.maximum(dense_flops / v.peak_dense, dense_w / tp * v.wb_dense / v.hbm_bw)
+        # MoE layers: router and shared experts on every token, routed experts by EP rank.
+        if m.moe is not None:
+            mo = m.moe
+            always_w = v.n_moe * m.moe_always_params
+            always_flops = 2.0 * t_rank * always_w / tp
+            t_always = np.maximum(always_flops / v.peak_dense,
+                                  always_w / tp * v.wb_dense / v.hbm_bw)
+            split = np.maximum(1.0, tp / v.ep)  # experts tensor-split when tp > ep
+            experts_per_rank = np.ceil(mo.routed_experts / v.ep)
+            # Sorted by expert, each touched expert's weights load once per step.
+            touched = (_distinct(mo.routed_experts, mo.top_k, v.t_group)
+                       * experts_per_rank / mo.routed_experts)
+            exp_bytes = v.n_moe * touched * m.expert_params / split * v.wb_exp
+            exp_flops = 2.0 * v.n_moe * v.t_group * mo.top_k / v.ep * m.expert_params / split
+            exp_flops *= eff.ep_imbalance
+            t_experts = np.maximum(exp_flops / v.peak_exp, exp_bytes / v.hbm_bw)
+            self.exp_act = v.t_group * mo.top_k / v.ep * eff.ep_imbalance * (
+                2 * mo.expert_intermediate + (mo.latent_size or d)) * ACT_BYTES
+        else:
+            always_w = always_flops = exp_flops = exp_bytes = self.exp_act = 0.0
+            t_always = t_experts = 0.0
+        # LM head (last stage): logits for every decode token, the last token of a fill.
+        head_tok = np.where(v.decode, t_rank, v.n_seq)
+        head_w = m.vocab_size * d
+        head_flops = 2.0 * head_tok * head_w / tp
+        t_head = np.maximum(head_flops / v.peak_dense, head_w / tp * v.wb_dense / v.hbm_bw)
 
-    # --- MoE layers: router, shared experts, routed experts --------------------------
-    if m.moe is not None:
-        mo = m.moe
-        always_w = n_moe * m.moe_always_params
-        always_flops = 2.0 * t_rank * always_w / tp
-        t_always = np.maximum(always_flops / peak_dense, always_w / tp * wb_dense / hbm_bw)
-        split = np.maximum(1.0, tp / ep)  # experts tensor-split when tp > ep
-        experts_per_rank = np.ceil(mo.routed_experts / ep)
-        # Sorted by expert, each touched expert's weights load once per step.
-        touched = (_distinct(mo.routed_experts, mo.top_k, t_group)
-                   * experts_per_rank / mo.routed_experts)
-        exp_bytes = n_moe * touched * m.expert_params / split * wb_exp
-        exp_flops = 2.0 * n_moe * t_group * mo.top_k / ep * m.expert_params / split
-        exp_flops *= eff.ep_imbalance
-        t_experts = np.maximum(exp_flops / peak_exp, exp_bytes / hbm_bw)
-        exp_act = t_group * mo.top_k / ep * eff.ep_imbalance * (
-            2 * mo.expert_intermediate + (mo.latent_size or d)) * ACT_BYTES
-    else:
-        always_flops = exp_flops = exp_bytes = exp_act = 0.0
-        t_always = t_experts = 0.0
+        self.compute_s = (attn_proj_flops / v.peak_dense + attn_ctx_flops / v.peak_attn
+                          + dense_flops / v.peak_dense + always_flops / v.peak_dense
+                          + exp_flops / v.peak_exp + head_flops / v.peak_dense)
+        hbm_read = attn_bytes + dense_w / tp * v.wb_dense + exp_bytes + head_w / tp * v.wb_dense
+        if m.moe is not None:
+            hbm_read = hbm_read + always_w / tp * v.wb_dense
+        self.hbm_read = hbm_read
+        self.memory_s = hbm_read / v.hbm_bw
+        self.t_cm = t_attn + t_dense + t_always + t_experts + t_head
+        self.flops = (attn_proj_flops + attn_ctx_flops + dense_flops + always_flops + exp_flops
+                      + head_flops)
 
-    # --- LM head (last stage): logits for every decode token, the last token of a fill
-    head_tok = np.where(decode, t_rank, n_seq)
-    head_w = m.vocab_size * d
-    head_flops = 2.0 * head_tok * head_w / tp
-    t_head = np.maximum(head_flops / peak_dense, head_w / tp * wb_dense / hbm_bw)
 
-    compute_s = (attn_proj_flops / peak_dense + attn_ctx_flops / peak_attn + dense_flops
-                 / peak_dense + always_flops / peak_dense + exp_flops / peak_exp
-                 + head_flops / peak_dense)
-    hbm_read = attn_bytes + dense_w / tp * wb_dense + exp_bytes + head_w / tp * wb_dense
-    if m.moe is not None:
-        hbm_read = hbm_read + always_w / tp * wb_dense
-    memory_s = hbm_read / hbm_bw
-    t_cm = t_attn + t_dense + t_always + t_experts + t_head
-
-    # --- communication -----------------------------------------------------------------
-    tp_bytes = np.where(tp > 1, 2.0 * (tp - 1) / tp * t_rank * d * ACT_BYTES, 0.0)
-    tp_bytes = tp_bytes * 2.0 * (n_layers)  # after attention and after the FFN
+def _network(m: ModelSpec, v: _Shape) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Bytes each GPU sends per stage over scale-up and scale-out, and the time."""
+    d, tp, ep, width = float(m.hidden_size), v.tp, v.ep, v.width
+    tp_bytes = np.where(tp > 1, 2.0 * (tp - 1) / tp * v.t_rank * d * ACT_BYTES, 0.0)
+    tp_bytes = tp_bytes * 2.0 * (v.n_layers)  # after attention and after the FFN
     su_bytes = tp_bytes
     so_bytes = np.zeros_like(tp_bytes)
     if m.moe is not None:
-        disp = np.where(wprec >= Precision.FP8, 1.0, 2.0)  # FP8 dispatch, BF16 combine
+        mo = m.moe
+        disp = np.where(v.wprec >= Precision.FP8, 1.0, 2.0)  # FP8 dispatch, BF16 combine
         per_token = d * (disp + ACT_BYTES)
-        sent = t_group / width  # tokens each GPU scatters (sequence-parallel within TP)
+        sent = v.t_group / width  # tokens each GPU scatters (sequence-parallel within TP)
         # Distinct remote EP ranks (and scale-up domains) a token's top-k experts live on.
         remote_ranks = np.where(ep > 1, _distinct(ep, 1.0, mo.top_k) * (ep - 1) / ep, 0.0)
-        nodes = np.maximum(1.0, width / domain)
+        nodes = np.maximum(1.0, width / v.domain)
         remote_nodes = np.where(
             nodes > 1, _distinct(nodes, 1.0, mo.top_k) * (nodes - 1) / nodes, 0.0)
-        outside = np.clip(1.0 - domain / width, 0.0, 1.0)  # share of ranks beyond the domain
+        outside = np.clip(1.0 - v.domain / width, 0.0, 1.0)  # share of ranks beyond the domain
         # Fills use throughput all-to-all kernels: across domains one copy per remote node,
         # forwarded over NVLink (DeepEP normal mode). Decode uses low-latency kernels that
         # send straight to each remote rank over RDMA: no per-node deduplication.
         so_fill = sent * remote_nodes * per_token
         so_decode = sent * remote_ranks * outside * per_token
-        su_bytes = su_bytes + n_moe * sent * remote_ranks * np.where(
-            decode, 1.0 - outside, 1.0) * per_token
-        so_bytes = so_bytes + n_moe * np.where(decode, so_decode, so_fill)
-    in_domain = pp * width <= domain
-    hop = np.where(pp > 1, t_group / width * d * ACT_BYTES, 0.0)
+        su_bytes = su_bytes + v.n_moe * sent * remote_ranks * np.where(
+            v.decode, 1.0 - outside, 1.0) * per_token
+        so_bytes = so_bytes + v.n_moe * np.where(v.decode, so_decode, so_fill)
+    in_domain = v.pp * width <= v.domain
+    hop = np.where(v.pp > 1, v.t_group / width * d * ACT_BYTES, 0.0)
     su_bytes = su_bytes + np.where(in_domain, hop, 0.0)
     so_bytes = so_bytes + np.where(in_domain, 0.0, hop)
-    network_s = np.maximum(su_bytes / su_bw, so_bytes / so_bw)
+    return su_bytes, so_bytes, np.maximum(su_bytes / v.su_bw, so_bytes / v.so_bw)
 
-    # --- fixed latencies -----------------------------------------------------------------
-    latency_s = n_layers * eff.kernels_per_layer * eff.kernel_launch_s
-    latency_s = latency_s + np.where(tp > 1, 2.0 * n_layers * eff.tp_collective_s, 0.0)
+
+def _latency(m: ModelSpec, v: _Shape, eff: Efficiency) -> np.ndarray:
+    """Fixed latencies per stage: launches, collectives, all-to-all floors, the PP hop."""
+    latency_s = v.n_layers * eff.kernels_per_layer * eff.kernel_launch_s
+    latency_s = latency_s + np.where(v.tp > 1, 2.0 * v.n_layers * eff.tp_collective_s, 0.0)
     if m.moe is not None:
-        a2a = np.where(width > domain, eff.a2a_scale_out_s, eff.a2a_scale_up_s)
-        latency_s = latency_s + np.where(ep > 1, 2.0 * n_moe * a2a, 0.0)
-    latency_s = latency_s + np.where(pp > 1, eff.pp_hop_s, 0.0)
+        a2a = np.where(v.width > v.domain, eff.a2a_scale_out_s, eff.a2a_scale_up_s)
+        latency_s = latency_s + np.where(v.ep > 1, 2.0 * v.n_moe * a2a, 0.0)
+    return latency_s + np.where(v.pp > 1, eff.pp_hop_s, 0.0)
 
-    stage_s = t_cm + network_s + latency_s
+
+def _times(m: ModelSpec, hardware: HardwareTable, cfg: Configs, eff: Efficiency):
+    v = _Shape(m, hardware, cfg, eff)
+    k = _Kernels(m, v, eff)
+    su_bytes, so_bytes, network_s = _network(m, v)
+    latency_s = _latency(m, v, eff)
+    stage_s = k.t_cm + network_s + latency_s
     if eff.overlap == OverlapMode.OVERLAP:
-        stage_s = stage_s - eff.overlap_fraction * np.minimum(t_cm, network_s)
-    step_s = pp * stage_s + eff.step_overhead_s
-
-    # --- output, energy -----------------------------------------------------------------
+        stage_s = stage_s - eff.overlap_fraction * np.minimum(k.t_cm, network_s)
+    step_s = v.pp * stage_s + eff.step_overhead_s
     accepted = 1.0 + sum(eff.mtp_acceptance ** (i + 1) * (cfg.mtp > i) for i in range(4))
-    tokens_per_seq = np.where(decode, accepted, cfg.new_tokens)
-    tokens_per_step = n_seq * attn_ranks * tokens_per_seq
-    gpus = pp * width
+    tpot_s = np.where(v.decode, step_s / accepted, step_s)
+    return v, k, su_bytes, so_bytes, network_s, latency_s, stage_s, step_s, accepted, tpot_s
+
+
+def step_times(model: ModelSpec, hardware: HardwareTable, cfg: Configs,
+               eff: Efficiency = DEFAULT_EFFICIENCY) -> tuple[np.ndarray, np.ndarray]:
+    """(step_time_s, tpot_s) alone: what a worker needs, for a fraction of the work."""
+    times = _times(model, hardware, cfg, eff)
+    return times[7], times[9]
+
+
+def _phase_cost_block(model: ModelSpec, hardware: HardwareTable, cfg: Configs,
+                      eff: Efficiency) -> PhaseCost:
+    m = model
+    (v, k, su_bytes, so_bytes, network_s, latency_s, stage_s, step_s, accepted,
+     tpot_s) = _times(m, hardware, cfg, eff)
+    d, pp = float(m.hidden_size), v.pp
+    cols = hardware.columns()
+    tdp, hbm_cap = cols["tdp_w"][v.hw], cols["hbm_bytes"][v.hw]
+
+    tokens_per_seq = np.where(v.decode, accepted, cfg.new_tokens)
+    tokens_per_step = v.n_seq * v.attn_ranks * tokens_per_seq
+    gpus = pp * v.width
     # pp micro-batches are in flight: every step time, pp of them finish.
     tokens_per_s_per_gpu = tokens_per_step * pp / (step_s * gpus)
-    tpot_s = np.where(decode, step_s / accepted, step_s)
-    busy = np.clip(np.maximum(compute_s, memory_s) / stage_s, 0.0, 1.0)
+    busy = np.clip(np.maximum(k.compute_s, k.memory_s) / stage_s, 0.0, 1.0)
     power_w = gpus * tdp * (eff.idle_power_fraction + (1 - eff.idle_power_fraction) * busy)
     energy_j = power_w * step_s
     energy_per_token_j = power_w / (tokens_per_s_per_gpu * gpus)
 
-    # --- resident memory -----------------------------------------------------------------
-    from costmodel.memory import weight_bytes_per_gpu
-
-    weights = weight_bytes_per_gpu(m, pp=pp, tp=tp, ep=ep, precision=wprec)
+    weights = weight_bytes_per_gpu(m, pp=pp, tp=v.tp, ep=v.ep, precision=v.wprec)
     # Each stage holds KV for the pp micro-batches in flight: flat in pp (the crossover).
-    seqs_resident = pp * n_seq
-    kv = seqs_resident * kv_layer * (n_full * ctx_end + n_slide * np.minimum(ctx_end, window))
-    kv = kv + seqs_resident * n_lin * state_layer / tp
-    acts = t_rank * d * ACT_BYTES * 4.0 + exp_act
-    comm_buf = 2.0 * (su_bytes + so_bytes) / np.maximum(n_layers, 1.0)  # one layer, send+recv
+    seqs_resident = pp * v.n_seq
+    kv = seqs_resident * v.kv_layer * (
+        v.n_full * v.ctx_end + v.n_slide * np.minimum(v.ctx_end, v.window))
+    kv = kv + seqs_resident * v.n_lin * v.state_layer / v.tp
+    acts = v.t_rank * d * ACT_BYTES * 4.0 + k.exp_act
+    # One layer's all-to-all, send and receive.
+    comm_buf = 2.0 * (su_bytes + so_bytes) / np.maximum(v.n_layers, 1.0)
     resident = weights + kv + acts + comm_buf
     double = resident + kv / np.maximum(pp, 1.0) + acts
 
-    bound = np.argmax(np.stack([compute_s, memory_s, network_s, latency_s + (
+    bound = np.argmax(np.stack([k.compute_s, k.memory_s, network_s, latency_s + (
         eff.step_overhead_s / pp)]), axis=0)
     return PhaseCost(
         step_time_s=step_s, tpot_s=tpot_s, tokens_per_step=tokens_per_step,
-        tokens_per_s_per_gpu=tokens_per_s_per_gpu, gpus=gpus,
-        flops=(attn_proj_flops + attn_ctx_flops + dense_flops + always_flops + exp_flops
-               + head_flops) * gpus,
-        hbm_read_bytes_per_gpu=hbm_read, scale_up_bytes_per_gpu=su_bytes,
+        tokens_per_s_per_gpu=tokens_per_s_per_gpu, gpus=gpus, flops=k.flops * gpus,
+        hbm_read_bytes_per_gpu=k.hbm_read, scale_up_bytes_per_gpu=su_bytes,
         scale_out_bytes_per_gpu=so_bytes,
         scale_up_bytes_per_s_per_gpu=su_bytes / stage_s,
         scale_out_bytes_per_s_per_gpu=so_bytes / stage_s,
@@ -318,8 +358,8 @@ def _phase_cost_block(model: ModelSpec, hardware: HardwareTable, cfg: Configs,
         weight_bytes_per_gpu=weights, kv_bytes_per_gpu=kv, activation_bytes_per_gpu=acts,
         comm_buffer_bytes_per_gpu=comm_buf, hbm_bytes_per_gpu=resident,
         hbm_bytes_per_gpu_double_buffered=double, fits=resident <= hbm_cap,
-        compute_s=compute_s, memory_s=memory_s, network_s=network_s, latency_s=latency_s,
-        bound=bound,
+        compute_s=k.compute_s, memory_s=k.memory_s, network_s=network_s,
+        latency_s=latency_s, bound=bound,
     )
 
 
