@@ -7,7 +7,7 @@ to fit is simply thrown away.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from storage.blobs import BlobId, BlobIndex
 from storage.plans import Source, Step, StepKind
@@ -43,9 +43,11 @@ class Placement:
         self.used_bytes[location] -= kv_bytes
 
     def touch(self, blob_id: BlobId, location: Location, now_s: float) -> None:
-        if blob_id in self.at[location]:
-            last = max(self.at[location][blob_id], now_s)
-            self.at[location][blob_id] = last
+        here = self.at[location]
+        if blob_id in here:
+            # Re-insert so each location's dict stays in least-recently-used order.
+            last = max(here.pop(blob_id), now_s)
+            here[blob_id] = last
             self.copies[blob_id][location] = last
 
 
@@ -91,12 +93,14 @@ class Draft:
         used = self.placement.used_bytes[location] + self._used_delta.get(location, 0)
         return self.layout.spec(location).capacity_bytes - used
 
-    def _lru_victims(self, location: Location) -> list[BlobId]:
-        """Oldest use first; blob id breaks ties so the order is deterministic."""
-        resident = self.placement.at[location]
-        entries = [(last, blob) for blob, last in resident.items() if self.has(blob, location)]
-        entries += [(self.now_s, blob) for blob, loc in self._added if loc == location]
-        return [blob for _, blob in sorted(entries)]
+    def _lru_victims(self, location: Location) -> Iterator[BlobId]:
+        """Oldest use first, lazily: a location's dict is kept in use order (insertion
+        and `touch` move a blob to its end; a run's times never go backwards), then the
+        copies this draft added, by blob id so the order is deterministic."""
+        for blob in list(self.placement.at[location]):
+            if (blob, location) not in self._removed:
+                yield blob
+        yield from sorted(blob for blob, loc in self._added if loc == location)
 
     # -- steps ------------------------------------------------------------
     def _record(self, step: Step, delta_bytes: int) -> None:
@@ -168,6 +172,8 @@ class Draft:
         """
         if need_bytes > self.layout.spec(location).capacity_bytes:
             return False
+        if self.free_bytes(location) >= need_bytes:
+            return True  # the common case: no need to rank every resident blob
         for victim in self._lru_victims(location):
             if self.free_bytes(location) >= need_bytes:
                 break
