@@ -77,8 +77,9 @@ class DecodeWorker:
             self._interrupt.set()
 
     def _on_ready(self) -> None:
-        if self.accepting and self._occupied() < self.target_batch:
-            self._poke()
+        # Start loading at once; the running batch is interrupted only when KV arrives.
+        if self.accepting and self._interrupt is not None and self._occupied() < self.target_batch:
+            self._admit(asyncio.get_running_loop().time())
 
     def _admit(self, now_s: float) -> None:
         if not self.accepting or not len(self.ready):
@@ -128,18 +129,26 @@ class DecodeWorker:
             mean_context = sum(r.context_tokens for r in self.running) / len(self.running)
             ends = now_s + np.cumsum(self.pricer.decode_steps_s(len(self.running), mean_context,
                                                                 steps))
-            try:
-                await asyncio.wait_for(self._interrupt.wait(), timeout=ends[-1] - now_s)
-            except TimeoutError:
-                done = steps
-            else:
-                # Interrupted: finish the step in progress, then let the batch change.
-                t = loop.time()
-                j = min(int(np.searchsorted(ends, t, side="left")), steps - 1)
-                if ends[j] > t:
-                    await asyncio.sleep(ends[j] - t)
-                done = j + 1
+            done = await self._run_steps(ends)
             self._advance(done, now_s, loop.time())
+
+    async def _run_steps(self, ends: np.ndarray) -> int:
+        """Wait through priced steps ending at `ends`; return how many ran. An interrupt
+        ends the run at the end of the step in progress, unless nothing needs the batch
+        to change (a spurious wake), in which case the run goes on unpriced again."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                await asyncio.wait_for(self._interrupt.wait(), timeout=ends[-1] - loop.time())
+            except TimeoutError:
+                return len(ends)
+            t = loop.time()
+            j = min(int(np.searchsorted(ends, t, side="left")), len(ends) - 1)
+            if ends[j] > t:
+                await asyncio.sleep(ends[j] - t)
+            if self._loaded or self.target_batch < len(self.running) or j == len(ends) - 1:
+                return j + 1
+            self._interrupt.clear()
 
     def _advance(self, steps: int, start_s: float, now_s: float) -> None:
         self._busy_s += now_s - start_s

@@ -19,7 +19,7 @@ from costmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from costmodel.hardware import HardwareSpec, HardwareTable
 from costmodel.layout import Layout
 from costmodel.model import ModelSpec
-from costmodel.phase import Configs, Phase, phase_cost
+from costmodel.phase import Configs, Phase, step_times
 from costmodel.precision import BYTES_PER_ELEMENT
 
 
@@ -34,21 +34,29 @@ class StepPricer:
         self.state_bytes_per_sequence = model.state_bytes_per_sequence(kvb)
         self._fill = lru_cache(maxsize=65536)(self._fill_uncached)
 
-    def _configs(self, phase: Phase, batch, new_tokens, context) -> Configs:
+    def _configs(self, phase: Phase, batch: float, new_tokens: float, context) -> Configs:
+        # Constants as 0-d arrays that broadcast against the context vector: building
+        # full columns would cost more than pricing a short decode run.
+        context = np.atleast_1d(np.asarray(context, dtype=np.float64))
         lay = self.layout
-        return Configs.make(phase=int(phase), batch=batch, new_tokens=new_tokens,
-                            context=context, pp=lay.pp, tp=lay.tp, ep=lay.ep,
-                            precision=int(lay.weights), kv_precision=int(lay.kv), mtp=lay.mtp)
+
+        def col(value, dtype=np.float64):
+            return np.asarray(value, dtype=dtype)
+
+        return Configs(phase=col(int(phase), np.int64), batch=col(batch), new_tokens=col(new_tokens),
+                       context=context, pp=col(lay.pp), tp=col(lay.tp), ep=col(lay.ep),
+                       precision=col(int(lay.weights), np.int64), hardware=col(0, np.int64),
+                       kv_precision=col(int(lay.kv), np.int64), mtp=col(lay.mtp))
 
     def per_rank(self, sequences: float) -> float:
         return sequences / self.attention_ranks
 
     def _fill_uncached(self, phase: Phase, sequences: int, new_tokens: int,
                        cached_tokens: int) -> tuple[float, float]:
-        cost = phase_cost(self.model, self._table,
-                          self._configs(phase, self.per_rank(sequences), new_tokens,
-                                        cached_tokens), self.eff)
-        step_s = float(cost.step_time_s[0])
+        step, _ = step_times(self.model, self._table,
+                             self._configs(phase, self.per_rank(sequences), new_tokens,
+                                           cached_tokens), self.eff)
+        step_s = float(step[0])
         # The pipeline takes a new batch every stage time; the batch itself takes step_s.
         return step_s, step_s / self.layout.pp
 
@@ -68,10 +76,10 @@ class StepPricer:
         multi-token prediction a step yields more than one token on average: the time
         returned is per token (the cost core's TPOT)."""
         contexts = mean_context + np.arange(steps, dtype=np.float64)
-        cost = phase_cost(self.model, self._table,
-                          self._configs(Phase.DECODE, self.per_rank(sequences), 1, contexts),
-                          self.eff)
-        return cost.tpot_s
+        _, tpot_s = step_times(self.model, self._table,
+                               self._configs(Phase.DECODE, self.per_rank(sequences), 1, contexts),
+                               self.eff)
+        return tpot_s
 
     def kv_bytes(self, tokens: float) -> float:
         return tokens * self.kv_bytes_per_token + self.state_bytes_per_sequence
