@@ -11,17 +11,19 @@ from costmodel.phase import Configs, Phase, phase_cost
 MODEL = load_model("kimi-k3-like")
 TABLE = HardwareTable(tuple(load_hardware(n) for n in ("gb200", "b200", "h200")))
 
-configs = st.fixed_dictionaries({
-    "phase": st.sampled_from(list(Phase)),
-    "batch": st.integers(1, 256),
-    "new_tokens": st.integers(1, 32_000),
-    "context": st.integers(0, 500_000),
-    "pp": st.sampled_from([1, 2, 4, 8]),
-    "tp": st.sampled_from([1, 2, 4, 8]),
-    "ep": st.sampled_from([1, 2, 4, 8, 16, 32, 64]),
-    "precision": st.integers(0, 2),
-    "hardware": st.integers(0, 2),
-})
+configs = st.fixed_dictionaries(
+    {
+        "phase": st.sampled_from(list(Phase)),
+        "batch": st.integers(1, 256),
+        "new_tokens": st.integers(1, 32_000),
+        "context": st.integers(0, 500_000),
+        "pp": st.sampled_from([1, 2, 4, 8]),
+        "tp": st.sampled_from([1, 2, 4, 8]),
+        "ep": st.sampled_from([1, 2, 4, 8, 16, 32, 64]),
+        "precision": st.integers(0, 2),
+        "hardware": st.integers(0, 2),
+    }
+)
 
 
 @given(st.lists(configs, min_size=1, max_size=20))
@@ -49,3 +51,14 @@ def test_costs_are_finite_and_positive(cfg):
         value = getattr(c, name)[0]
         assert np.isfinite(value) and value > 0, name
     assert c.step_time_s[0] >= c.compute_s[0] * cfg["pp"] * 0.999 / 2  # overlap hides <= half
+
+
+@given(st.lists(configs, min_size=1, max_size=10))
+def test_step_times_alone_equal_the_full_cost(rows):
+    from costmodel.phase import step_times
+
+    cols = {k: [r[k] for r in rows] for k in rows[0]}
+    cfg = Configs.make(**cols)
+    full = phase_cost(MODEL, TABLE, cfg)
+    step_s, tpot_s = step_times(MODEL, TABLE, cfg)
+    assert np.array_equal(step_s, full.step_time_s) and np.array_equal(tpot_s, full.tpot_s)
