@@ -245,6 +245,9 @@ class _Kernels:
             hbm_read = hbm_read + always_w / tp * v.wb_dense
         self.hbm_read = hbm_read
         self.memory_s = hbm_read / v.hbm_bw
+        # Kept per group so a split instance (costmodel/disagg.py) can price each side.
+        self.t_attn, self.t_dense, self.t_always = t_attn, t_dense, t_always
+        self.t_experts, self.t_head, self.exp_bytes = t_experts, t_head, exp_bytes
         self.t_cm = t_attn + t_dense + t_always + t_experts + t_head
         self.flops = (attn_proj_flops + attn_ctx_flops + dense_flops + always_flops + exp_flops
                       + head_flops)
@@ -293,6 +296,18 @@ def _latency(m: ModelSpec, v: _Shape, eff: Efficiency) -> np.ndarray:
     return latency_s + np.where(v.pp > 1, eff.pp_hop_s, 0.0)
 
 
+def _accepted_tokens(mtp, eff: Efficiency):
+    """Tokens a decode step yields per sequence: one plus the accepted MTP drafts."""
+    return 1.0 + sum(eff.mtp_acceptance ** (i + 1) * (mtp > i) for i in range(4))
+
+
+def _kv_bytes(v: _Shape, sequences):
+    """KV and recurrent state one GPU holds for `sequences` after the step."""
+    kv = sequences * v.kv_layer * (
+        v.n_full * v.ctx_end + v.n_slide * np.minimum(v.ctx_end, v.window))
+    return kv + sequences * v.n_lin * v.state_layer / v.tp
+
+
 def _times(m: ModelSpec, hardware: HardwareTable, cfg: Configs, eff: Efficiency):
     v = _Shape(m, hardware, cfg, eff)
     k = _Kernels(m, v, eff)
@@ -302,7 +317,7 @@ def _times(m: ModelSpec, hardware: HardwareTable, cfg: Configs, eff: Efficiency)
     if eff.overlap == OverlapMode.OVERLAP:
         stage_s = stage_s - eff.overlap_fraction * np.minimum(k.t_cm, network_s)
     step_s = v.pp * stage_s + eff.step_overhead_s
-    accepted = 1.0 + sum(eff.mtp_acceptance ** (i + 1) * (cfg.mtp > i) for i in range(4))
+    accepted = _accepted_tokens(cfg.mtp, eff)
     tpot_s = np.where(v.decode, step_s / accepted, step_s)
     return v, k, su_bytes, so_bytes, network_s, latency_s, stage_s, step_s, accepted, tpot_s
 
@@ -335,10 +350,7 @@ def _phase_cost_block(model: ModelSpec, hardware: HardwareTable, cfg: Configs,
 
     weights = weight_bytes_per_gpu(m, pp=pp, tp=v.tp, ep=v.ep, precision=v.wprec)
     # Each stage holds KV for the pp micro-batches in flight: flat in pp (the crossover).
-    seqs_resident = pp * v.n_seq
-    kv = seqs_resident * v.kv_layer * (
-        v.n_full * v.ctx_end + v.n_slide * np.minimum(v.ctx_end, v.window))
-    kv = kv + seqs_resident * v.n_lin * v.state_layer / v.tp
+    kv = _kv_bytes(v, pp * v.n_seq)
     acts = v.t_rank * d * ACT_BYTES * 4.0 + k.exp_act
     # One layer's all-to-all, send and receive.
     comm_buf = 2.0 * (su_bytes + so_bytes) / np.maximum(v.n_layers, 1.0)
