@@ -11,10 +11,16 @@ from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from costmodel.disagg import (
+    AFLayout,
+    attention_weight_bytes_per_gpu,
+    check_af_layout,
+    expert_slice_bytes_per_gpu,
+)
 from costmodel.errors import CostModelError
 from costmodel.hardware import HardwareSpec, load_hardware
 from costmodel.layout import Layout, check_layout
@@ -51,10 +57,29 @@ class PoolSpec:
     layout: Layout
     nodes: tuple[str, ...]
     batch: BatchPolicySpec
+    experts_pool: str | None = None  # decode only: routed experts on that pool's GPUs
 
     @property
     def workers(self) -> int:
         return self.gpus // self.layout.instance_gpus
+
+
+@dataclass(frozen=True)
+class ExpertPoolSpec:
+    """`phase = "decode-experts"`: GPUs holding only routed experts for a decode pool
+    (attention-FFN disaggregation). Its workers have no queue: each serves a fixed
+    group of the decode pool's workers, which price their steps with it."""
+
+    name: str
+    hardware: HardwareSpec
+    gpus: int
+    ep: int
+    weights: Precision
+    nodes: tuple[str, ...]
+
+    @property
+    def workers(self) -> int:
+        return self.gpus // self.ep
 
 
 @dataclass(frozen=True)
@@ -94,6 +119,17 @@ class WorkerSpec:
     layout: Layout
     batch: BatchPolicySpec
     kv_capacity_bytes: int
+    experts_worker: str | None = None  # the expert worker this decode worker pairs with
+
+
+@dataclass(frozen=True)
+class ExpertWorkerSpec:
+    name: str
+    pool: str
+    node: str
+    hardware: HardwareSpec
+    ep: int
+    attention_workers: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -104,10 +140,11 @@ class ClusterSpec:
     nodes: tuple[NodeSpec, ...]
     pools: tuple[PoolSpec, ...]
     pfs: PfsSpec
+    expert_pools: tuple[ExpertPoolSpec, ...] = ()
 
     @property
     def gpus(self) -> int:
-        return sum(p.gpus for p in self.pools)
+        return sum(p.gpus for p in self.pools) + sum(p.gpus for p in self.expert_pools)
 
     def pool(self, name: str) -> PoolSpec:
         for p in self.pools:
@@ -127,34 +164,91 @@ class BoundCluster:
     model: ModelSpec
     workers: tuple[WorkerSpec, ...]
     store_layout: StoreLayout
+    expert_workers: tuple[ExpertWorkerSpec, ...] = ()
 
     @classmethod
     def build(cls, spec: ClusterSpec, model: ModelSpec) -> BoundCluster:
         nodes = {n.name: n for n in spec.nodes}
         free = {n.name: n.gpus for n in spec.nodes}
-        workers: list[WorkerSpec] = []
+        homes: dict[str, list[str]] = {}
         for pool in spec.pools:
-            try:
-                check_layout(model, pool.hardware, pool.layout)
-            except CostModelError as exc:
-                raise ClusterError(f"pool {pool.name}: {exc}") from None
-            per_gpu_free = pool.hardware.hbm_bytes - float(weight_bytes_per_gpu(model, pool.layout))
+            if pool.experts_pool is None:  # a split pool is checked with its experts below
+                try:
+                    check_layout(model, pool.hardware, pool.layout)
+                except CostModelError as exc:
+                    raise ClusterError(f"pool {pool.name}: {exc}") from None
+            homes[pool.name] = _place(pool.name, pool.nodes, pool.layout.instance_gpus,
+                                      pool.workers, free)
+        for e in spec.expert_pools:
+            homes[e.name] = _place(e.name, e.nodes, e.ep, e.workers, free)
+        workers: list[WorkerSpec] = []
+        expert_workers: list[ExpertWorkerSpec] = []
+        for pool in spec.pools:
+            layout, pairs = pool.layout, {}
+            weights = float(weight_bytes_per_gpu(model, layout))
+            if pool.experts_pool is not None:
+                e = next(x for x in spec.expert_pools if x.name == pool.experts_pool)
+                layout, pairs, paired = _split(pool, e, model, homes)
+                expert_workers += paired
+                weights = float(attention_weight_bytes_per_gpu(model, layout.tp,
+                                                               int(layout.weights)))
+            per_gpu_free = pool.hardware.hbm_bytes - weights
             kv_bytes = int(KV_SHARE_OF_FREE_HBM * per_gpu_free * pool.layout.instance_gpus)
-            for i in range(pool.workers):
-                need = pool.layout.instance_gpus
-                home = next((n for n in pool.nodes if free[n] >= need), None)
-                if home is None:
-                    raise ClusterError(
-                        f"pool {pool.name}: worker {i} needs {need} GPUs on one node; nodes "
-                        f"{', '.join(pool.nodes)} have {', '.join(str(free[n]) for n in pool.nodes)} free"
-                    )
-                free[home] -= need
+            for i, home in enumerate(homes[pool.name]):
+                name = f"{pool.name}-{i}"
                 workers.append(WorkerSpec(
-                    name=f"{pool.name}-{i}", pool=pool.name, phase=pool.phase, node=home,
-                    rack=nodes[home].rack, hardware=pool.hardware, layout=pool.layout,
-                    batch=pool.batch, kv_capacity_bytes=kv_bytes,
+                    name=name, pool=pool.name, phase=pool.phase, node=home,
+                    rack=nodes[home].rack, hardware=pool.hardware, layout=layout,
+                    batch=pool.batch, kv_capacity_bytes=kv_bytes, experts_worker=pairs.get(name),
                 ))
-        return cls(spec, model, tuple(workers), _store_layout(spec, workers))
+        return cls(spec, model, tuple(workers), _store_layout(spec, workers),
+                   tuple(expert_workers))
+
+
+def _place(pool: str, candidates: tuple[str, ...], need: int, count: int,
+           free: dict[str, int]) -> list[str]:
+    """Home nodes of a pool's workers, first fit; takes their GPUs from `free`."""
+    homes = []
+    for i in range(count):
+        home = next((n for n in candidates if free[n] >= need), None)
+        if home is None:
+            raise ClusterError(
+                f"pool {pool}: worker {i} needs {need} GPUs on one node; nodes "
+                f"{', '.join(candidates)} have {', '.join(str(free[n]) for n in candidates)} free"
+            )
+        free[home] -= need
+        homes.append(home)
+    return homes
+
+
+def _split(pool: PoolSpec, e: ExpertPoolSpec, model: ModelSpec, homes: dict[str, list[str]]
+           ) -> tuple[AFLayout, dict[str, str], list[ExpertWorkerSpec]]:
+    """A decode pool's layout with its experts on `e`: expert worker g serves attention
+    workers g*n .. g*n+n-1. One scale-up domain when every such group shares a node
+    that the hardware's domain covers (a pool shares one pricer, so all groups or none)."""
+    slice_bytes = float(expert_slice_bytes_per_gpu(model, e.ep, int(e.weights)))
+    if slice_bytes > e.hardware.hbm_bytes:
+        raise ClusterError(
+            f"pool {e.name}.ep: ep={e.ep} puts {slice_bytes / GB:.1f} GB of routed experts on "
+            f"each GPU > {e.hardware.hbm_bytes / GB:.1f} GB HBM of {e.hardware.name}; raise ep")
+    n = pool.workers // e.workers
+    base = {f.name: getattr(pool.layout, f.name) for f in fields(Layout)}
+    layout = AFLayout(**base, experts_hardware=e.hardware, experts_ep=e.ep,
+                      experts_weights=e.weights, attention_per_expert=n)
+    att, exp = homes[pool.name], homes[e.name]
+    together = all(set(att[g * n:(g + 1) * n]) == {exp[g]} for g in range(e.workers))
+    domain = min(pool.hardware.scale_up_domain_gpus, e.hardware.scale_up_domain_gpus)
+    layout = replace(layout, same_domain=together and layout.split_gpus <= domain)
+    try:
+        check_af_layout(model, pool.hardware, layout)
+    except CostModelError as exc:
+        raise ClusterError(f"pool {pool.name} (experts_pool {e.name}): {exc}") from None
+    pairs = {f"{pool.name}-{g * n + j}": f"{e.name}-{g}"
+             for g in range(e.workers) for j in range(n)}
+    paired = [ExpertWorkerSpec(f"{e.name}-{g}", e.name, exp[g], e.hardware, e.ep,
+                               tuple(f"{pool.name}-{g * n + j}" for j in range(n)))
+              for g in range(e.workers)]
+    return layout, pairs, paired
 
 
 def _store_layout(spec: ClusterSpec, workers: list[WorkerSpec]) -> StoreLayout:
@@ -225,19 +319,27 @@ def _hardware(t: _Table) -> HardwareSpec:
         raise ClusterError(f"{t.where}.hardware: {exc}") from None
 
 
-def _pool(t: _Table, nodes: dict[str, NodeSpec]) -> PoolSpec:
-    phase_name = t.text("phase")
-    try:
-        phase = Phase[phase_name.upper()]
-    except KeyError:
-        raise ClusterError(
-            f"{t.where}.phase: expected prefill, midfill or decode, got {phase_name!r}") from None
+EXPERTS_PHASE = "decode-experts"  # a pool of routed experts serving a decode pool
+
+
+def _node_names(t: _Table, nodes: dict[str, NodeSpec]) -> list[str]:
     names = t.data.get("nodes", [t.data["node"]] if "node" in t.data else None)
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
         raise ClusterError(f"{t.where}.nodes: expected a list of node names, got {names!r}")
     for n in names:
         if n not in nodes:
             raise ClusterError(f"{t.where}.nodes: unknown node {n!r}; known: {', '.join(nodes)}")
+    return names
+
+
+def _pool(t: _Table, nodes: dict[str, NodeSpec]) -> PoolSpec:
+    phase_name = t.text("phase")
+    try:
+        phase = Phase[phase_name.upper()]
+    except KeyError:
+        raise ClusterError(f"{t.where}.phase: expected prefill, midfill or decode (or "
+                           f"{EXPERTS_PHASE}), got {phase_name!r}") from None
+    names = _node_names(t, nodes)
     precisions = {}
     for key, default in (("precision", "fp8"), ("kv_precision", "bf16")):
         try:
@@ -262,7 +364,57 @@ def _pool(t: _Table, nodes: dict[str, NodeSpec]) -> PoolSpec:
     if batch.target_batch > batch.max_batch_sequences:
         raise ClusterError(f"{t.where}.target_batch: {batch.target_batch} is more than "
                            f"max_batch_sequences={batch.max_batch_sequences}")
-    return PoolSpec(t.text("name"), phase, hardware, gpus, layout, tuple(names), batch)
+    experts = t.text("experts_pool") if "experts_pool" in t.data else None
+    if experts is not None and phase is not Phase.DECODE:
+        raise ClusterError(f"{t.where}.experts_pool: only a decode pool has one, not {phase_name}")
+    if experts is not None and layout.pp != 1:
+        raise ClusterError(f"{t.where}.pp: a decode pool with experts_pool has one stage, "
+                           f"got {layout.pp}")
+    return PoolSpec(t.text("name"), phase, hardware, gpus, layout, tuple(names), batch, experts)
+
+
+def _expert_pool(t: _Table, nodes: dict[str, NodeSpec]) -> ExpertPoolSpec:
+    for key in ("pp", "tp", "mtp", "experts_pool", "target_batch"):
+        if key in t.data:
+            raise ClusterError(f"{t.where}.{key}: a {EXPERTS_PHASE} pool has none (its experts "
+                               f"spread over ep; batching is its decode pool's)")
+    names = _node_names(t, nodes)
+    try:
+        weights = Precision.parse(t.text("precision", "fp8"))
+    except CostModelError as exc:
+        raise ClusterError(f"{t.where}.precision: {exc}") from None
+    ep, gpus = int(t.number("ep", integer=True)), int(t.number("gpus", integer=True))
+    if gpus % ep:
+        raise ClusterError(f"{t.where}.gpus: {gpus} is not a multiple of ep={ep} GPUs per worker")
+    return ExpertPoolSpec(t.text("name"), nodes[names[0]].hardware, gpus, ep, weights,
+                          tuple(names))
+
+
+def _check_pairing(pools: list[PoolSpec], experts: list[ExpertPoolSpec],
+                   where_of: dict[str, str]) -> None:
+    """Each decode-experts pool serves exactly one decode pool, whose workers split evenly
+    over the expert workers (N attention workers to one expert worker)."""
+    by_name = {e.name: e for e in experts}
+    served: dict[str, str] = {}
+    for p in pools:
+        if p.experts_pool is None:
+            continue
+        field = f"{where_of[p.name]}.experts_pool"
+        e = by_name.get(p.experts_pool)
+        if e is None:
+            raise ClusterError(f"{field}: no {EXPERTS_PHASE} pool named {p.experts_pool!r}; "
+                               f"known: {', '.join(by_name) or 'none'}")
+        if e.name in served:
+            raise ClusterError(f"{field}: pool {e.name} already serves pool {served[e.name]}")
+        served[e.name] = p.name
+        if p.workers % e.workers:
+            raise ClusterError(
+                f"{field}: the {p.workers} workers of pool {p.name} do not pair evenly with "
+                f"the {e.workers} expert workers of pool {e.name}; expected a multiple")
+    for e in experts:
+        if e.name not in served:
+            raise ClusterError(f"{where_of[e.name]}: {EXPERTS_PHASE} pool {e.name} is no "
+                               f"decode pool's experts_pool")
 
 
 def cluster_from_dict(data: dict[str, Any], where: str) -> ClusterSpec:
@@ -287,20 +439,31 @@ def cluster_from_dict(data: dict[str, Any], where: str) -> ClusterSpec:
     pfs_t = _Table(data.get("pfs", {}), f"{where}: pfs")
     pfs = PfsSpec(int(pfs_t.number("capacity_gb") * GB), pfs_t.number("read_gb_per_s") * GB,
                   pfs_t.number("write_gb_per_s") * GB)
-    pools = tuple(_pool(t, nodes) for t in _tables(data, "pools", where))
+    pools_list: list[PoolSpec] = []
+    experts: list[ExpertPoolSpec] = []
+    where_of: dict[str, str] = {}
+    for t in _tables(data, "pools", where):
+        if t.data.get("phase") == EXPERTS_PHASE:
+            experts.append(_expert_pool(t, nodes))
+            where_of.setdefault(experts[-1].name, t.where)
+        else:
+            pools_list.append(_pool(t, nodes))
+            where_of.setdefault(pools_list[-1].name, t.where)
+    pools = tuple(pools_list)
     if not pools:
         raise ClusterError(f"{where}: no [[pools]]")
-    if len({p.name for p in pools}) != len(pools):
+    if len(where_of) != len(pools) + len(experts):
         raise ClusterError(f"{where}: pool names must be unique")
+    _check_pairing(pools_list, experts, where_of)
     for phase in (Phase.PREFILL, Phase.DECODE):
         if not any(p.phase is phase for p in pools):
             raise ClusterError(f"{where}: needs at least one {phase.name.lower()} pool")
     total_free = sum(n.gpus for n in nodes_list)
-    if sum(p.gpus for p in pools) > total_free:
-        raise ClusterError(f"{where}: pools ask for {sum(p.gpus for p in pools)} GPUs, "
-                           f"nodes have {total_free}")
+    asked = sum(p.gpus for p in pools) + sum(e.gpus for e in experts)
+    if asked > total_free:
+        raise ClusterError(f"{where}: pools ask for {asked} GPUs, nodes have {total_free}")
     return ClusterSpec(top.text("name"), str(data.get("description", "")), racks,
-                       tuple(nodes_list), pools, pfs)
+                       tuple(nodes_list), pools, pfs, tuple(experts))
 
 
 DATA_DIR = Path(__file__).parent / "data" / "clusters"

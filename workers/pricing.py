@@ -7,6 +7,10 @@ that (a mean, which is exact for the KV and attention terms, linear in
 sequences). A heterogeneous fill batch is priced at its mean new and cached
 tokens. A decode worker's sequences all advance one token per step; the step
 time grows with context, so a run of steps is priced as one vector.
+
+A decode layout whose routed experts live on an expert pool (`AFLayout`,
+attention-FFN disaggregation) is priced by `costmodel.disagg`: same interface,
+so a `DecodeWorker` runs unchanged on it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from costmodel.disagg import AFLayout, af_decode_times
 from costmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from costmodel.hardware import HardwareSpec, HardwareTable
 from costmodel.layout import Layout
@@ -28,6 +33,11 @@ class StepPricer:
                  eff: Efficiency = DEFAULT_EFFICIENCY):
         self.model, self.hardware, self.layout, self.eff = model, hardware, layout, eff
         self._table = HardwareTable((hardware,))
+        self._decode_times = self._colocated_decode
+        if isinstance(layout, AFLayout):
+            # Row 1 of the table is the expert instance's hardware.
+            self._table = HardwareTable((hardware, layout.experts_hardware))
+            self._decode_times = self._split_decode
         self.attention_ranks = layout.stage_gpus // layout.tp
         kvb = BYTES_PER_ELEMENT[layout.kv]
         self.kv_bytes_per_token = model.kv_bytes_per_token(kvb)
@@ -76,10 +86,17 @@ class StepPricer:
         multi-token prediction a step yields more than one token on average: the time
         returned is per token (the cost core's TPOT)."""
         contexts = mean_context + np.arange(steps, dtype=np.float64)
-        _, tpot_s = step_times(self.model, self._table,
-                               self._configs(Phase.DECODE, self.per_rank(sequences), 1, contexts),
-                               self.eff)
-        return tpot_s
+        return self._decode_times(
+            self._configs(Phase.DECODE, self.per_rank(sequences), 1, contexts))
+
+    def _colocated_decode(self, cfg: Configs) -> np.ndarray:
+        return step_times(self.model, self._table, cfg, self.eff)[1]
+
+    def _split_decode(self, cfg: Configs) -> np.ndarray:
+        lay = self.layout
+        return af_decode_times(self.model, self._table, cfg, 1, lay.experts_ep,
+                               int(lay.experts_weights), self.eff, lay.same_domain,
+                               lay.attention_per_expert)[1]
 
     def kv_bytes(self, tokens: float) -> float:
         return tokens * self.kv_bytes_per_token + self.state_bytes_per_sequence

@@ -51,8 +51,86 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kv-precision", default="bf16", help="KV cache: bf16 or fp8 (default bf16)")
     p.add_argument("--mtp", type=non_negative_int, default=0,
                    help="decode: tokens drafted per step by multi-token prediction (default 0)")
+    af = p.add_argument_group(
+        "attention-FFN split (decode only)",
+        "Routed experts on a separate expert instance; --tp/--ep then set the attention "
+        "instance only (max(tp, ep) GPUs, max(tp, ep)/tp attention DP ranks).")
+    af.add_argument("--af-experts-hardware", metavar="H",
+                    help="hardware of the expert instance (enables the split)")
+    af.add_argument("--af-experts-ep", type=positive_int, metavar="N",
+                    help="GPUs of the expert instance")
+    af.add_argument("--af-experts-precision", metavar="P",
+                    help="expert weights: bf16, fp8 or fp4 (default: --precision)")
+    af.add_argument("--af-attention-per-expert", type=positive_int, default=1, metavar="N",
+                    help="attention instances sharing one expert instance (default 1)")
+    af.add_argument("--af-network", choices=("auto", "scale-up", "scale-out"), default="auto",
+                    help="link between the instances; auto: scale-up when both hardware are "
+                    "the same and all GPUs fit one scale-up domain (default auto)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run)
+
+
+_AF_FIGURES = (
+    ("step_time_s", "step time", 1e3, "ms"),
+    ("tpot_s", "time per output token", 1e3, "ms"),
+    ("tokens_per_s_per_gpu", "tokens/s per GPU (attention + expert share)", 1, "tok/s"),
+    ("gpus", "GPUs per attention instance, with its expert share", 1, ""),
+    ("attention_s", "attention-side kernel time", 1e3, "ms"),
+    ("expert_s", "expert-side kernel time", 1e3, "ms"),
+    ("network_s", "network time (TP + attention<->expert)", 1e3, "ms"),
+    ("latency_s", "fixed latencies", 1e3, "ms"),
+    ("experts_read_per_gpu_per_layer", "experts read per expert GPU per layer", 1, ""),
+    ("attention_hbm_bytes_per_gpu", "resident HBM per attention GPU", 1e-9, "GB"),
+    ("kv_bytes_per_gpu", "  of which KV and state", 1e-9, "GB"),
+    ("expert_hbm_bytes_per_gpu", "resident HBM per expert GPU", 1e-9, "GB"),
+    ("attention_energy_j", "energy per step (attention instance)", 1, "J"),
+    ("expert_energy_j", "energy per step (expert instance)", 1, "J"),
+    ("energy_per_token_j", "energy per token", 1, "J"),
+)
+
+
+def _run_split(args: argparse.Namespace, model, hw, layout) -> int:
+    from costmodel.disagg import AFLayout, af_evaluate
+    from costmodel.hardware import load_hardware
+    from costmodel.precision import Precision
+    from orchestrator.cli._common import UserError
+
+    if args.phase != "decode":
+        raise UserError(f"--af-experts-hardware: the split prices decode only, not {args.phase}")
+    if args.af_experts_ep is None:
+        raise UserError("--af-experts-ep: required with --af-experts-hardware")
+    ehw = load_hardware(args.af_experts_hardware)
+    n, ep = args.af_attention_per_expert, args.af_experts_ep
+    split_gpus = n * layout.instance_gpus + ep
+    same = {"scale-up": True, "scale-out": False}.get(args.af_network, ehw.name == hw.name and (
+        split_gpus <= min(hw.scale_up_domain_gpus, ehw.scale_up_domain_gpus)))
+    eprec = Precision.parse(args.af_experts_precision or args.precision)
+    split = AFLayout(pp=layout.pp, tp=layout.tp, ep=layout.ep, weights=layout.weights,
+                     kv=layout.kv, mtp=layout.mtp, experts_hardware=ehw, experts_ep=ep,
+                     experts_weights=eprec, attention_per_expert=n, same_domain=same)
+    row = af_evaluate(model, hw, split, args.batch, args.context)
+    row["fits"] = bool(row["fits"])
+    head = {"model": model.name, "hardware": hw.name, "phase": "decode", "batch": args.batch,
+            "context": args.context, "tp": args.tp, "ep": args.ep,
+            "experts_hardware": ehw.name, "experts_ep": ep, "attention_per_expert": n,
+            "network": "scale-up" if same else "scale-out"}
+    if args.json:
+        print_json({**head, **row})
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{model.name} decode, attention on {hw.name} TP{args.tp} "
+                        f"({layout.stage_gpus // args.tp} DP ranks) x{n}, experts on "
+                        f"{ehw.name} EP{ep} over {head['network']}: batch {args.batch}, "
+                        f"{args.context} cached tokens")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for key, label, scale, unit in _AF_FIGURES:
+        table.add_row(label, f"{row[key] * scale:,.3f} {unit}".rstrip())
+    table.add_row("fits in HBM", "yes" if row["fits"] else "NO")
+    Console().print(table)
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,6 +144,12 @@ def run(args: argparse.Namespace) -> int:
     hw = load_hardware(args.hardware)
     layout = Layout(pp=args.pp, tp=args.tp, ep=args.ep, weights=Precision.parse(args.precision),
                     kv=Precision.parse(args.kv_precision), mtp=args.mtp)
+    if args.af_experts_hardware is not None:
+        return _run_split(args, model, hw, layout)
+    if args.af_experts_ep is not None:
+        from orchestrator.cli._common import UserError
+
+        raise UserError("--af-experts-ep: only with --af-experts-hardware")
     phase = Phase[args.phase.upper()]
     new_tokens = 1 if phase is Phase.DECODE else args.new_tokens
     row = evaluate(model, hw, phase, args.batch, new_tokens, args.context, layout)
