@@ -97,14 +97,22 @@ class BlobIndex:
         chain: list[Blob] = []
         current: Blob | None = None
         pos = 0
-        while pos < len(block_ids):
-            if (
-                current is not None
-                and pos < current.end_block
-                and current.block_ids[pos - current.first_block] == block_ids[pos]
-            ):
-                pos += 1
-                continue
+        n = len(block_ids)
+        while pos < n:
+            if current is not None and pos < current.end_block:
+                # Compare the rest of the current blob in one slice (the common case:
+                # a whole blob matches), block by block only where they part.
+                rest = current.block_ids[pos - current.first_block:]
+                if tuple(block_ids[pos:pos + len(rest)]) == rest:
+                    pos += len(rest)
+                    continue
+                for mine in rest:
+                    if pos >= n or block_ids[pos] != mine:
+                        break
+                    pos += 1
+                if pos >= n:
+                    break
+                # The request leaves this blob midway: a branch may fork here.
             parent = current.id if current is not None else None
             child = self._children.get((parent, pos, block_ids[pos]))
             if child is None:

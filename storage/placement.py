@@ -74,6 +74,7 @@ class Draft:
         self.now_s = now_s
         self.steps: list[Step] = []
         self._added: set[tuple[BlobId, Location]] = set()
+        self._added_by_blob: dict[BlobId, set[Location]] = {}
         self._removed: set[tuple[BlobId, Location]] = set()
         self._used_delta: dict[Location, int] = {}
 
@@ -86,7 +87,7 @@ class Draft:
 
     def holders(self, blob_id: BlobId) -> tuple[Location, ...]:
         found = set(self.placement.copies.get(blob_id, ()))
-        found |= {loc for blob, loc in self._added if blob == blob_id}
+        found |= self._added_by_blob.get(blob_id, set())
         return tuple(sorted(loc for loc in found if (blob_id, loc) not in self._removed))
 
     def free_bytes(self, location: Location) -> int:
@@ -108,8 +109,10 @@ class Draft:
         if delta_bytes > 0:
             self._removed.discard(key)
             self._added.add(key)
+            self._added_by_blob.setdefault(step.blob_id, set()).add(step.location)
         else:
             self._added.discard(key)
+            self._added_by_blob.get(step.blob_id, set()).discard(step.location)
             self._removed.add(key)
         self._used_delta[step.location] = self._used_delta.get(step.location, 0) + delta_bytes
         self.steps.append(step)

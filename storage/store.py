@@ -48,13 +48,14 @@ class BlobStore:
         """Mark blobs as needed by a live session (with their ancestors)."""
         held = self._refs.setdefault(session_id, set())
         for blob_id in blob_ids:
-            for needed in self.index.chain_of(blob_id):
-                if needed in held:
-                    continue
-                if not self.placement.holders(needed):
+            # Walk up to the first ancestor already held: a chain is referenced once.
+            needed: BlobId | None = blob_id
+            while needed is not None and needed not in held:
+                if not self.placement.copies.get(needed):
                     raise ValueError(f"session {session_id!r}: blob {needed} has no copy left")
                 held.add(needed)
                 self._ref_count[needed] += 1
+                needed = self.index[needed].parent
         self.version += 1
 
     def release(self, session_id: str) -> None:
