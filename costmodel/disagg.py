@@ -225,12 +225,12 @@ def af_decode_times(model: ModelSpec, table: HardwareTable, cfg: Configs, expert
 
     att_weights = attention_weight_bytes_per_gpu(m, cfg.tp, cfg.precision)
     kv = _kv_bytes(va, va.n_seq)
-    n_moe = max(va.n_moe, 1.0)
+    n_moe = np.maximum(va.n_moe, 1.0)
     att_hbm = att_weights + kv + va.t_rank * m.hidden_size * ACT_BYTES * 4.0 + (
         2.0 * att_bytes / n_moe)  # one layer's all-to-all, send and receive
     exp_weights = expert_slice_bytes_per_gpu(m, e_ep, e_prec)
     exp_hbm = exp_weights + ke.exp_act + 2.0 * exp_bytes / n_moe
-    parts = AFCost(
+    parts = _broadcast(AFCost(
         step_time_s=step_s, tpot_s=tpot_s, tokens_per_step=tokens_per_step,
         tokens_per_s_per_gpu=tokens_per_step / (step_s * gpus), gpus=gpus,
         attention_s=t_att, expert_s=t_exp, network_s=network_s, a2a_s=a2a_s,
@@ -243,8 +243,14 @@ def af_decode_times(model: ModelSpec, table: HardwareTable, cfg: Configs, expert
         kv_bytes_per_gpu=kv, attention_hbm_bytes_per_gpu=att_hbm,
         expert_weight_bytes_per_gpu=exp_weights, expert_hbm_bytes_per_gpu=exp_hbm,
         fits=(att_hbm <= cap[cfg.hardware]) & (exp_hbm <= cap[e_hw]),
-    )
-    return step_s, tpot_s, parts
+    ))
+    return parts.step_time_s, parts.tpot_s, parts
+
+
+def _broadcast(cost: AFCost) -> AFCost:
+    """Every figure as an array of the configurations' common shape."""
+    arrays = np.broadcast_arrays(*(np.asarray(getattr(cost, f.name)) for f in fields(cost)))
+    return AFCost(*(np.array(a) for a in arrays))
 
 
 def af_evaluate(model: ModelSpec, hardware: HardwareSpec, layout: AFLayout, batch: float,
