@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -49,6 +49,7 @@ class LoadOptions:
     max_sessions: int | None = None
     think_scale: float = 1.0
     duration_s: float | None = None
+    repeat: int = 1  # replay the trace this many times over, each copy as new sessions
 
     def __post_init__(self) -> None:
         _positive("sessions_per_hour", self.sessions_per_hour)
@@ -59,6 +60,9 @@ class LoadOptions:
             or self.max_sessions <= 0
         ):
             raise ValueError(f"max_sessions: expected an integer > 0, got {self.max_sessions!r}")
+        if isinstance(self.repeat, bool) or not isinstance(self.repeat, int) or not (
+                1 <= self.repeat <= MAX_REPEAT):
+            raise ValueError(f"repeat: expected an integer 1..{MAX_REPEAT}, got {self.repeat!r}")
         if (
             isinstance(self.think_scale, bool)
             or not isinstance(self.think_scale, int | float)
@@ -74,6 +78,29 @@ class LoadOptions:
         return call.think_s * self.think_scale
 
 
+# Copy k of a repeated trace shifts every block id by k << REPEAT_SHIFT: above any id a
+# reader hands out (namespace << 40 | local id, namespaces well under 2**20), so copies
+# never share blocks by accident, as sessions of different files never do.
+REPEAT_SHIFT = 60
+MAX_REPEAT = 1000
+
+
+def repeat_sessions(sessions: Iterable[Session], times: int) -> Iterator[Session]:
+    """The sessions, then `times - 1` more copies of them as new sessions (ids suffixed
+    `~k`, block ids shifted): a small trace made into a long one."""
+    kept = []
+    for session in sessions:
+        kept.append(session)
+        yield session
+    for k in range(1, times):
+        shift = k << REPEAT_SHIFT
+        for session in kept:
+            sid = f"{session.session_id}~{k}"
+            calls = tuple(replace(c, session_id=sid, block_ids=tuple(b + shift for b in c.block_ids))
+                          for c in session.calls)
+            yield replace(session, session_id=sid, calls=calls)
+
+
 def session_starts(
     sessions: Iterable[Session], load: LoadOptions, rng: np.random.Generator
 ) -> Iterator[tuple[float, Session]]:
@@ -82,7 +109,7 @@ def session_starts(
     mean_gap_s = 3600.0 / poisson_rate
     clock_s = 0.0
     admitted = 0
-    for session in sessions:
+    for session in repeat_sessions(sessions, load.repeat):
         if load.max_sessions is not None and admitted >= load.max_sessions:
             return
         if load.sessions_per_hour is None and session.start_s is not None:

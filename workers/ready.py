@@ -28,6 +28,9 @@ class ReadyBuffer:
     def subscribe(self, wake: Callable[[], None]) -> None:
         self._subscribers.append(wake)
 
+    def unsubscribe(self, wake: Callable[[], None]) -> None:
+        self._subscribers.remove(wake)
+
     def put(self, req: Request) -> None:
         req.state = RequestState.READY
         self._items.append(req)

@@ -9,7 +9,8 @@ from costmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from costmodel.phase import Phase
 from costmodel.precision import BYTES_PER_ELEMENT
 from storage.store import BlobStore
-from workers.cluster import BoundCluster
+from storage.tiers import Location, Tier
+from workers.cluster import BoundCluster, WorkerSpec
 from workers.decode import DecodeWorker
 from workers.events import EventLog
 from workers.fill import FillWorker
@@ -49,7 +50,9 @@ class ClusterRuntime:
                 self.fill_workers[w.name] = FillWorker(w, pricer, self.store, self.ready,
                                                        self.log, self._finished)
         self.pricers = pricers
+        self.eff, self.jump = eff, jump
         self._tasks: list[asyncio.Task] = []
+        self._task_of: dict[str, asyncio.Task] = {}
 
     def _finished(self, req: Request, now_s: float) -> None:
         self.done.append(req)
@@ -59,12 +62,40 @@ class ClusterRuntime:
     def start(self) -> list[asyncio.Task]:
         workers = [*self.fill_workers.values(), *self.decode_workers.values()]
         self._tasks = [asyncio.create_task(w.run(), name=w.name) for w in workers]
+        self._task_of = {w.name: t for w, t in zip(workers, self._tasks, strict=True)}
         return self._tasks
 
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def add_worker(self, spec: WorkerSpec, hbm_holder: str | None = None) -> asyncio.Task:
+        """Start a worker for `spec` on the running loop. `hbm_holder` names the store
+        location of its HBM when its GPUs served under another name before."""
+        pricer = self.pricers.get(spec.pool) or StepPricer(self.cluster.model, spec.hardware,
+                                                           spec.layout, self.eff)
+        self.pricers.setdefault(spec.pool, pricer)
+        if spec.phase is Phase.DECODE:
+            worker = DecodeWorker(spec, pricer, self.store, self.ready, self.log, self._finished,
+                                  jump=self.jump)
+            self.decode_workers[spec.name] = worker
+        else:
+            worker = FillWorker(spec, pricer, self.store, self.ready, self.log, self._finished)
+            self.fill_workers[spec.name] = worker
+        if hbm_holder is not None:
+            worker.hbm = Location(Tier.HBM, hbm_holder)
+        task = asyncio.create_task(worker.run(), name=spec.name)
+        self._tasks.append(task)
+        self._task_of[spec.name] = task
+        return task
+
+    def remove_worker(self, name: str) -> None:
+        """Stop a drained worker (it holds no request)."""
+        worker = self.fill_workers.pop(name, None) or self.decode_workers.pop(name)
+        if isinstance(worker, DecodeWorker):
+            self.ready.unsubscribe(worker._on_ready)
+        self._task_of.pop(name).cancel()
 
     def fill_workers_of(self, phase: Phase) -> list[FillWorker]:
         return [w for w in self.fill_workers.values() if w.spec.phase is phase]

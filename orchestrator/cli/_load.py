@@ -39,6 +39,13 @@ def add_load_options(parser: argparse.ArgumentParser) -> None:
         help="multiply every think/tool gap by F (default 1; 0 removes them)",
     )
     group.add_argument(
+        "--repeat",
+        type=positive_int,
+        default=1,
+        metavar="K",
+        help="replay the trace K times over, each copy as new sessions (default 1)",
+    )
+    group.add_argument(
         "--duration",
         type=positive_float,
         metavar="S",
@@ -52,4 +59,5 @@ def load_options_from_args(args: argparse.Namespace) -> LoadOptions:
         max_sessions=args.max_sessions,
         think_scale=args.think_scale,
         duration_s=args.duration,
+        repeat=args.repeat,
     )

@@ -1,0 +1,73 @@
+"""What controllers see: observations of the cluster, delivered late as scraped metrics are.
+
+An `Observation` is a frozen snapshot. Counters (`admitted_total`,
+`retired_total`, ...) are cumulative, as Prometheus counters are, so a
+controller computes its own rates. `ObservationLag` hands a controller the
+snapshot taken `lag_s` ago: feedback delay is what makes admission on decode
+retirements ring.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PoolObservation:
+    name: str
+    phase: str  # prefill, midfill or decode
+    workers: int  # serving (not draining or loading weights)
+    queue_depth: int  # requests waiting at the pool's workers
+    running: int  # requests in a batch
+    slots: int  # decode: sequences the workers aim to run together; fills: 0
+    busy_fraction: float  # share of the last period the workers spent in steps
+
+
+@dataclass(frozen=True)
+class Observation:
+    time_s: float  # when the snapshot was taken
+    admission_queue: int  # calls waiting for admission
+    admission_queue_interactive: int
+    fill_queue: int  # admitted, waiting at a fill worker
+    fill_running: int  # in a prefill or midfill batch
+    ready_depth: int  # filled, waiting in the ready buffer for decode
+    decode_loading: int  # a decode worker is loading their KV
+    decode_running: int  # decoding
+    decode_slots: int  # sum of the decode workers' target batches
+    admitted_total: int
+    retired_total: int  # decode completions
+    completed_total: int  # all completions (fills that need no decode included)
+    rejected_total: int
+    predicted_decode_calls_per_s: float  # the cost core's decode service rate, in calls
+    predicted_fill_latency_s: float  # the cost core's time for a typical fill
+    pools: tuple[PoolObservation, ...] = ()
+
+    @property
+    def backlog(self) -> int:
+        """Admitted work not yet decoding: the upstream buffer a controller steers."""
+        return self.fill_queue + self.fill_running + self.ready_depth + self.decode_loading
+
+    @property
+    def decode_occupancy(self) -> float:
+        return self.decode_running / self.decode_slots if self.decode_slots else 0.0
+
+
+class ObservationLag:
+    """Delivers, at time t, the newest snapshot taken at or before t - lag_s."""
+
+    def __init__(self, lag_s: float) -> None:
+        if lag_s < 0:
+            raise ValueError(f"observation lag must be >= 0 s, got {lag_s}")
+        self.lag_s = lag_s
+        self._pending: deque[Observation] = deque()
+        self._current: Observation | None = None
+
+    def record(self, obs: Observation) -> None:
+        self._pending.append(obs)
+
+    def seen_at(self, now_s: float) -> Observation | None:
+        # A 1 ns tolerance absorbs float rounding of equal instants.
+        while self._pending and self._pending[0].time_s <= now_s - self.lag_s + 1e-9:
+            self._current = self._pending.popleft()
+        return self._current

@@ -1,0 +1,53 @@
+"""The admission interface: what a fast-loop policy observes, decides and may say why.
+
+A policy is a small state machine with no I/O and no clock of its own:
+`decide(observation, now_s) -> AdmissionDecision`. The shell calls it once per
+fast-loop period with the (lagged) observation and releases that many calls
+from the admission queue. Built-in and user policies use exactly this.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol, runtime_checkable
+
+from orchestrator.observe import Observation
+
+
+class AdmissionReason(Enum):
+    """Why a policy admitted what it did (closed list; exported as a label)."""
+
+    NO_OBSERVATION = "no_observation"  # nothing seen yet: admit nothing
+    RETIREMENTS = "retirements"  # as many as decode retired
+    RETALIATION = "retaliation"  # decode seen starving: fill its free slots
+    RATE_MATCH = "rate_match"  # at the predicted service rate, backlog on target
+    BACKLOG_HIGH = "backlog_high"  # below the service rate to drain the backlog
+    BACKLOG_LOW = "backlog_low"  # above the service rate to refill the buffer
+    PREDICTED_MISS = "predicted_miss"  # calls predicted to miss their target are refused
+    HOLD = "hold"  # nothing to admit
+
+
+@dataclass(frozen=True)
+class AdmissionDecision:
+    admit: int  # calls to release from the admission queue this period
+    reason: AdmissionReason
+    # Decode sequences per attention rank the decode workers should aim for; None keeps it.
+    decode_target_batch: int | None = None
+    # Refuse queued calls whose predicted time to first token exceeds this; None: refuse none.
+    reject_ttft_above_s: float | None = None
+    # Of `admit`, at most this many may be background (non-interactive) calls.
+    background_limit: int | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.admit, bool) or not isinstance(self.admit, int) or self.admit < 0:
+            raise ValueError(f"admit: expected an integer >= 0, got {self.admit!r}")
+        if not isinstance(self.reason, AdmissionReason):
+            raise ValueError(f"reason: expected an AdmissionReason, got {self.reason!r}")
+
+
+@runtime_checkable
+class AdmissionPolicy(Protocol):
+    name: str
+
+    def decide(self, obs: Observation | None, now_s: float) -> AdmissionDecision: ...

@@ -1,0 +1,90 @@
+"""`buffered`: ready buffers, admission on a smoothed backlog and a predicted service rate.
+
+The remedies of BRIEF.md section 7, together:
+- a ready buffer between fill and decode holds `ready_buffer_s` seconds of decode
+  service, so a retirement is refilled at once from filled work;
+- admission runs at the decode service rate the cost core predicts, corrected
+  by a proportional term on the EWMA-smoothed backlog (admitted work not yet
+  decoding) against its target: the fill pipeline's content plus the buffer;
+- a share of each period's admissions is reserved for interactive calls;
+- the decode batch target moves by one sequence at a time, and no more often
+  than the feedback time constant allows (`ControlConfig` refuses otherwise).
+"""
+
+from __future__ import annotations
+
+import math
+
+from orchestrator.config import ControlConfig
+from orchestrator.observe import Observation
+from orchestrator.policies.base import AdmissionDecision, AdmissionReason
+
+
+class BufferedAdmission:
+    name = "buffered"
+
+    def __init__(self, config: ControlConfig, base_target_batch: int = 4,
+                 max_target_batch: int | None = None) -> None:
+        self.config = config
+        self.period_s = config.fast_period_s
+        self.base_target_batch = base_target_batch
+        # Growing the decode batch trades latency for throughput (BRIEF.md section 5): off
+        # unless a maximum above the pool's target is given.
+        self.max_target_batch = max_target_batch or base_target_batch
+        self._ewma: float | None = None
+        self._last_time_s: float | None = None
+        self._credit = 0.0  # fractional admissions carried between periods
+        self._target_batch = base_target_batch
+        self._last_batch_change_s = -math.inf
+
+    def target_backlog(self, obs: Observation) -> float:
+        rate = obs.predicted_decode_calls_per_s
+        return rate * (obs.predicted_fill_latency_s + self.config.ready_buffer_s)
+
+    def _smooth(self, obs: Observation) -> float:
+        if self._ewma is None or self._last_time_s is None:
+            self._ewma = float(obs.backlog)
+        else:
+            dt = max(obs.time_s - self._last_time_s, 0.0)
+            alpha = 1.0 - math.exp(-dt / self.config.backlog_ewma_s) if dt else 0.0
+            self._ewma += alpha * (obs.backlog - self._ewma)
+        self._last_time_s = obs.time_s
+        return self._ewma
+
+    def _batch_target(self, obs: Observation, now_s: float) -> int | None:
+        """One step at a time, never faster than the feedback time constant: grow when the
+        ready buffer stays well above target (decode is the bottleneck), shrink back when
+        decode has spare slots and nothing waits."""
+        if now_s - self._last_batch_change_s < self.config.batch_change_interval_s:
+            return None
+        target = self._target_batch
+        per_slot = obs.decode_slots / max(self._target_batch, 1)
+        if obs.ready_depth > 2 * obs.decode_slots and target < self.max_target_batch:
+            target += 1
+        elif (obs.ready_depth == 0 and obs.decode_running < obs.decode_slots - per_slot
+              and target > self.base_target_batch):
+            target -= 1
+        if target == self._target_batch:
+            return None
+        self._target_batch = target
+        self._last_batch_change_s = now_s
+        return target
+
+    def decide(self, obs: Observation | None, now_s: float) -> AdmissionDecision:
+        if obs is None:
+            return AdmissionDecision(0, AdmissionReason.NO_OBSERVATION)
+        backlog = self._smooth(obs)
+        target = self.target_backlog(obs)
+        rate = obs.predicted_decode_calls_per_s
+        error = target - backlog
+        admit_rate = max(0.0, rate + self.config.backlog_gain * error / self.config.backlog_ewma_s)
+        self._credit = min(self._credit + admit_rate * self.period_s, max(target, 1.0))
+        admit = int(self._credit)
+        self._credit -= admit
+        if abs(error) <= 0.25 * max(target, 1.0):
+            reason = AdmissionReason.RATE_MATCH
+        else:
+            reason = AdmissionReason.BACKLOG_LOW if error > 0 else AdmissionReason.BACKLOG_HIGH
+        background = int(admit * (1.0 - self.config.interactive_reserve))
+        return AdmissionDecision(admit, reason, self._batch_target(obs, now_s),
+                                 background_limit=background)

@@ -1,0 +1,101 @@
+"""The slow loop: move workers between fill and decode pools on smoothed demand.
+
+Pure: `decide(observation, now_s) -> ReallocDecision`. The demand imbalance
+is decode's pressure minus the fill pools' pressure, each roughly 0..1 (over 1
+when work queues), smoothed by an EWMA over `realloc_ewma_s`. With
+hysteresis, a worker moves only when the smoothed imbalance leaves the dead
+band [-threshold, +threshold], and never within `dwell_s` of the last move.
+Without hysteresis (for tests that show flapping) the threshold is zero and
+there is no dwell.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+from orchestrator.config import ControlConfig
+from orchestrator.observe import Observation
+
+
+class ReallocReason(Enum):
+    NO_OBSERVATION = "no_observation"
+    DEAD_BAND = "dead_band"  # imbalance inside the band: leave the pools alone
+    DWELL = "dwell"  # too soon after the last move
+    NO_DONOR = "no_donor"  # the pool that should give a worker has only one
+    TO_DECODE = "to_decode"
+    TO_FILL = "to_fill"
+
+
+@dataclass(frozen=True)
+class Move:
+    from_pool: str
+    to_pool: str
+
+
+@dataclass(frozen=True)
+class ReallocDecision:
+    move: Move | None
+    reason: ReallocReason
+    imbalance: float  # the smoothed signal the decision was made on
+
+
+def demand_imbalance(obs: Observation) -> float:
+    """Decode pressure minus fill pressure. Decode: occupancy plus what waits for it,
+    per slot. Fills: busy share plus queued calls per worker (a queue of one batch per
+    worker counts as fully loaded)."""
+    decode = (obs.decode_running + obs.decode_loading + obs.ready_depth) / max(
+        obs.decode_slots, 1)
+    fills = [p for p in obs.pools if p.phase != "decode"]
+    workers = sum(p.workers for p in fills) or 1
+    busy = sum(p.busy_fraction * p.workers for p in fills) / workers
+    fill = busy + (obs.fill_queue / workers) / 4.0
+    return min(decode, 2.0) - min(fill, 2.0)
+
+
+class Reallocator:
+    def __init__(self, config: ControlConfig) -> None:
+        self.hysteresis = config.hysteresis
+        self.threshold = config.realloc_threshold if config.hysteresis else 0.0
+        self.dwell_s = config.realloc_dwell_s if config.hysteresis else 0.0
+        self.ewma_s = config.realloc_ewma_s
+        self._smoothed: float | None = None
+        self._last_time_s: float | None = None
+        self._last_move_s = -math.inf
+
+    def smooth(self, sample: float, time_s: float) -> float:
+        if self._smoothed is None or self._last_time_s is None:
+            self._smoothed = sample
+        else:
+            dt = max(time_s - self._last_time_s, 0.0)
+            alpha = 1.0 - math.exp(-dt / self.ewma_s) if self.ewma_s > 0 else 1.0
+            self._smoothed += alpha * (sample - self._smoothed)
+        self._last_time_s = time_s
+        return self._smoothed
+
+    def decide_on(self, imbalance: float, now_s: float, pools: dict[str, tuple[str, int]],
+                  ) -> ReallocDecision:
+        """Decide on an already smoothed imbalance. `pools` maps name -> (phase, workers)."""
+        if -self.threshold <= imbalance <= self.threshold:
+            return ReallocDecision(None, ReallocReason.DEAD_BAND, imbalance)
+        if now_s - self._last_move_s < self.dwell_s:
+            return ReallocDecision(None, ReallocReason.DWELL, imbalance)
+        to_decode = imbalance > 0
+        donors = sorted((w, n) for n, (ph, w) in pools.items()
+                        if (ph != "decode") == to_decode and w > 1)
+        takers = sorted(n for n, (ph, _) in pools.items() if (ph == "decode") == to_decode)
+        if not donors or not takers:
+            return ReallocDecision(None, ReallocReason.NO_DONOR, imbalance)
+        # The donor with the most workers gives one; ties broken by name.
+        donor = max(donors)[1]
+        self._last_move_s = now_s
+        reason = ReallocReason.TO_DECODE if to_decode else ReallocReason.TO_FILL
+        return ReallocDecision(Move(donor, takers[0]), reason, imbalance)
+
+    def decide(self, obs: Observation | None, now_s: float) -> ReallocDecision:
+        if obs is None:
+            return ReallocDecision(None, ReallocReason.NO_OBSERVATION, 0.0)
+        smoothed = self.smooth(demand_imbalance(obs), obs.time_s)
+        pools = {p.name: (p.phase, p.workers) for p in obs.pools}
+        return self.decide_on(smoothed, now_s, pools)

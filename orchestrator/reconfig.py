@@ -1,0 +1,94 @@
+"""Moving a worker between pools, at its real cost: drain, then load the new slice's weights.
+
+A worker chosen to move stops taking work and finishes what it holds; then
+its GPUs read the new pool's weight slice from the parallel file system at
+the slower of their network link and their share of the file system's read
+bandwidth; then it serves in the new pool. Its GPUs keep their HBM location
+in the store under the new name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+from orchestrator.realloc import Move
+from workers.cluster import BoundCluster, WorkerSpec
+from workers.runtime import ClusterRuntime
+
+DRAIN_POLL_S = 0.1
+
+
+class Reconfigurer:
+    def __init__(self, runtime: ClusterRuntime, cluster: BoundCluster,
+                 weights_per_gpu: dict[str, float]) -> None:
+        self.runtime, self.cluster, self.weights_per_gpu = runtime, cluster, weights_per_gpu
+        self.log: list[tuple[float, str, str, str]] = []  # (time, worker, from pool, to pool)
+        self.started_s: dict[str, float] = {}  # workers created by a move, and when
+        self.retired_energy_j = 0.0
+        self._serial: dict[str, int] = {}
+        self._tasks: list[asyncio.Task] = []
+        self._templates = {w.pool: w for w in cluster.workers}
+
+    def _workers(self):
+        return {**self.runtime.fill_workers, **self.runtime.decode_workers}
+
+    def load_time_s(self, spec: WorkerSpec) -> float:
+        gpus = spec.layout.instance_gpus
+        pfs = self.cluster.spec.pfs.read_bytes_per_s
+        per_gpu = min(spec.hardware.scale_out_bytes_per_s, pfs / gpus)
+        return self.weights_per_gpu[spec.pool] / per_gpu
+
+    def start(self, move: Move, now_s: float) -> bool:
+        """Begin moving one worker of `move.from_pool`; False when none can move."""
+        target = self._templates.get(move.to_pool)
+        candidates = [w for w in self._workers().values()
+                      if w.spec.pool == move.from_pool and w.accepting and target is not None
+                      and w.spec.layout.instance_gpus == target.layout.instance_gpus
+                      and w.spec.hardware == target.hardware]
+        if not candidates or sum(w.accepting for w in self._workers().values()
+                                 if w.spec.pool == move.from_pool) <= 1:
+            return False
+        worker = min(candidates, key=lambda w: (w.state().queue_depth + w.state().running,
+                                                w.name))
+        worker.accepting = False
+        self._tasks.append(asyncio.create_task(self._move(worker, target, now_s)))
+        return True
+
+    async def _move(self, worker, target: WorkerSpec, start_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        while worker.state().queue_depth or worker.state().running:
+            await asyncio.sleep(DRAIN_POLL_S)
+        n = self._serial.get(target.pool, sum(1 for w in self.cluster.workers
+                                              if w.pool == target.pool))
+        self._serial[target.pool] = n + 1
+        spec = replace(target, name=f"{target.pool}-{n}", node=worker.spec.node,
+                       rack=worker.spec.rack)
+        old = worker.spec
+        power = old.layout.instance_gpus * old.hardware.tdp_w
+        idle = self.runtime.eff.idle_power_fraction
+        began = self.started_s.pop(old.name, 0.0)
+        now_s = loop.time()
+        self.retired_energy_j += power * (idle * (now_s - began)
+                                          + (1 - idle) * worker.state().busy_s)
+        self.runtime.remove_worker(old.name)
+        self.log.append((start_s, old.name, old.pool, target.pool))
+        await asyncio.sleep(self.load_time_s(spec))
+        # Idle GPUs while the weights load are counted with the new worker's idle time.
+        self.started_s[spec.name] = now_s
+        self.runtime.add_worker(spec, hbm_holder=worker.hbm.holder)
+
+    def idle_energy_j(self, end_s: float, idle: float) -> float:
+        """Energy of workers no longer running, and the correction for those that started
+        late (the caller counts every current worker's idle power from time 0)."""
+        correction = 0.0
+        for name, began in self.started_s.items():
+            w = self._workers().get(name)
+            if w is not None:
+                correction -= w.spec.layout.instance_gpus * w.spec.hardware.tdp_w * idle * began
+        return self.retired_energy_j + correction
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -1,0 +1,330 @@
+"""The control plane's async shell: sessions in, admission, routing, the two loops.
+
+Only this module (with `reconfig`) awaits anything on the orchestrator side.
+It samples the cluster every fast-loop period, hands the policies their
+lagged observations, applies their decisions, and records the series and the
+counters the summary is built from. Conservation is checked at every sample:
+submitted = completed + rejected + in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from orchestrator.config import ControlConfig
+from orchestrator.observe import ObservationLag
+from orchestrator.policies.base import AdmissionDecision, AdmissionPolicy
+from orchestrator.realloc import Reallocator, ReallocDecision
+from orchestrator.reconfig import Reconfigurer
+from orchestrator.router import FillCandidate, choose_fill_worker
+from orchestrator.series import Series
+from orchestrator.sessions import Outcome, Pending, run_session
+from orchestrator.snapshot import Predictor, observe
+from storage.tiers import Tier
+from traces.model import Session
+from traces.replay import LoadOptions, session_starts
+from workers.cluster import BoundCluster
+from workers.request import Request
+from workers.runtime import ClusterRuntime
+
+
+class PolicyError(RuntimeError):
+    """A policy returned something that is not a decision: names the policy."""
+
+
+class ConservationError(AssertionError):
+    """Calls appeared or vanished: the emulator is wrong, not the input."""
+
+
+@dataclass
+class ReplayResult:
+    requests: list[Request]  # completed calls
+    counters: dict[str, int]
+    series: Series
+    decisions: list[tuple[float, str]]  # (time, reason) per fast tick
+    reconfigurations: list[tuple[float, str, str, str]]  # (time, worker, from, to)
+    sessions: int
+    simulated_s: float
+    wall_s: float
+    events: int
+    energy_j: float
+    peak_hbm_bytes_per_gpu: float
+    kv_bytes_moved: int
+    gpus: int
+    store_counters: object
+    control: ControlConfig
+    policy: str
+    realloc_decisions: list[ReallocDecision] = field(default_factory=list)
+
+
+class Orchestrator:
+    def __init__(self, cluster: BoundCluster, sessions: Sequence[Session], policy: AdmissionPolicy,
+                 control: ControlConfig, load: LoadOptions, seed: int,
+                 on_progress: Callable[[int, int], None] | None = None):
+        self.cluster, self.sessions, self.policy = cluster, list(sessions), policy
+        self.control, self.load, self.seed = control, load, seed
+        self.on_progress = on_progress
+        sizes = {c.block_size for s in self.sessions for c in s.calls}
+        if len(sizes) != 1:
+            raise ValueError(f"traces mix block sizes {sorted(sizes)}: replay one kind at a time")
+        self.block_tokens = sizes.pop()
+        calls = [c for s in self.sessions for c in s.calls]
+        self.predictor = Predictor(float(np.mean([c.input_tokens for c in calls])),
+                                   float(np.mean([c.new_tokens for c in calls])),
+                                   float(np.mean([c.output_tokens for c in calls])))
+        self.counters = dict.fromkeys(
+            ("submitted", "admitted", "completed", "retired", "rejected"), 0)
+        self.queue: deque[Pending] = deque()
+        self._pending: dict[int, Pending] = {}
+        self._call_ids = iter(range(1, 1 << 62))
+        self.series = Series()
+        self.decisions: list[tuple[float, str]] = []
+        self.realloc_decisions: list[ReallocDecision] = []
+        self.done: list[Request] = []
+        self._period_done: list[Request] = []
+        self._period_admitted = 0
+        self._busy_last: dict[str, float] = {}
+        self._peak_hbm_per_gpu = 0.0
+
+    # -- sessions and calls ----------------------------------------------------------
+    def _next_call_id(self) -> int:
+        return next(self._call_ids)
+
+    async def _submit(self, req: Request) -> str:
+        loop = asyncio.get_running_loop()
+        req.arrival_s = loop.time()
+        pending = Pending(req, loop.create_future(), req.interactive)
+        self.counters["submitted"] += 1
+        self.queue.append(pending)
+        self._pending[req.call_id] = pending
+        return await pending.future
+
+    def _on_done(self, req: Request, now_s: float) -> None:
+        pending = self._pending.pop(req.call_id, None)
+        if pending is None or pending.future.done():
+            raise ConservationError(f"call {req.call_id} completed twice")
+        self.counters["completed"] += 1
+        if req.decode_worker is not None:
+            self.counters["retired"] += 1
+        self.done.append(req)
+        self._period_done.append(req)
+        self.predictor.observe_completion(req.input_tokens, req.computed_tokens,
+                                          req.output_tokens)
+        pending.future.set_result(Outcome.DONE)
+
+    def _reject(self, pending: Pending) -> None:
+        del self._pending[pending.request.call_id]
+        self.counters["rejected"] += 1
+        pending.future.set_result(Outcome.REJECTED)
+
+    # -- the fast loop ---------------------------------------------------------------
+    def _candidates(self) -> list[FillCandidate]:
+        out = []
+        for w in self.runtime.fill_workers.values():
+            queued = sum(r.input_tokens - r.prefix_tokens for r in w.queue)
+            out.append(FillCandidate(w.name, w.spec.phase.name.lower(), w.spec.node, queued,
+                                     w.accepting))
+        return out
+
+    def _route(self, pending: Pending, now_s: float) -> bool:
+        req = pending.request
+        match = self.runtime.store.match(req.block_ids)
+        nodes = frozenset()
+        if match.blob_ids:
+            nodes = frozenset(loc.holder for loc in self.runtime.store.holders(match.blob_ids[-1])
+                              if loc.tier is Tier.DRAM)
+        worker = choose_fill_worker(match.matched_tokens, self._candidates(), nodes)
+        if worker is None:
+            return False
+        self.runtime.submit_fill(worker, req, now_s)
+        return True
+
+    def _apply(self, decision: AdmissionDecision, now_s: float) -> None:
+        if not isinstance(decision, AdmissionDecision):
+            raise PolicyError(f"controller {self.policy.name!r} returned {type(decision).__name__}"
+                              f", not an AdmissionDecision")
+        if decision.decode_target_batch is not None:
+            for w in self.runtime.decode_workers.values():
+                w.set_target_batch(decision.decode_target_batch * w.slots_per_unit)
+        if decision.reject_ttft_above_s is not None:
+            self._reject_predicted_misses(decision, now_s)
+        budget, background = decision.admit, decision.background_limit
+        released: list[Pending] = []
+        for pending in list(self.queue):
+            if budget <= 0:
+                break
+            if not pending.interactive:
+                if background is not None and background <= 0:
+                    continue
+                if background is not None:
+                    background -= 1
+            released.append(pending)
+            budget -= 1
+        for pending in released:
+            if not self._route(pending, now_s):
+                break
+            self.queue.remove(pending)
+            self.counters["admitted"] += 1
+            self._period_admitted += 1
+
+    def _reject_predicted_misses(self, decision: AdmissionDecision, now_s: float) -> None:
+        """Predicted TTFT: time waited, plus the wait for the calls ahead at this period's
+        admission rate, plus a typical fill."""
+        rate = max(decision.admit, 1) / self.control.fast_period_s
+        fill_s = self.predictor.fill_latency_s(self.runtime)
+        for position, pending in enumerate(list(self.queue)):
+            predicted = now_s - pending.request.arrival_s + position / rate + fill_s
+            if predicted > decision.reject_ttft_above_s:
+                self.queue.remove(pending)
+                self._reject(pending)
+
+    def _sample(self, now_s: float) -> None:
+        rt = self.runtime
+        period = self.control.fast_period_s
+        busy = {}
+        for w in (*rt.fill_workers.values(), *rt.decode_workers.values()):
+            b = w.state().busy_s
+            busy[w.name] = min(1.0, (b - self._busy_last.get(w.name, 0.0)) / period)
+            self._busy_last[w.name] = b
+        interactive = sum(p.interactive for p in self.queue)
+        obs = observe(rt, now_s, self.counters, len(self.queue), interactive, self.predictor, busy)
+        self.lag.record(obs)
+        in_flight = len(self._pending)
+        c = self.counters
+        if c["submitted"] != c["completed"] + c["rejected"] + in_flight:
+            raise ConservationError(
+                f"at {now_s:.3f} s: submitted {c['submitted']} != completed {c['completed']} + "
+                f"rejected {c['rejected']} + in flight {in_flight}")
+        s = self.series
+        s.time_s.append(now_s)
+        s.decode_occupancy.append(obs.decode_occupancy)
+        s.decode_running.append(obs.decode_running)
+        s.decode_slots.append(obs.decode_slots)
+        s.backlog.append(obs.backlog)
+        s.ready_depth.append(obs.ready_depth)
+        s.admission_queue.append(obs.admission_queue)
+        s.upstream_waiting.append(obs.admission_queue + obs.fill_queue + obs.ready_depth)
+        s.admitted.append(self._period_admitted)
+        s.completed.append(len(self._period_done))
+        ttfts = [r.ttft_s for r in self._period_done if r.ttft_s is not None]
+        s.ttft_mean_s.append(float(np.mean(ttfts)) if ttfts else float("nan"))
+        s.in_flight.append(in_flight)
+        s.submitted_total.append(c["submitted"])
+        s.completed_total.append(c["completed"])
+        s.rejected_total.append(c["rejected"])
+        s.workers_by_pool.append({p.name: p.workers for p in obs.pools})
+        self._period_done = []
+        self._period_admitted = 0
+        self._track_hbm()
+
+    def _track_hbm(self) -> None:
+        used = self.runtime.store.placement.used_bytes
+        for w in (*self.runtime.fill_workers.values(), *self.runtime.decode_workers.values()):
+            gpus = w.spec.layout.instance_gpus
+            weights = self.weights_per_gpu[w.spec.pool]
+            per_gpu = weights + used.get(w.hbm, 0) / gpus
+            if hasattr(w, "running"):
+                per_gpu += sum(w.pricer.kv_bytes(r.context_tokens) for r in w.running) / gpus
+            self._peak_hbm_per_gpu = max(self._peak_hbm_per_gpu, per_gpu)
+
+    async def _fast_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        period = self.control.fast_period_s
+        while True:
+            now_s = loop.time()
+            self._sample(now_s)
+            decision = self.policy.decide(self.lag.seen_at(now_s), now_s)
+            self._apply(decision, now_s)
+            self.decisions.append((now_s, getattr(decision.reason, "value", "?")))
+            self.series.reason.append(getattr(decision.reason, "value", "?"))
+            await asyncio.sleep(period)
+
+    async def _slow_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(self.control.slow_period_s)
+        while True:
+            now_s = loop.time()
+            decision = self.realloc.decide(self.lag.seen_at(now_s), now_s)
+            self.realloc_decisions.append(decision)
+            if decision.move is not None:
+                self.reconfigurer.start(decision.move, now_s)
+            await asyncio.sleep(self.control.slow_period_s)
+
+    # -- the run -------------------------------------------------------------------------
+    async def _feed(self, rng: np.random.Generator) -> None:
+        loop = asyncio.get_running_loop()
+        tasks = []
+        started = 0
+        finished = 0
+        total = len(self.sessions)
+
+        def on_finished(_task: asyncio.Task) -> None:
+            nonlocal finished
+            finished += 1
+            if self.on_progress is not None:
+                self.on_progress(finished, total)
+
+        for start_s, session in session_starts(self.sessions, self.load, rng):
+            if start_s > loop.time():
+                await asyncio.sleep(start_s - loop.time())
+            task = asyncio.create_task(run_session(session, self.load, self._next_call_id,
+                                                   self._submit))
+            task.add_done_callback(on_finished)
+            tasks.append(task)
+            started += 1
+        if self.on_progress is not None:
+            self.on_progress(finished, started)
+        total = started
+        await asyncio.gather(*tasks)
+        self.sessions_run = started
+
+    async def run(self) -> ReplayResult:
+        wall0 = time.perf_counter()  # wall-clock ok: reported as sim.wall_s
+        from costmodel.memory import weight_bytes_per_gpu
+
+        self.weights_per_gpu = {p.name: float(weight_bytes_per_gpu(self.cluster.model, p.layout))
+                                for p in self.cluster.spec.pools}
+        self.runtime = ClusterRuntime(self.cluster, self.block_tokens, on_done=self._on_done)
+        self.lag = ObservationLag(self.control.observation_lag_s)
+        self.realloc = Reallocator(self.control)
+        self.reconfigurer = Reconfigurer(self.runtime, self.cluster, self.weights_per_gpu)
+        self.runtime.start()
+        loops = [asyncio.create_task(self._fast_loop())]
+        if self.control.realloc_enabled:
+            loops.append(asyncio.create_task(self._slow_loop()))
+        feeder = asyncio.create_task(self._feed(np.random.default_rng(self.seed)))
+        try:
+            await feeder
+        finally:
+            for task in loops:
+                task.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+        loop = asyncio.get_running_loop()
+        self._sample(loop.time())
+        await self.reconfigurer.stop()
+        await self.runtime.stop()
+        return self._result(loop.time(), time.perf_counter() - wall0)  # wall-clock ok
+
+    def _result(self, end_s: float, wall_s: float) -> ReplayResult:
+        rt = self.runtime
+        idle = rt.eff.idle_power_fraction
+        energy = 0.0
+        for w in (*rt.fill_workers.values(), *rt.decode_workers.values()):
+            power = w.spec.layout.instance_gpus * w.spec.hardware.tdp_w
+            energy += power * (idle * end_s + (1 - idle) * w.state().busy_s)
+        energy += self.reconfigurer.idle_energy_j(end_s, idle)
+        snap = rt.store.snapshot()
+        return ReplayResult(
+            requests=self.done, counters=dict(self.counters), series=self.series,
+            decisions=self.decisions, reconfigurations=self.reconfigurer.log,
+            sessions=getattr(self, "sessions_run", 0), simulated_s=end_s, wall_s=wall_s,
+            events=rt.log.count, energy_j=energy, peak_hbm_bytes_per_gpu=self._peak_hbm_per_gpu,
+            kv_bytes_moved=int(sum(snap.moved_bytes.values())), gpus=self.cluster.spec.gpus,
+            store_counters=snap, control=self.control, policy=self.policy.name,
+            realloc_decisions=self.realloc_decisions)

@@ -1,0 +1,37 @@
+"""The router: which fill worker takes a call.
+
+A call whose cached prefix is long goes to midfill (when there is a midfill
+pool), otherwise to prefill. Within the pool, workers whose node already holds
+the prefix in host memory come first, then the one with the least queued work;
+names break ties so routing is deterministic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# A prefix at least this long makes a call midfill work (BRIEF.md section 1: midfill
+# is a long cached prefix, 10k-100k+, with a short suffix).
+MIDFILL_MIN_PREFIX_TOKENS = 4096
+
+
+@dataclass(frozen=True)
+class FillCandidate:
+    name: str
+    phase: str  # "prefill" or "midfill"
+    node: str
+    queued_tokens: int
+    accepting: bool
+
+
+def choose_fill_worker(prefix_tokens: int, candidates: list[FillCandidate],
+                       prefix_nodes: frozenset[str]) -> str | None:
+    """The worker for a call with `prefix_tokens` cached on `prefix_nodes`; None when no
+    worker accepts work."""
+    open_ = [c for c in candidates if c.accepting]
+    if not open_:
+        return None
+    want = "midfill" if prefix_tokens >= MIDFILL_MIN_PREFIX_TOKENS else "prefill"
+    pool = [c for c in open_ if c.phase == want] or open_
+    best = min(pool, key=lambda c: (c.node not in prefix_nodes, c.queued_tokens, c.name))
+    return best.name

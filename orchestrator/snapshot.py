@@ -1,0 +1,87 @@
+"""Building an Observation from the running cluster, with the cost core's predictions."""
+
+from __future__ import annotations
+
+from costmodel.phase import Phase
+from orchestrator.observe import Observation, PoolObservation
+from workers.runtime import ClusterRuntime
+
+
+class Predictor:
+    """The cost core's service rates for what the cluster is running now: decode calls per
+    second at the workers' target batches, and the latency of a typical fill. Typical call
+    shapes start from the trace's means and follow completed calls (EWMA)."""
+
+    def __init__(self, mean_input_tokens: float, mean_new_tokens: float,
+                 mean_output_tokens: float) -> None:
+        self.input_tokens = mean_input_tokens
+        self.new_tokens = max(mean_new_tokens, 1.0)
+        self.output_tokens = max(mean_output_tokens, 1.0)
+        self._cache: dict[tuple, float] = {}
+
+    def observe_completion(self, input_tokens: int, computed_tokens: int, output_tokens: int,
+                           weight: float = 0.02) -> None:
+        self.input_tokens += weight * (input_tokens - self.input_tokens)
+        self.new_tokens += weight * (max(computed_tokens, 1) - self.new_tokens)
+        self.output_tokens += weight * (max(output_tokens, 1) - self.output_tokens)
+
+    def _tpot(self, rt: ClusterRuntime, pool: str, sequences: int, context: float) -> float:
+        key = ("decode", pool, sequences, round(context, -3))
+        if key not in self._cache:
+            self._cache[key] = float(rt.pricers[pool].decode_steps_s(sequences, key[3], 1)[0])
+        return self._cache[key]
+
+    def decode_calls_per_s(self, rt: ClusterRuntime) -> float:
+        context = self.input_tokens + self.output_tokens / 2
+        total = 0.0
+        for w in rt.decode_workers.values():
+            if not w.accepting:
+                continue
+            tpot = self._tpot(rt, w.spec.pool, w.target_batch, context)
+            total += w.target_batch / (tpot * self.output_tokens)
+        return total
+
+    def fill_latency_s(self, rt: ClusterRuntime) -> float:
+        cached = max(self.input_tokens - self.new_tokens, 0.0)
+        worst = 0.0
+        for w in rt.fill_workers.values():
+            phase = Phase.MIDFILL if w.spec.phase is Phase.MIDFILL else Phase.PREFILL
+            key = ("fill", w.spec.pool, round(self.new_tokens, -2), round(cached, -3))
+            if key not in self._cache:
+                self._cache[key] = rt.pricers[w.spec.pool].fill_s(phase, 1, key[2] or 1, key[3])[0]
+            worst = max(worst, self._cache[key])
+        return worst
+
+
+def observe(rt: ClusterRuntime, now_s: float, counters: dict[str, int], queue_total: int,
+            queue_interactive: int, predictor: Predictor,
+            busy_fraction: dict[str, float]) -> Observation:
+    fill_states = [w.state() for w in rt.fill_workers.values()]
+    decode_states = [w.state() for w in rt.decode_workers.values()]
+    pools: dict[str, list] = {}
+    for s in (*fill_states, *decode_states):
+        pools.setdefault(s.pool, []).append(s)
+    pool_obs = tuple(
+        PoolObservation(
+            name=name, phase=states[0].phase, workers=sum(s.accepting for s in states),
+            queue_depth=sum(s.queue_depth for s in states),
+            running=sum(s.running for s in states),
+            slots=sum(s.target_batch for s in states if s.phase == "decode" and s.accepting),
+            busy_fraction=(sum(busy_fraction.get(s.name, 0.0) for s in states) / len(states)),
+        )
+        for name, states in sorted(pools.items()))
+    return Observation(
+        time_s=now_s, admission_queue=queue_total,
+        admission_queue_interactive=queue_interactive,
+        fill_queue=sum(s.queue_depth for s in fill_states),
+        fill_running=sum(s.running for s in fill_states),
+        ready_depth=rt.ready.depth,
+        decode_loading=sum(s.queue_depth for s in decode_states),
+        decode_running=sum(s.running for s in decode_states),
+        decode_slots=sum(s.target_batch for s in decode_states if s.accepting),
+        admitted_total=counters["admitted"], retired_total=counters["retired"],
+        completed_total=counters["completed"], rejected_total=counters["rejected"],
+        predicted_decode_calls_per_s=predictor.decode_calls_per_s(rt),
+        predicted_fill_latency_s=predictor.fill_latency_s(rt),
+        pools=pool_obs,
+    )
