@@ -61,15 +61,18 @@ class ReplayResult:
     control: ControlConfig
     policy: str
     realloc_decisions: list[ReallocDecision] = field(default_factory=list)
+    first_session_s: float = 0.0  # the span in which sessions were started
+    last_session_s: float = 0.0
 
 
 class Orchestrator:
     def __init__(self, cluster: BoundCluster, sessions: Sequence[Session], policy: AdmissionPolicy,
                  control: ControlConfig, load: LoadOptions, seed: int,
-                 on_progress: Callable[[int, int], None] | None = None):
+                 on_progress: Callable[[int, int], None] | None = None, logger=None):
         self.cluster, self.sessions, self.policy = cluster, list(sessions), policy
         self.control, self.load, self.seed = control, load, seed
         self.on_progress = on_progress
+        self.logger = logger  # a structlog logger for decisions, or None
         sizes = {c.block_size for s in self.sessions for c in s.calls}
         if len(sizes) != 1:
             raise ValueError(f"traces mix block sizes {sorted(sizes)}: replay one kind at a time")
@@ -241,8 +244,13 @@ class Orchestrator:
             self._sample(now_s)
             decision = self.policy.decide(self.lag.seen_at(now_s), now_s)
             self._apply(decision, now_s)
-            self.decisions.append((now_s, getattr(decision.reason, "value", "?")))
-            self.series.reason.append(getattr(decision.reason, "value", "?"))
+            self.decisions.append((now_s, decision.reason.value))
+            self.series.reason.append(decision.reason.value)
+            if self.logger is not None:
+                self.logger.info("admission", t_s=round(now_s, 6), controller=self.policy.name,
+                                 admit=decision.admit, reason=decision.reason.value,
+                                 decode_target_batch=decision.decode_target_batch,
+                                 queue=len(self.queue))
             await asyncio.sleep(period)
 
     async def _slow_loop(self) -> None:
@@ -252,8 +260,12 @@ class Orchestrator:
             now_s = loop.time()
             decision = self.realloc.decide(self.lag.seen_at(now_s), now_s)
             self.realloc_decisions.append(decision)
-            if decision.move is not None:
-                self.reconfigurer.start(decision.move, now_s)
+            started = decision.move is not None and self.reconfigurer.start(decision.move, now_s)
+            if self.logger is not None:
+                self.logger.info("reallocation", t_s=round(now_s, 6), reason=decision.reason.value,
+                                 imbalance=round(decision.imbalance, 6),
+                                 move=(f"{decision.move.from_pool}->{decision.move.to_pool}"
+                                       if decision.move else None), started=started)
             await asyncio.sleep(self.control.slow_period_s)
 
     # -- the run -------------------------------------------------------------------------
@@ -262,7 +274,9 @@ class Orchestrator:
         tasks = []
         started = 0
         finished = 0
-        total = len(self.sessions)
+        total = len(self.sessions) * self.load.repeat
+        if self.load.max_sessions is not None:
+            total = min(total, self.load.max_sessions)
 
         def on_finished(_task: asyncio.Task) -> None:
             nonlocal finished
@@ -277,6 +291,9 @@ class Orchestrator:
                                                    self._submit))
             task.add_done_callback(on_finished)
             tasks.append(task)
+            if not started:
+                self.first_session_s = loop.time()
+            self.last_session_s = loop.time()
             started += 1
         if self.on_progress is not None:
             self.on_progress(finished, started)
@@ -327,4 +344,6 @@ class Orchestrator:
             events=rt.log.count, energy_j=energy, peak_hbm_bytes_per_gpu=self._peak_hbm_per_gpu,
             kv_bytes_moved=int(sum(snap.moved_bytes.values())), gpus=self.cluster.spec.gpus,
             store_counters=snap, control=self.control, policy=self.policy.name,
-            realloc_decisions=self.realloc_decisions)
+            realloc_decisions=self.realloc_decisions,
+            first_session_s=getattr(self, "first_session_s", 0.0),
+            last_session_s=getattr(self, "last_session_s", 0.0))

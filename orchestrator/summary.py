@@ -1,10 +1,17 @@
 """The replay summary: the figures of `--json`, and the definitions they rest on.
 
 Definitions (docs/metrics.md states them for users; keep the two in step):
-- measurement window: samples taken every fast-loop period between 10% and 90%
-  of the simulated run, leaving out the ramp-up and the drain;
-- oscillation index: the coefficient of variation (standard deviation over
-  mean) of decode occupancy (sequences decoding / decode slots) over the window;
+- measurement window: the samples (one per fast-loop period) taken while sessions
+  are being started, after the first 10% of that span: from first start + 10% of
+  (last start - first start) to the last start. This leaves out the ramp-up and
+  the drain, when load is not what the run was set to; a run whose sessions all
+  start at once uses 10% to 90% of the simulated time instead;
+- oscillation index: the relative RMS of the fast fluctuations of decode occupancy
+  (sequences decoding / decode slots) over the window: the standard deviation of
+  occupancy minus its moving average over one slow-loop period, divided by the
+  mean occupancy. Ringing of the admission loop (periods of a few observation lags
+  and fill times) counts in full; load that drifts over minutes (sessions
+  arriving, ending) does not;
 - decode starvation fraction: the share of window samples in which decode runs
   below half its slots while work waits upstream (admission queue, fill
   queues or ready buffer non-empty);
@@ -21,7 +28,7 @@ from scipy import signal
 
 from orchestrator.replay import ReplayResult
 
-WINDOW = (0.10, 0.90)
+WARMUP = 0.10
 
 
 def _pct(values: list[float]) -> dict[str, float | None]:
@@ -35,7 +42,11 @@ def _window(result: ReplayResult) -> np.ndarray:
     t = result.series.array("time_s")
     if len(t) == 0:
         return np.zeros(0, dtype=bool)
-    lo, hi = WINDOW[0] * result.simulated_s, WINDOW[1] * result.simulated_s
+    span = result.last_session_s - result.first_session_s
+    if span > 0:
+        lo, hi = result.first_session_s + WARMUP * span, result.last_session_s
+    else:
+        lo, hi = WARMUP * result.simulated_s, (1 - WARMUP) * result.simulated_s
     return (t >= lo) & (t <= hi)
 
 
@@ -45,10 +56,25 @@ def _cv(values: np.ndarray) -> float:
     return float(values.std() / values.mean())
 
 
+def _fast_part(values: np.ndarray, n: int) -> np.ndarray:
+    """`values` minus their centred moving average over `n` samples (edges: shorter)."""
+    if n <= 1 or len(values) == 0:
+        return values - values.mean() if len(values) else values
+    kernel = np.ones(n)
+    total = np.convolve(values, kernel, mode="same")
+    count = np.convolve(np.ones_like(values), kernel, mode="same")
+    return values - total / count
+
+
 def oscillation(result: ReplayResult) -> dict[str, float | None]:
     w = _window(result)
-    occ = result.series.array("decode_occupancy")[w]
-    out: dict[str, float | None] = {"oscillation_index": _cv(occ), "oscillation_period_s": None}
+    full = result.series.array("decode_occupancy")
+    # Detrend over the whole run, then keep the window, so edges see their neighbours.
+    n = max(1, round(result.control.slow_period_s / result.control.fast_period_s))
+    fast = _fast_part(full, n)[w]
+    occ = full[w]
+    index = float(fast.std() / occ.mean()) if len(occ) > 1 and occ.mean() > 0 else 0.0
+    out: dict[str, float | None] = {"oscillation_index": index, "oscillation_period_s": None}
     if len(occ) >= 16 and occ.std() > 0:
         fs = 1.0 / result.control.fast_period_s
         freqs, power = signal.welch(occ - occ.mean(), fs=fs, nperseg=min(256, len(occ)))

@@ -1,0 +1,89 @@
+"""Options shared by `replay`, `compare` and `demo`, and turning them into RunSettings."""
+
+from __future__ import annotations
+
+import argparse
+
+from orchestrator.cli._common import UserError, non_negative_int, positive_float
+from orchestrator.cli._load import add_load_options, load_options_from_args
+from orchestrator.config import ControlConfig, ControlConfigError, TimeScales
+from orchestrator.run import DEFAULT_CLUSTER, DEFAULT_CONTROLLER, DEFAULT_MODEL, RunSettings
+
+FORMATS = ("auto", "weka", "mooncake", "azure", "native")
+
+
+def add_trace_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("traces", nargs="*", metavar="TRACE",
+                   help="trace files or directories (default: the bundled sample)")
+    p.add_argument("--format", default="auto", choices=FORMATS,
+                   help="trace format (default: auto-detect)")
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def add_run_options(p: argparse.ArgumentParser, controller: bool = True) -> None:
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help=f"model preset or config.json (default: {DEFAULT_MODEL})")
+    p.add_argument("--cluster", default=DEFAULT_CLUSTER,
+                   help=f"cluster preset or TOML file (default: {DEFAULT_CLUSTER})")
+    if controller:
+        p.add_argument("--controller", default=DEFAULT_CONTROLLER,
+                       help=f"admission policy: retire, buffered or predictive "
+                            f"(default: {DEFAULT_CONTROLLER})")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="random seed (default 0)")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.add_argument("--clock", choices=("virtual", "live"), default="virtual",
+                   help="virtual time (default) or live time scaled by --speed")
+    p.add_argument("--speed", type=positive_float, default=1.0,
+                   help="live clock: simulated seconds per wall second (default 1)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_load_options(p)
+    c = p.add_argument_group("control")
+    c.add_argument("--fast-period", type=positive_float, default=TimeScales.admission_s,
+                   metavar="S", help="admission loop period (default %(default)s s)")
+    c.add_argument("--slow-period", type=positive_float, default=TimeScales.reconfiguration_s,
+                   metavar="S", help="reallocation loop period (default %(default)s s)")
+    c.add_argument("--observation-lag", type=non_negative_float,
+                   default=ControlConfig.observation_lag_s, metavar="S",
+                   help="age of what controllers see (default %(default)s s)")
+    c.add_argument("--no-realloc", action="store_true", help="never move workers between pools")
+    c.add_argument("--no-hysteresis", action="store_true",
+                   help="reallocate without dead band or dwell time (flaps)")
+    c.add_argument("--ttft-target", type=positive_float, default=ControlConfig.ttft_target_s,
+                   metavar="S", help="TTFT target for goodput (default %(default)s s)")
+    c.add_argument("--tpot-target", type=positive_float, default=ControlConfig.tpot_target_s,
+                   metavar="S", help="TPOT target for goodput (default %(default)s s)")
+
+
+def settings_from_args(args: argparse.Namespace, controller: str | None = None) -> RunSettings:
+    try:
+        load = load_options_from_args(args)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    try:
+        control = ControlConfig(
+            scales=TimeScales(admission_s=args.fast_period, reconfiguration_s=args.slow_period),
+            observation_lag_s=args.observation_lag,
+            batch_change_interval_s=max(ControlConfig.batch_change_interval_s,
+                                        args.observation_lag + args.fast_period),
+            realloc_enabled=not args.no_realloc, hysteresis=not args.no_hysteresis,
+            ttft_target_s=args.ttft_target, tpot_target_s=args.tpot_target)
+    except ControlConfigError as exc:
+        raise UserError(f"control configuration refused: {exc}") from None
+    return RunSettings(model=args.model, cluster=args.cluster,
+                       controller=controller or args.controller, seed=args.seed, load=load,
+                       control=control, clock=args.clock, speed=args.speed)
+
+
+def trace_paths(args: argparse.Namespace) -> list:
+    from traces import sample_path
+
+    return list(args.traces) or [sample_path()]

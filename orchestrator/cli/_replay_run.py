@@ -1,0 +1,60 @@
+"""Running one or more replays for the CLI: errors turned into one line, outputs written."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from orchestrator.cli._common import UserError
+from orchestrator.output import (
+    OutputError,
+    check_out_dir,
+    decision_logger,
+    write_json,
+    write_series_csv,
+)
+from orchestrator.policies import UnknownPolicyError
+from orchestrator.replay import PolicyError
+from orchestrator.run import Prepared, RunSettings, prepare, progress_bar, run_replay
+
+
+def prepare_or_fail(paths, trace_format: str, settings: RunSettings) -> Prepared:
+    try:
+        return prepare(paths, trace_format, settings)
+    except UnknownPolicyError as exc:
+        raise UserError(str(exc)) from None
+    except ValueError as exc:
+        if "no sessions" in str(exc):
+            raise UserError(str(exc)) from None
+        raise
+
+
+def out_dir_or_fail(out: str | None) -> Path | None:
+    if out is None:
+        return None
+    try:
+        check_out_dir(Path(out))
+    except OutputError as exc:
+        raise UserError(str(exc)) from None
+    return Path(out)
+
+
+def replay_into(prepared: Prepared, settings: RunSettings, directory: Path | None,
+                args: argparse.Namespace, prefix: str = ""):
+    """Run one replay; with a directory, write its summary, series and decision log."""
+    logger, log_file = (decision_logger(directory / f"{prefix}decisions.jsonl")
+                        if directory is not None else (None, None))
+    label = f"replay ({settings.controller})"
+    try:
+        with progress_bar(label, enabled=False if args.no_progress else None) as on_progress:
+            try:
+                result, summary = run_replay(prepared, settings, on_progress, logger=logger)
+            except PolicyError as exc:
+                raise UserError(str(exc)) from None
+    finally:
+        if log_file is not None:
+            log_file.close()
+    if directory is not None:
+        write_json(directory / f"{prefix}summary.json", summary)
+        write_series_csv(directory / f"{prefix}series.csv", result.series)
+    return result, summary

@@ -1,0 +1,98 @@
+"""One replay from user-level settings: what `replay`, `compare` and `demo` share."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from costmodel.model import ModelSpec, load_model
+from orchestrator.config import ControlConfig
+from orchestrator.policies import make_policy
+from orchestrator.replay import Orchestrator, ReplayResult
+from orchestrator.summary import summarize
+from traces import read_sessions
+from traces.model import Session
+from traces.replay import LoadOptions
+from workers.clock import make_clock
+from workers.cluster import ClusterSpec, load_cluster
+
+DEFAULT_MODEL = "kimi-k3-like"
+DEFAULT_CLUSTER = "gb200-nvl72x2"
+DEFAULT_CONTROLLER = "buffered"
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    model: str = DEFAULT_MODEL
+    cluster: str = DEFAULT_CLUSTER
+    controller: str = DEFAULT_CONTROLLER
+    seed: int = 0
+    load: LoadOptions = field(default_factory=LoadOptions)
+    control: ControlConfig = field(default_factory=ControlConfig)
+    clock: str = "virtual"
+    speed: float = 1.0
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything a run needs that can fail on bad input, checked before anything runs."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    sessions: tuple[Session, ...]
+
+
+def prepare(paths: Sequence[str | Path], trace_format: str, settings: RunSettings) -> Prepared:
+    model = load_model(settings.model)
+    cluster = load_cluster(settings.cluster)
+    cluster.bind(model)  # refuses layouts the model cannot run
+    make_policy(settings.controller, settings.control)  # refuses unknown names
+    sessions = tuple(read_sessions(list(paths), trace_format))
+    if not sessions:
+        raise ValueError(f"no sessions in {', '.join(str(p) for p in paths)}")
+    return Prepared(model, cluster, sessions)
+
+
+def run_replay(prepared: Prepared, settings: RunSettings,
+               on_progress: Callable[[int, int], None] | None = None,
+               logger=None) -> tuple[ReplayResult, dict]:
+    bound = prepared.cluster.bind(prepared.model)
+    decode_targets = [p.batch.target_batch for p in prepared.cluster.pools
+                      if p.phase.name == "DECODE"]
+    policy = make_policy(settings.controller, settings.control, decode_targets[0])
+    orch = Orchestrator(bound, prepared.sessions, policy, settings.control, settings.load,
+                        settings.seed, on_progress=on_progress, logger=logger)
+    result = make_clock(settings.clock, settings.speed).run(orch.run())
+    summary = summarize(result, settings.control.ttft_target_s, settings.control.tpot_target_s,
+                        run=f"{settings.controller}-seed{settings.seed}",
+                        controller=settings.controller)
+    return result, summary
+
+
+def progress_bar(label: str, enabled: bool | None = None):
+    """A rich progress bar on stderr, as a context manager yielding an on_progress
+    callback; silent when stderr is not a terminal unless forced."""
+    from contextlib import contextmanager
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    @contextmanager
+    def bar():
+        show = sys.stderr.isatty() if enabled is None else enabled
+        if not show:
+            yield None
+            return
+        with Progress("[progress.description]{task.description}", BarColumn(),
+                      MofNCompleteColumn(), "sessions", TimeElapsedColumn(),
+                      console=Console(stderr=True), transient=True) as progress:
+            task = progress.add_task(label, total=None)
+
+            def update(done: int, total: int) -> None:
+                progress.update(task, completed=done, total=total)
+
+            yield update
+
+    return bar()

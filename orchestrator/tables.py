@@ -1,0 +1,69 @@
+"""The human-readable summary: one column per run."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+ROWS = (
+    ("calls submitted", ("requests", "submitted"), "{:,.0f}"),
+    ("calls completed", ("requests", "completed"), "{:,.0f}"),
+    ("calls rejected", ("requests", "rejected"), "{:,.0f}"),
+    ("calls lost", ("requests", "lost"), "{:,.0f}"),
+    ("TTFT p50 / p99 (s)", (("ttft_s", "p50"), ("ttft_s", "p99")), "{:.2f}"),
+    ("TPOT p50 / p99 (ms)", (("tpot_s", "p50"), ("tpot_s", "p99")), "ms"),
+    ("output tokens/s", ("throughput", "output_tokens_per_s"), "{:,.1f}"),
+    ("output tokens/s per GPU", ("throughput", "output_tokens_per_s_per_gpu"), "{:,.2f}"),
+    ("goodput tokens/s", ("goodput", "output_tokens_per_s"), "{:,.1f}"),
+    ("oscillation index", ("control", "oscillation_index"), "{:.3f}"),
+    ("decode starvation", ("control", "decode_starvation_fraction"), "{:.3f}"),
+    ("decode occupancy mean", ("control", "decode_occupancy_mean"), "{:.3f}"),
+    ("occupancy peak-to-trough", ("control", "decode_occupancy_peak_to_trough"), "{:.3f}"),
+    ("admission rate variation", ("control", "admission_rate_variation"), "{:.3f}"),
+    ("reconfigurations (/h)", (("control", "reconfigurations"),
+                               ("control", "reconfigurations_per_hour")), "{:.1f}"),
+    ("peak HBM per GPU (GB)", ("resources", "peak_hbm_bytes_per_gpu"), "GB"),
+    ("KV moved (GB)", ("resources", "kv_bytes_moved"), "GB"),
+    ("energy per call (kJ)", ("energy", "joules_per_call"), "kJ"),
+    ("simulated / wall (s)", (("sim", "simulated_s"), ("sim", "wall_s")), "{:,.1f}"),
+)
+
+
+def _get(summary: dict, path: tuple[str, str]):
+    return summary[path[0]][path[1]]
+
+
+def _fmt(value, fmt: str) -> str:
+    if value is None:
+        return "-"
+    if fmt == "ms":
+        return f"{value * 1e3:.1f}"
+    if fmt == "GB":
+        return f"{value / 1e9:,.1f}"
+    if fmt == "kJ":
+        return f"{value / 1e3:,.2f}"
+    return fmt.format(value)
+
+
+def summary_rows(summaries: dict[str, dict]) -> list[tuple[str, list[str]]]:
+    """(label, one formatted cell per run) for every row of the summary."""
+    rows = []
+    for label, path, fmt in ROWS:
+        cells = []
+        for s in summaries.values():
+            if isinstance(path[0], tuple):
+                cells.append(" / ".join(_fmt(_get(s, p), fmt) for p in path))
+            else:
+                cells.append(_fmt(_get(s, path), fmt))
+        rows.append((label, cells))
+    return rows
+
+
+def summary_table(summaries: dict[str, dict], title: str = "replay summary") -> None:
+    table = Table(title=title)
+    table.add_column("figure")
+    for name in summaries:
+        table.add_column(name, justify="right")
+    for label, cells in summary_rows(summaries):
+        table.add_row(label, *cells)
+    Console().print(table)
