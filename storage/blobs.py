@@ -94,31 +94,33 @@ class BlobIndex:
 
     def match(self, block_ids: Sequence[int]) -> PrefixMatch:
         """The longest prefix of ``block_ids`` that existing blobs cover."""
+        seq = block_ids if isinstance(block_ids, tuple) else tuple(block_ids)
+        children = self._children
+        blobs = self._blobs
         chain: list[Blob] = []
-        current: Blob | None = None
+        parent: BlobId | None = None
         pos = 0
-        n = len(block_ids)
+        n = len(seq)
         while pos < n:
-            if current is not None and pos < current.end_block:
-                # Compare the rest of the current blob in one slice (the common case:
-                # a whole blob matches), block by block only where they part.
-                rest = current.block_ids[pos - current.first_block:]
-                if tuple(block_ids[pos:pos + len(rest)]) == rest:
-                    pos += len(rest)
-                    continue
-                for mine in rest:
-                    if pos >= n or block_ids[pos] != mine:
-                        break
-                    pos += 1
-                if pos >= n:
-                    break
-                # The request leaves this blob midway: a branch may fork here.
-            parent = current.id if current is not None else None
-            child = self._children.get((parent, pos, block_ids[pos]))
+            child = children.get((parent, pos, seq[pos]))
             if child is None:
                 break
-            current = self._blobs[child]
-            chain.append(current)
+            blob = blobs[child]
+            chain.append(blob)
+            mine = blob.block_ids
+            end = pos + len(mine)
+            # Compare the whole blob in one slice (the common case: it all
+            # matches), block by block only where they part.
+            if seq[pos:end] == mine:
+                pos = end
+            else:
+                common = 1  # the fork key matched the first block
+                last = min(len(mine), n - pos)
+                while common < last and seq[pos + common] == mine[common]:
+                    common += 1
+                pos += common
+                # The request leaves this blob midway: a branch may fork here.
+            parent = child
         return PrefixMatch(tuple(chain), pos, pos * self.block_tokens)
 
     def describe(

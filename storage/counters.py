@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from storage.blobs import PrefixMatch
 from storage.tiers import Location, Tier
+
+if TYPE_CHECKING:
+    from storage.placement import Placement
 
 
 @dataclass(frozen=True)
@@ -58,3 +63,30 @@ class StoreCounters:
             dropped_blobs=self.dropped_blobs,
             resident_bytes_by_location=dict(resident_bytes_by_location),
         )
+
+
+def lookup_tokens(
+    match: PrefixMatch, dst: Location, requested_tokens: int, placement: Placement, block_tokens: int
+) -> tuple[dict[Tier, int], dict[Tier, int]]:
+    """Per-tier hit and miss tokens of a lookup walking the tiers fast to slow.
+
+    A prefix token is a hit at ``dst``'s tier when ``dst`` holds its blob,
+    else at the fastest tier holding a copy, and a miss at every tier before.
+    """
+    hits: dict[Tier, int] = {}
+    at_dst = placement.at[dst]
+    copies = placement.copies
+    chain = match.chain
+    last = len(chain) - 1
+    for i, blob in enumerate(chain):
+        # A blob is used up to where the next one forks off, or the match ends.
+        used_end = match.matched_blocks if i == last else chain[i + 1].first_block
+        end_block = blob.first_block + len(blob.block_ids)
+        tokens = (min(used_end, end_block) - blob.first_block) * block_tokens
+        served = dst.tier if blob.id in at_dst else min(copies[blob.id]).tier
+        hits[served] = hits.get(served, 0) + tokens
+    unmatched = requested_tokens - match.matched_tokens
+    misses = {
+        tier: unmatched + sum(n for served, n in hits.items() if served > tier) for tier in Tier
+    }
+    return hits, misses

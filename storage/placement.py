@@ -3,15 +3,23 @@
 ``Placement`` is the committed state. ``Draft`` layers a plan's changes over
 it without mutating it, so planning stays pure and a plan that turns out not
 to fit is simply thrown away.
+
+A session's chain is ~100 blobs and every call moves most of them, so the
+hot paths work on runs of blobs: a draft records consecutive changes of one
+kind at one place as one ``Step``, the striping of a copy is worked out once
+per destination and set of holders, and the placement adds, removes and
+touches a run in one call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 
 from storage.blobs import BlobId, BlobIndex
 from storage.plans import Source, Step, StepKind
 from storage.tiers import Location, StoreLayout
+
+_NONE: frozenset[Location] = frozenset()
 
 
 class Placement:
@@ -22,33 +30,109 @@ class Placement:
         self.copies: dict[BlobId, dict[Location, float]] = {}
         self.at: dict[Location, dict[BlobId, float]] = {loc: {} for loc in layout.all_locations()}
         self.used_bytes: dict[Location, int] = dict.fromkeys(layout.all_locations(), 0)
+        self.capacity_bytes: dict[Location, int] = {
+            loc: layout.spec(loc).capacity_bytes for loc in layout.all_locations()
+        }
+        # Striping depends on the layout alone: one per destination and holders.
+        self.stripes: dict[Location, dict[Location | frozenset[Location], Stripe]] = {}
 
     def holders(self, blob_id: BlobId) -> tuple[Location, ...]:
         return tuple(sorted(self.copies.get(blob_id, ())))
 
     def add(self, blob_id: BlobId, location: Location, kv_bytes: int, now_s: float) -> None:
-        if blob_id in self.at[location]:
-            raise ValueError(f"blob {blob_id} already has a copy at {location}")
-        self.copies.setdefault(blob_id, {})[location] = now_s
-        self.at[location][blob_id] = now_s
+        self.add_run((blob_id,), location, kv_bytes, now_s)
+
+    def add_run(
+        self, blob_ids: Iterable[BlobId], location: Location, kv_bytes: int, now_s: float
+    ) -> None:
+        """Copies of ``blob_ids`` (``kv_bytes`` in all) now exist at ``location``."""
+        here = self.at[location]
+        copies = self.copies
+        for blob_id in blob_ids:
+            if blob_id in here:
+                raise ValueError(f"blob {blob_id} already has a copy at {location}")
+            here[blob_id] = now_s
+            held = copies.get(blob_id)
+            if held is None:
+                copies[blob_id] = {location: now_s}
+            else:
+                held[location] = now_s
         self.used_bytes[location] += kv_bytes
 
     def remove(self, blob_id: BlobId, location: Location, kv_bytes: int) -> None:
-        if blob_id not in self.at[location]:
-            raise ValueError(f"blob {blob_id} has no copy at {location}")
-        del self.at[location][blob_id]
-        del self.copies[blob_id][location]
-        if not self.copies[blob_id]:
-            del self.copies[blob_id]
+        self.remove_run((blob_id,), location, kv_bytes)
+
+    def remove_run(self, blob_ids: Iterable[BlobId], location: Location, kv_bytes: int) -> None:
+        """The copies of ``blob_ids`` (``kv_bytes`` in all) at ``location`` are gone."""
+        here = self.at[location]
+        copies = self.copies
+        for blob_id in blob_ids:
+            if blob_id not in here:
+                raise ValueError(f"blob {blob_id} has no copy at {location}")
+            del here[blob_id]
+            held = copies[blob_id]
+            del held[location]
+            if not held:
+                del copies[blob_id]
         self.used_bytes[location] -= kv_bytes
 
     def touch(self, blob_id: BlobId, location: Location, now_s: float) -> None:
+        self.touch_run((blob_id,), location, now_s)
+
+    def touch_run(self, blob_ids: Iterable[BlobId], location: Location, now_s: float) -> None:
+        """Mark the copies at ``location`` used at ``now_s``, in the order given."""
         here = self.at[location]
-        if blob_id in here:
-            # Re-insert so each location's dict stays in least-recently-used order.
-            last = max(here.pop(blob_id), now_s)
-            here[blob_id] = last
-            self.copies[blob_id][location] = last
+        copies = self.copies
+        for blob_id in blob_ids:
+            if blob_id in here:
+                # Re-insert so each location's dict stays in least-recently-used order.
+                last = here.pop(blob_id)
+                if now_s > last:
+                    last = now_s
+                here[blob_id] = last
+                copies[blob_id][location] = last
+
+
+class _Run:
+    """A step being recorded: it grows while changes of its kind keep coming."""
+
+    __slots__ = ("blob_ids", "kind", "kv_bytes", "location", "sent_bytes", "time_s")
+
+    def __init__(self, kind: StepKind, location: Location) -> None:
+        self.kind = kind
+        self.location = location
+        self.blob_ids: list[BlobId] = []
+        self.kv_bytes = 0
+        self.sent_bytes: dict[Location, int] = {}  # by holder, over the run
+        self.time_s = 0.0
+
+    def step(self) -> Step:
+        sources = tuple(Source(loc, n) for loc, n in sorted(self.sent_bytes.items()) if n)
+        return Step(
+            self.kind, tuple(self.blob_ids), self.location, sources, self.kv_bytes, self.time_s
+        )
+
+
+class Stripe:
+    """How a copy to ``dst`` from a set of holders is shared out: worked out once
+    for a run of blobs with the same holders."""
+
+    __slots__ = ("holders", "rate", "rates", "total_rate")
+
+    def __init__(self, layout: StoreLayout, dst: Location, held: Collection[Location]) -> None:
+        # Each holder sends a share proportional to its path bandwidth; the
+        # aggregate is capped by what the destination can write.
+        self.holders = tuple(sorted(loc for loc in held if loc != dst))
+        self.rates = [layout.path_bytes_per_s(src, dst) for src in self.holders]
+        self.total_rate = sum(self.rates)
+        self.rate = min(self.total_rate, layout.spec(dst).write_bytes_per_s)
+
+    def shares(self, kv_bytes: int) -> list[int]:
+        if len(self.rates) == 1:
+            return [kv_bytes]
+        shares = [kv_bytes * r // self.total_rate for r in self.rates]
+        shares[0] += kv_bytes - sum(int(s) for s in shares)
+        return [int(s) for s in shares]
 
 
 class Draft:
@@ -72,86 +156,160 @@ class Draft:
         self.referenced = referenced
         self.pinned = pinned
         self.now_s = now_s
-        self.steps: list[Step] = []
-        self._added: set[tuple[BlobId, Location]] = set()
-        self._added_by_blob: dict[BlobId, set[Location]] = {}
-        self._removed: set[tuple[BlobId, Location]] = set()
+        self.time_s = 0.0  # blob by blob, in step order: the sum a plan reports
+        self._runs: list[_Run] = []
+        self._added: dict[Location, set[BlobId]] = {}
+        self._removed: dict[Location, set[BlobId]] = {}
         self._used_delta: dict[Location, int] = {}
 
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        return tuple(run.step() for run in self._runs)
+
     # -- the view ---------------------------------------------------------
+    def _changes(self, location: Location) -> tuple[set[BlobId], set[BlobId]]:
+        """This draft's added and removed blobs at ``location`` (live sets)."""
+        added = self._added.get(location)
+        if added is None:
+            added = self._added[location] = set()
+            self._removed[location] = set()
+        return added, self._removed[location]
+
     def has(self, blob_id: BlobId, location: Location) -> bool:
-        key = (blob_id, location)
-        if key in self._removed:
+        removed = self._removed.get(location)
+        if removed is None:
+            return blob_id in self.placement.at[location]
+        if blob_id in removed:
             return False
-        return key in self._added or blob_id in self.placement.at[location]
+        return blob_id in self._added[location] or blob_id in self.placement.at[location]
+
+    def holder_set(self, blob_id: BlobId) -> Collection[Location]:
+        """Where the blob has a copy in this view (unordered)."""
+        held = self.placement.copies.get(blob_id)
+        found: set[Location] | None = None
+        for location, added in self._added.items():
+            if blob_id in added:
+                found = set(held or ()) if found is None else found
+                found.add(location)
+            elif blob_id in self._removed[location] and held and location in held:
+                found = set(held) if found is None else found
+                found.discard(location)
+        if found is not None:
+            return found
+        return _NONE if held is None else held.keys()
 
     def holders(self, blob_id: BlobId) -> tuple[Location, ...]:
-        found = set(self.placement.copies.get(blob_id, ()))
-        found |= self._added_by_blob.get(blob_id, set())
-        return tuple(sorted(loc for loc in found if (blob_id, loc) not in self._removed))
+        return tuple(sorted(self.holder_set(blob_id)))
 
     def free_bytes(self, location: Location) -> int:
         used = self.placement.used_bytes[location] + self._used_delta.get(location, 0)
-        return self.layout.spec(location).capacity_bytes - used
+        return self.placement.capacity_bytes[location] - used
 
     def _lru_victims(self, location: Location) -> Iterator[BlobId]:
         """Oldest use first, lazily: a location's dict is kept in use order (insertion
         and `touch` move a blob to its end; a run's times never go backwards), then the
         copies this draft added, by blob id so the order is deterministic."""
+        added, removed = self._changes(location)
         for blob in list(self.placement.at[location]):
-            if (blob, location) not in self._removed:
+            if blob not in removed:
                 yield blob
-        yield from sorted(blob for blob, loc in self._added if loc == location)
+        yield from sorted(added)
 
     # -- steps ------------------------------------------------------------
-    def _record(self, step: Step, delta_bytes: int) -> None:
-        key = (step.blob_id, step.location)
-        if delta_bytes > 0:
-            self._removed.discard(key)
-            self._added.add(key)
-            self._added_by_blob.setdefault(step.blob_id, set()).add(step.location)
+    def _run(self, kind: StepKind, location: Location) -> _Run:
+        runs = self._runs
+        if runs:
+            last = runs[-1]
+            if last.kind is kind and last.location == location:
+                return last
+        run = _Run(kind, location)
+        runs.append(run)
+        return run
+
+    def _record_adds(self, run: _Run, blob_ids: Sequence[BlobId], kv_bytes: int) -> None:
+        added, removed = self._changes(run.location)
+        removed.difference_update(blob_ids)
+        added.update(blob_ids)
+        run.blob_ids.extend(blob_ids)
+        run.kv_bytes += kv_bytes
+        self._used_delta[run.location] = self._used_delta.get(run.location, 0) + kv_bytes
+
+    def stripe(self, blob_id: BlobId, dst: Location) -> Stripe:
+        """The striping of a copy of the blob to ``dst`` across all its holders."""
+        held = self.holder_set(blob_id)
+        if len(held) == 1:
+            (key,) = held
         else:
-            self._added.discard(key)
-            self._added_by_blob.get(step.blob_id, set()).discard(step.location)
-            self._removed.add(key)
-        self._used_delta[step.location] = self._used_delta.get(step.location, 0) + delta_bytes
-        self.steps.append(step)
+            key = frozenset(held)
+        known = self.placement.stripes.setdefault(dst, {})
+        stripe = known.get(key)
+        if stripe is None:
+            stripe = known[key] = Stripe(self.layout, dst, held)
+        if not stripe.holders:
+            raise ValueError(f"blob {blob_id} has no copy to load into {dst}")
+        return stripe
 
     def copy_time_s(self, blob_id: BlobId, dst: Location) -> float:
         """Seconds to copy a blob to ``dst`` striped across all its holders."""
-        return self._striped(blob_id, dst)[1]
+        return self.index[blob_id].kv_bytes / self.stripe(blob_id, dst).rate
 
-    def _striped(self, blob_id: BlobId, dst: Location) -> tuple[tuple[Source, ...], float]:
-        # Each holder sends a share proportional to its path bandwidth; the
-        # aggregate is capped by what the destination can write.
-        kv_bytes = self.index[blob_id].kv_bytes
-        holders = [loc for loc in self.holders(blob_id) if loc != dst]
-        if not holders:
-            raise ValueError(f"blob {blob_id} has no copy to load into {dst}")
-        rates = [self.layout.path_bytes_per_s(src, dst) for src in holders]
-        total_rate = sum(rates)
-        rate = min(total_rate, self.layout.spec(dst).write_bytes_per_s)
-        shares = [kv_bytes * r // total_rate for r in rates]
-        shares[0] += kv_bytes - sum(int(s) for s in shares)
-        sources = tuple(
-            Source(loc, int(share)) for loc, share in zip(holders, shares, strict=True) if share
-        )
-        return sources, kv_bytes / rate
+    def copy(self, blob_id: BlobId, dst: Location) -> None:
+        self.copy_run((blob_id,), (self.index[blob_id].kv_bytes,), dst)
 
-    def copy(self, blob_id: BlobId, dst: Location) -> Step:
-        sources, time_s = self._striped(blob_id, dst)
-        step = Step(StepKind.COPY, blob_id, dst, sources, self.index[blob_id].kv_bytes, time_s)
-        self._record(step, self.index[blob_id].kv_bytes)
-        return step
+    def copy_run(
+        self,
+        blob_ids: Sequence[BlobId],
+        kv_bytes: Sequence[int],
+        dst: Location,
+        stripes: Sequence[Stripe] | None = None,
+    ) -> None:
+        """Copy the blobs to ``dst`` in order, each striped across its holders;
+        ``stripes`` are theirs when already known."""
+        if stripes is None:
+            stripes = [self.stripe(b, dst) for b in blob_ids]
+        run = self._run(StepKind.COPY, dst)
+        sent = run.sent_bytes
+        run_time_s, time_s = run.time_s, self.time_s
+        for n, stripe in zip(kv_bytes, stripes, strict=True):
+            holders = stripe.holders
+            if len(holders) == 1:
+                sent[holders[0]] = sent.get(holders[0], 0) + n
+            else:
+                for loc, share in zip(holders, stripe.shares(n), strict=True):
+                    sent[loc] = sent.get(loc, 0) + share
+            # Added one blob at a time, so the totals are the blob-by-blob sums.
+            blob_time_s = n / stripe.rate
+            run_time_s += blob_time_s
+            time_s += blob_time_s
+        run.time_s, self.time_s = run_time_s, time_s
+        self._record_adds(run, blob_ids, sum(kv_bytes))
 
     def place(self, blob_id: BlobId, dst: Location, kv_bytes: int | None = None) -> None:
         if kv_bytes is None:
             kv_bytes = self.index[blob_id].kv_bytes
-        self._record(Step(StepKind.PLACE, blob_id, dst, (), kv_bytes), kv_bytes)
+        self._record_adds(self._run(StepKind.PLACE, dst), (blob_id,), kv_bytes)
+
+    def place_run(self, blob_ids: Sequence[BlobId], dst: Location, kv_bytes: int) -> None:
+        """KV of ``blob_ids`` (``kv_bytes`` in all) computed at ``dst``."""
+        if blob_ids:
+            self._record_adds(self._run(StepKind.PLACE, dst), blob_ids, kv_bytes)
 
     def drop(self, blob_id: BlobId, location: Location) -> None:
-        kv_bytes = self.index[blob_id].kv_bytes
-        self._record(Step(StepKind.DROP, blob_id, location, (), kv_bytes), -kv_bytes)
+        self.drop_run((blob_id,), location)
+
+    def drop_run(self, blob_ids: Sequence[BlobId], location: Location) -> None:
+        """Release the copies of ``blob_ids`` at ``location``, in order."""
+        if not blob_ids:
+            return
+        blobs = self.index
+        kv_bytes = sum(blobs[b].kv_bytes for b in blob_ids)
+        added, removed = self._changes(location)
+        added.difference_update(blob_ids)
+        removed.update(blob_ids)
+        run = self._run(StepKind.DROP, location)
+        run.blob_ids.extend(blob_ids)
+        run.kv_bytes += kv_bytes
+        self._used_delta[location] = self._used_delta.get(location, 0) - kv_bytes
 
     # -- decisions --------------------------------------------------------
     def demote(self, blob_id: BlobId, src: Location, protect: frozenset[BlobId]) -> bool:
@@ -173,7 +331,7 @@ class Draft:
         tier down; if that is impossible it is dropped only when no live
         session references it. Pinned and protected copies stay.
         """
-        if need_bytes > self.layout.spec(location).capacity_bytes:
+        if need_bytes > self.placement.capacity_bytes[location]:
             return False
         if self.free_bytes(location) >= need_bytes:
             return True  # the common case: no need to rank every resident blob
@@ -182,7 +340,7 @@ class Draft:
                 break
             if victim in protect or self.pinned(victim, location):
                 continue
-            if len(self.holders(victim)) > 1:
+            if len(self.holder_set(victim)) > 1:
                 self.drop(victim, location)  # another copy keeps it reachable
                 continue
             if not self.demote(victim, location, protect) and not self.referenced(victim):

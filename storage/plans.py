@@ -53,20 +53,34 @@ class Source:
 
 @dataclass(frozen=True, slots=True)
 class Step:
+    """One kind of change at one location for a run of blobs, in order.
+
+    A run is what one blob at a time would do, told once: ``kv_bytes`` and
+    ``time_s`` are the run's totals, and each ``Source`` the bytes one holder
+    sends over the whole run (a run of copies shares its holders, so every
+    blob is striped across the same places). Consecutive changes of one kind
+    at one location (from the same holders) make one step.
+    """
+
     kind: StepKind
-    blob_id: BlobId
+    blob_ids: tuple[BlobId, ...]
     location: Location
     sources: tuple[Source, ...] = ()
     kv_bytes: int = 0
     time_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.blob_ids:
+            raise ValueError(f"Step.blob_ids must name at least one blob, got {self.blob_ids!r}")
 
 
 @dataclass(frozen=True)
 class TransferPlan:
     """A decision and its price; ``fits=False`` plans carry no steps.
 
-    ``time_s`` is the sum of the steps' times (steps run one after another;
-    each copy is striped across all holders of its blob); it excludes
+    ``time_s`` is the sum of the blobs' copy times (steps run one after
+    another; each copy is striped across all holders of its blob), added up
+    blob by blob in step order; it excludes
     compute. For a fetch, ``prefix_tokens`` is the cached prefix the request
     can skip computing, ``recompute_tokens`` the part of it that the plan
     recomputes instead of loading (the worker prices and runs that as

@@ -17,13 +17,12 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
 
 from storage.blobs import BlobId, BlobIndex, PrefixMatch
-from storage.counters import CounterSnapshot, StoreCounters
+from storage.counters import CounterSnapshot, StoreCounters, lookup_tokens
 from storage.placement import Draft, Placement
 from storage.plans import FetchAction, NoFit, Purpose, Step, StepKind, TransferPlan
-from storage.tiers import Location, StoreLayout, Tier
+from storage.tiers import Location, StoreLayout
 
 
 class BlobStore:
@@ -35,14 +34,14 @@ class BlobStore:
         self.version = 0  # bumped by every mutation; a plan applies to its version only
         self._refs: dict[str, set[BlobId]] = {}
         self._ref_count: Counter[BlobId] = Counter()
-        self._pins: Counter[tuple[BlobId, Location]] = Counter()
+        self._pins: dict[Location, dict[BlobId, int]] = {}  # pin counts by place, then blob
 
     # -- sessions and pins ------------------------------------------------
     def referenced(self, blob_id: BlobId) -> bool:
-        return self._ref_count[blob_id] > 0
+        return self._ref_count.get(blob_id, 0) > 0
 
     def sessions_referencing(self, blob_id: BlobId) -> int:
-        return self._ref_count[blob_id]
+        return self._ref_count.get(blob_id, 0)
 
     def ref(self, session_id: str, blob_ids: Iterable[BlobId]) -> None:
         """Mark blobs as needed by a live session (with their ancestors)."""
@@ -70,32 +69,38 @@ class BlobStore:
         return frozenset(self._refs.get(session_id, ()))
 
     def pinned(self, blob_id: BlobId, location: Location) -> bool:
-        return self._pins[(blob_id, location)] > 0
+        pins = self._pins.get(location)
+        return pins is not None and blob_id in pins  # counts that reach zero are deleted
 
     def pin(self, location: Location, blob_ids: Iterable[BlobId]) -> None:
         """A computation at ``location`` uses these copies: never evict them."""
+        here = self.placement.at[location]
+        pins = self._pins.setdefault(location, {})
         for blob_id in blob_ids:
-            if blob_id not in self.placement.at[location]:
+            if blob_id not in here:
                 raise ValueError(f"cannot pin blob {blob_id} at {location}: no copy there")
-            self._pins[(blob_id, location)] += 1
+            pins[blob_id] = pins.get(blob_id, 0) + 1
         self.version += 1
 
     def unpin(self, location: Location, blob_ids: Iterable[BlobId]) -> None:
+        pins = self._pins.get(location, {})
         for blob_id in blob_ids:
-            key = (blob_id, location)
-            if self._pins[key] <= 0:
+            count = pins.get(blob_id, 0)
+            if count <= 0:
                 raise ValueError(f"blob {blob_id} is not pinned at {location}")
-            self._pins[key] -= 1
-            if not self._pins[key]:
-                del self._pins[key]
+            if count == 1:
+                del pins[blob_id]
+            else:
+                pins[blob_id] = count - 1
         self.version += 1
 
     # -- lookups ----------------------------------------------------------
     def match(self, block_ids: Sequence[int]) -> PrefixMatch:
         """Longest cached prefix whose blobs all still have a copy somewhere."""
         match = self.index.match(block_ids)
+        copies = self.placement.copies
         for i, blob in enumerate(match.chain):
-            if not self.placement.holders(blob.id):
+            if blob.id not in copies:  # a blob's entry goes with its last copy
                 end = blob.first_block
                 return PrefixMatch(match.chain[:i], end, end * self.index.block_tokens)
         return match
@@ -119,41 +124,18 @@ class BlobStore:
         return Draft(self.placement, self.index, self.referenced, self.pinned, now_s)
 
     def _plan(self, draft: Draft, purpose: Purpose, location: Location, **fields) -> TransferPlan:
-        steps = tuple(draft.steps)
         return TransferPlan(
             purpose,
             location,
             draft.now_s,
             self.version,
-            steps=steps,
-            time_s=sum(step.time_s for step in steps),
+            steps=draft.steps,
+            time_s=draft.time_s,
             **fields,
         )
 
     def _no_fit(self, purpose: Purpose, location: Location, now_s: float, why: NoFit, **fields):
         return TransferPlan(purpose, location, now_s, self.version, False, why, **fields)
-
-    def _accounting(self, match: PrefixMatch, dst: Location, requested_tokens: int):
-        """Per-tier hit and miss tokens for a lookup walking tiers fast to slow."""
-        hits: Counter[Tier] = Counter()
-        misses: Counter[Tier] = Counter()
-        block_tokens = self.index.block_tokens
-        for i, blob in enumerate(match.chain):
-            # A blob is used up to where the next one forks off, or the match ends.
-            is_last = i + 1 == len(match.chain)
-            used_end = match.matched_blocks if is_last else match.chain[i + 1].first_block
-            tokens = (min(used_end, blob.end_block) - blob.first_block) * block_tokens
-            if blob.id in self.placement.at[dst]:
-                served = dst.tier
-            else:
-                served = min(loc.tier for loc in self.placement.holders(blob.id))
-            hits[served] += tokens
-            for tier in Tier:
-                if tier < served:
-                    misses[tier] += tokens
-        for tier in Tier:
-            misses[tier] += requested_tokens - match.matched_tokens
-        return dict(hits), dict(misses)
 
     def plan_fetch(
         self,
@@ -171,7 +153,7 @@ class BlobStore:
         draft = self._draft(dst, now_s)
         match = self.match(block_ids)
         requested = len(block_ids) * self.index.block_tokens
-        hits, misses = self._accounting(match, dst, requested)
+        hits, misses = lookup_tokens(match, dst, requested, self.placement, self.index.block_tokens)
         common = {
             "requested_tokens": requested,
             "prefix_tokens": match.matched_tokens,
@@ -179,32 +161,34 @@ class BlobStore:
             "hit_tokens": hits,
             "miss_tokens": misses,
         }
-        missing = [b for b in match.chain if not draft.has(b.id, dst)]
+        at_dst = self.placement.at[dst]
+        missing = [b for b in match.chain if b.id not in at_dst]  # the draft is still empty
         if not match.chain or not missing:
             action = FetchAction.HIT if match.chain else FetchAction.MISS
             return self._plan(draft, Purpose.FETCH, dst, action=action, **common)
-        protect = frozenset(match.blob_ids)
-        if not draft.make_room(dst, sum(b.kv_bytes for b in missing), protect):
+        protect = frozenset(common["chain"])
+        missing_bytes = sum(b.kv_bytes for b in missing)
+        if not draft.make_room(dst, missing_bytes, protect):
             return self._no_fit(Purpose.FETCH, dst, now_s, NoFit.NO_ROOM, **common)
-        load_time_s = sum(draft.copy_time_s(b.id, dst) for b in missing)
+        stripes = [draft.stripe(b.id, dst) for b in missing]
+        load_time_s = sum(b.kv_bytes / s.rate for b, s in zip(missing, stripes, strict=True))
         missing_tokens = sum(b.tokens for b in missing)
         recompute_time_s = math.inf if recompute_s is None else recompute_s(missing_tokens)
+        common |= {"load_time_s": load_time_s, "recompute_time_s": recompute_time_s}
         if recompute_time_s < load_time_s:
-            for blob in missing:
-                draft.place(blob.id, dst)
-            plan = self._plan(draft, Purpose.FETCH, dst, action=FetchAction.RECOMPUTE, **common)
             # The worker charges the compute (it batches recompute_tokens as
             # prefill); time_s stays the transfer time of the evictions.
-            return replace(
-                plan,
+            draft.place_run([b.id for b in missing], dst, missing_bytes)
+            return self._plan(
+                draft,
+                Purpose.FETCH,
+                dst,
+                action=FetchAction.RECOMPUTE,
                 recompute_tokens=missing_tokens,
-                load_time_s=load_time_s,
-                recompute_time_s=recompute_time_s,
+                **common,
             )
-        for blob in missing:
-            draft.copy(blob.id, dst)
-        plan = self._plan(draft, Purpose.FETCH, dst, action=FetchAction.LOAD, **common)
-        return replace(plan, load_time_s=load_time_s, recompute_time_s=recompute_time_s)
+        draft.copy_run([b.id for b in missing], [b.kv_bytes for b in missing], dst, stripes)
+        return self._plan(draft, Purpose.FETCH, dst, action=FetchAction.LOAD, **common)
 
     def plan_write(
         self,
@@ -224,8 +208,8 @@ class BlobStore:
         need = sum(b.kv_bytes for b in new)
         if not draft.make_room(dst, need, frozenset(match.blob_ids)):
             return self._no_fit(Purpose.WRITE, dst, now_s, NoFit.NO_ROOM, chain=chain)
-        for blob in new:
-            draft.place(blob.id, dst, blob.kv_bytes)  # not in the index until applied
+        # Not in the index until applied, so their sizes are given.
+        draft.place_run([b.id for b in new], dst, need)
         return self._plan(draft, Purpose.WRITE, dst, chain=chain, new_blobs=new)
 
     def plan_offload(self, blob_ids: Iterable[BlobId], src: Location, now_s: float) -> TransferPlan:
@@ -237,15 +221,22 @@ class BlobStore:
         draft = self._draft(src, now_s)
         ids = tuple(sorted(set(blob_ids)))
         protect = frozenset(ids)
+        # Plain drops are gathered into one run; anything else records them first,
+        # so the steps keep the order a blob-by-blob walk would give them.
+        drops: list[BlobId] = []
         for blob_id in ids:
             if not draft.has(blob_id, src) or self.pinned(blob_id, src):
                 continue
-            if any(loc.tier > src.tier for loc in draft.holders(blob_id)):
-                draft.drop(blob_id, src)
-            elif not draft.demote(blob_id, src, protect):
-                if self.referenced(blob_id) and len(draft.holders(blob_id)) == 1:
+            if max(draft.holder_set(blob_id)).tier > src.tier:  # a slower copy exists
+                drops.append(blob_id)
+                continue
+            draft.drop_run(drops, src)
+            drops.clear()
+            if not draft.demote(blob_id, src, protect):
+                if self.referenced(blob_id) and len(draft.holder_set(blob_id)) == 1:
                     return self._no_fit(Purpose.OFFLOAD, src, now_s, NoFit.NO_ROOM_BELOW)
                 draft.drop(blob_id, src)
+        draft.drop_run(drops, src)
         return self._plan(draft, Purpose.OFFLOAD, src, chain=ids)
 
     def plan_evict(self, location: Location, need_bytes: int, now_s: float) -> TransferPlan:
@@ -282,8 +273,7 @@ class BlobStore:
             self.index.register(blob)
         for step in plan.steps:
             self._apply_step(step, plan.now_s)
-        for blob_id in plan.chain:
-            self.placement.touch(blob_id, plan.location, plan.now_s)
+        self.placement.touch_run(plan.chain, plan.location, plan.now_s)
         if plan.purpose is Purpose.FETCH:
             self.counters.hit_tokens.update(plan.hit_tokens)
             self.counters.miss_tokens.update(plan.miss_tokens)
@@ -292,18 +282,22 @@ class BlobStore:
         self.version += 1
 
     def _apply_step(self, step: Step, now_s: float) -> None:
-        kv_bytes = self.index[step.blob_id].kv_bytes
+        location = step.location
         if step.kind is StepKind.DROP:
-            if self.pinned(step.blob_id, step.location):
-                raise ValueError(f"plan drops pinned blob {step.blob_id} at {step.location}")
-            self.placement.remove(step.blob_id, step.location, kv_bytes)
-            if self.referenced(step.blob_id) and not self.placement.holders(step.blob_id):
-                raise AssertionError(f"plan dropped the last copy of live blob {step.blob_id}")
-            self.counters.dropped_blobs += 1
+            pins = self._pins.get(location)
+            for blob_id in step.blob_ids if pins else ():
+                if blob_id in pins:
+                    raise ValueError(f"plan drops pinned blob {blob_id} at {location}")
+            self.placement.remove_run(step.blob_ids, location, step.kv_bytes)
+            copies = self.placement.copies
+            for blob_id in step.blob_ids:
+                if blob_id not in copies and self.referenced(blob_id):
+                    raise AssertionError(f"plan dropped the last copy of live blob {blob_id}")
+            self.counters.dropped_blobs += len(step.blob_ids)
             return
-        self.placement.add(step.blob_id, step.location, kv_bytes, now_s)
-        capacity = self.layout.spec(step.location).capacity_bytes
-        if self.placement.used_bytes[step.location] > capacity:
-            raise AssertionError(f"plan overfills {step.location}")
+        # Bytes at a place only grow along a run, so one check covers every blob.
+        self.placement.add_run(step.blob_ids, location, step.kv_bytes, now_s)
+        if self.placement.used_bytes[location] > self.placement.capacity_bytes[location]:
+            raise AssertionError(f"plan overfills {location}")
         for source in step.sources:
-            self.counters.moved_bytes[(source.location.tier, step.location.tier)] += source.kv_bytes
+            self.counters.moved_bytes[(source.location.tier, location.tier)] += source.kv_bytes

@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import NamedTuple
 
 
 class Tier(IntEnum):
@@ -47,18 +48,28 @@ class TierSpec:
             raise TypeError(f"TierSpec.capacity_bytes must be an int, got {self.capacity_bytes!r}")
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class Location:
-    """One place of a tier: HBM of worker "decode-3", DRAM of node "n1", ..."""
-
+class _Place(NamedTuple):
     tier: Tier
     holder: str
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.tier, Tier):
-            raise TypeError(f"Location.tier must be a Tier, got {self.tier!r}")
-        if not self.holder:
+
+class Location(_Place):
+    """One place of a tier: HBM of worker "decode-3", DRAM of node "n1", ...
+
+    A named tuple rather than a dataclass: every copy of every blob is keyed
+    by its location, and a tuple hashes and compares in C (a dataclass's
+    ``__hash__`` and ``__eq__`` are Python calls). Locations order by tier,
+    then holder.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, tier: Tier, holder: str) -> Location:
+        if not isinstance(tier, Tier):
+            raise TypeError(f"Location.tier must be a Tier, got {tier!r}")
+        if not holder:
             raise ValueError("Location.holder must be a non-empty name, got ''")
+        return super().__new__(cls, tier, holder)
 
     def __str__(self) -> str:
         return f"{self.tier.name}:{self.holder}"

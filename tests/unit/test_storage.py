@@ -162,8 +162,13 @@ def test_eviction_demotes_lru_blobs_down_a_tier_and_never_pinned_ones():
     store.pin(HBM, [2])  # the least recently used copy, but in use
     plan = store.plan_evict(HBM, 64 * 1_000_000 * 2, 3.0)
     store.apply(plan)
-    moved = [s.blob_id for s in plan.steps if s.kind is StepKind.COPY]
-    assert moved == [3, 4]
+    # Demoting is a copy down then a drop, blob by blob: the steps alternate.
+    assert [(s.kind, s.blob_ids) for s in plan.steps] == [
+        (StepKind.COPY, (3,)),
+        (StepKind.DROP, (3,)),
+        (StepKind.COPY, (4,)),
+        (StepKind.DROP, (4,)),
+    ]
     assert all(s.location == DRAM for s in plan.steps if s.kind is StepKind.COPY)
     assert sorted(store.placement.at[HBM]) == [2, 5]
 
