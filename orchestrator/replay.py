@@ -311,18 +311,41 @@ class Orchestrator:
         self.lag = ObservationLag(self.control.observation_lag_s)
         self.realloc = Reallocator(self.control)
         self.reconfigurer = Reconfigurer(self.runtime, self.cluster, self.weights_per_gpu)
-        self.runtime.start()
+        loop = asyncio.get_running_loop()
+        feeder_box: list[asyncio.Task] = []
+        self._crash: BaseException | None = None
+
+        def crashed(_loop, context: dict) -> None:
+            # An exception in a worker callback or task must stop the run, not vanish.
+            if self._crash is None:
+                self._crash = context.get("exception") or RuntimeError(context["message"])
+            for task in feeder_box:
+                task.cancel()
+
+        loop.set_exception_handler(crashed)
+        for task in self.runtime.start():
+            task.add_done_callback(lambda t: t.cancelled() or t.exception() is None
+                                   or crashed(loop, {"exception": t.exception()}))
         loops = [asyncio.create_task(self._fast_loop())]
         if self.control.realloc_enabled:
             loops.append(asyncio.create_task(self._slow_loop()))
         feeder = asyncio.create_task(self._feed(np.random.default_rng(self.seed)))
+        feeder_box.append(feeder)
+        for task in loops:
+            task.add_done_callback(lambda t: t.cancelled() or t.exception() is None
+                                   or crashed(loop, {"exception": t.exception()}))
         try:
             await feeder
+        except asyncio.CancelledError:
+            if self._crash is None:
+                raise
         finally:
             for task in loops:
                 task.cancel()
             await asyncio.gather(*loops, return_exceptions=True)
-        loop = asyncio.get_running_loop()
+        if self._crash is not None:
+            await self.runtime.stop()
+            raise self._crash
         self._sample(loop.time())
         await self.reconfigurer.stop()
         await self.runtime.stop()

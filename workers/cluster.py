@@ -170,6 +170,7 @@ class BoundCluster:
     def build(cls, spec: ClusterSpec, model: ModelSpec) -> BoundCluster:
         nodes = {n.name: n for n in spec.nodes}
         free = {n.name: n.gpus for n in spec.nodes}
+        size = dict(free)
         homes: dict[str, list[str]] = {}
         for pool in spec.pools:
             if pool.experts_pool is None:  # a split pool is checked with its experts below
@@ -178,9 +179,9 @@ class BoundCluster:
                 except CostModelError as exc:
                     raise ClusterError(f"pool {pool.name}: {exc}") from None
             homes[pool.name] = _place(pool.name, pool.nodes, pool.layout.instance_gpus,
-                                      pool.workers, free)
+                                      pool.workers, free, size)
         for e in spec.expert_pools:
-            homes[e.name] = _place(e.name, e.nodes, e.ep, e.workers, free)
+            homes[e.name] = _place(e.name, e.nodes, e.ep, e.workers, free, size)
         workers: list[WorkerSpec] = []
         expert_workers: list[ExpertWorkerSpec] = []
         for pool in spec.pools:
@@ -206,19 +207,42 @@ class BoundCluster:
 
 
 def _place(pool: str, candidates: tuple[str, ...], need: int, count: int,
-           free: dict[str, int]) -> list[str]:
-    """Home nodes of a pool's workers, first fit; takes their GPUs from `free`."""
+           free: dict[str, int], size: dict[str, int]) -> list[str]:
+    """Home nodes of a pool's workers, first fit; takes their GPUs from `free`. A worker
+    larger than a node takes whole consecutive nodes of its list (its all-to-all then
+    crosses the scale-out network, which the cost core prices); its home is the first."""
     homes = []
     for i in range(count):
         home = next((n for n in candidates if free[n] >= need), None)
-        if home is None:
+        if home is not None:
+            free[home] -= need
+            homes.append(home)
+            continue
+        span = _whole_nodes(candidates, need, free, size)
+        if span is None:
             raise ClusterError(
-                f"pool {pool}: worker {i} needs {need} GPUs on one node; nodes "
-                f"{', '.join(candidates)} have {', '.join(str(free[n]) for n in candidates)} free"
+                f"pool {pool}: worker {i} needs {need} GPUs on one node or on whole "
+                f"consecutive nodes; nodes {', '.join(candidates)} have "
+                f"{', '.join(str(free[n]) for n in candidates)} free"
             )
-        free[home] -= need
-        homes.append(home)
+        for n in span:
+            free[n] = 0
+        homes.append(span[0])
     return homes
+
+
+def _whole_nodes(candidates: tuple[str, ...], need: int, free: dict[str, int],
+                 size: dict[str, int]) -> list[str] | None:
+    for start in range(len(candidates)):
+        span, gpus = [], 0
+        for n in candidates[start:]:
+            if free[n] != size[n]:
+                break
+            span.append(n)
+            gpus += size[n]
+            if gpus >= need:
+                return span if gpus == need else None
+    return None
 
 
 def _split(pool: PoolSpec, e: ExpertPoolSpec, model: ModelSpec, homes: dict[str, list[str]]

@@ -1,17 +1,62 @@
-"""`tokenfactory demo`: the embedded default run."""
+"""`tokenfactory demo`: the embedded default, retire vs buffered on the bundled sample."""
 
 from __future__ import annotations
 
 import argparse
 
+from orchestrator.cli._common import print_json
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="run the embedded default on the bundled sample")
+    from orchestrator.demo import DEMO_CLUSTER, DEMO_LOAD
+
+    p = sub.add_parser(
+        "demo", help="retire vs buffered control on the bundled sample, with a report",
+        description="Replay the bundled agent sessions under admission on decode retirements "
+                    "and under buffered admission, on the same sessions and seed, and write an "
+                    f"HTML report. Load: cluster {DEMO_CLUSTER}, the sample x{DEMO_LOAD.repeat} "
+                    f"at {DEMO_LOAD.sessions_per_hour:g} sessions/hour for "
+                    f"{DEMO_LOAD.duration_s:g} s, think gaps x{DEMO_LOAD.think_scale:g}.")
+    p.add_argument("--out", default="demo-out", help="report directory (default: demo-out)")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from costmodel.worked_example import print_worked_example
+    from orchestrator.cli import build_parser
+    from orchestrator.cli.compare import compare
+    from orchestrator.demo import (
+        DEMO_CLUSTER,
+        DEMO_CONTROLLERS,
+        DEMO_LOAD,
+        DEMO_MODEL,
+        DEMO_SEED,
+    )
+    from orchestrator.tables import summary_table
 
-    print_worked_example()
+    # The demo is `compare` with fixed settings: parse them as a user would type them.
+    argv = ["compare", "--cluster", DEMO_CLUSTER, "--model", DEMO_MODEL,
+            "--seed", str(DEMO_SEED), "--out", args.out,
+            "--sessions-per-hour", str(DEMO_LOAD.sessions_per_hour),
+            "--think-scale", str(DEMO_LOAD.think_scale), "--repeat", str(DEMO_LOAD.repeat),
+            "--duration", str(DEMO_LOAD.duration_s)]
+    if args.no_progress:
+        argv.append("--no-progress")
+    ns = build_parser().parse_args(argv)
+    notes = ("Admission on decode retirements (retire) against ready buffers with admission on "
+             "a smoothed backlog and the cost core's predicted service rate (buffered), on the "
+             "bundled agent sessions.")
+    summaries = compare(ns, list(DEMO_CONTROLLERS), "tokenfactory demo: retire vs buffered",
+                        notes)
+    if args.json:
+        print_json({"runs": summaries})
+        return 0
+    summary_table(summaries, title="tokenfactory demo: retire vs buffered")
+    r, b = summaries["retire"]["control"], summaries["buffered"]["control"]
+    ratio = r["oscillation_index"] / max(b["oscillation_index"], 1e-9)
+    print(f"oscillation index: retire {r['oscillation_index']:.3f}, buffered "
+          f"{b['oscillation_index']:.3f} ({ratio:.1f}x); decode starvation: retire "
+          f"{r['decode_starvation_fraction']:.3f}, buffered {b['decode_starvation_fraction']:.3f}")
+    print(f"report: {args.out}/report.html")
     return 0

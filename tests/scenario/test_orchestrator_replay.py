@@ -58,3 +58,21 @@ def test_a_different_seed_moves_session_starts():
     a, _ = replay(sessions, seed=1)
     b, _ = replay(sessions, seed=2)
     assert a.first_session_s != b.first_session_s
+
+
+class _Broken:
+    name = "broken"
+
+    def decide(self, obs, now_s):
+        return {"admit": 3}
+
+
+def test_a_policy_returning_the_wrong_shape_stops_the_run_with_its_name():
+    from orchestrator.replay import PolicyError
+
+    control = ControlConfig(realloc_enabled=False)
+    orch = Orchestrator(small_cluster().bind(LLAMA), short_agent_sessions(2, 3), _Broken(),
+                        control, LoadOptions(sessions_per_hour=3600), 1)
+    with pytest.raises(PolicyError, match="controller 'broken' returned dict, not an "
+                                          "AdmissionDecision"):
+        VirtualClock().run(orch.run())

@@ -76,3 +76,20 @@ def test_cluster_file_errors(tmp_path):
         load_cluster(str(bad))
     with pytest.raises(ClusterError, match="unknown cluster 'nope'"):
         load_cluster("nope")
+
+
+def test_presets_bind_the_default_model():
+    from workers.cluster import cluster_names
+
+    k3 = load_model("kimi-k3-like")
+    assert {"gb200-nvl72x1", "gb200-nvl72x2", "b200x8", "b300x8"} <= set(cluster_names())
+    for name in cluster_names():
+        bound = load_cluster(name).bind(k3)
+        phases = {w.phase.name for w in bound.workers}
+        assert {"PREFILL", "MIDFILL", "DECODE"} <= phases
+
+
+def test_a_worker_larger_than_a_node_takes_whole_consecutive_nodes():
+    bound = load_cluster("b200x8").bind(load_model("kimi-k3-like"))
+    homes = [w.node for w in bound.workers]
+    assert homes == ["n0", "n2", "n4", "n6"]  # 16-GPU workers on pairs of 8-GPU nodes
