@@ -37,9 +37,9 @@ class ControlConfig:
     scales: TimeScales = TimeScales()
     observation_lag_s: float = 2.0  # as a Prometheus scrape interval would delay it
     # Buffered admission.
-    backlog_ewma_s: float = 10.0  # smoothing time constant of the backlog
+    backlog_ewma_s: float = 5.0  # smoothing time constant of the backlog
     backlog_gain: float = 0.5  # share of the backlog error corrected per smoothing time
-    ready_buffer_s: float = 4.0  # seconds of decode service kept filled ahead
+    ready_buffer_s: float = 8.0  # seconds of decode service kept filled ahead
     interactive_reserve: float = 0.2  # share of admissions held for interactive calls
     batch_change_interval_s: float = 10.0  # minimum time between decode batch changes
     # Retire admission: decode counted as starving below this occupancy.

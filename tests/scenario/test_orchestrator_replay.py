@@ -76,3 +76,37 @@ def test_a_policy_returning_the_wrong_shape_stops_the_run_with_its_name():
     with pytest.raises(PolicyError, match="controller 'broken' returned dict, not an "
                                           "AdmissionDecision"):
         VirtualClock().run(orch.run())
+
+
+def test_slow_loop_moves_a_worker_at_its_real_cost():
+    """Decode-heavy traffic on a cluster with idle fill capacity: the slow loop moves a
+    fill worker to decode, which drains it and loads the decode slice's weights first."""
+    from tests.factories import single_call_sessions
+
+    control = ControlConfig(realloc_enabled=True, realloc_dwell_s=120.0,
+                            realloc_ewma_s=30.0, realloc_threshold=0.3)
+    sessions = single_call_sessions([0.5 * i for i in range(400)], input_tokens=256,
+                                    output_tokens=2000)
+    nodes = [{"name": f"n{i}", "rack": "r0", "hardware": "h200", "gpus": 8, "dram_gb": 2000,
+              "dram_gb_per_s": 200} for i in range(3)]
+    pools = [
+        {"name": "prefill", "phase": "prefill", "nodes": ["n0"], "gpus": 8, "tp": 4,
+         "precision": "bf16"},
+        {"name": "midfill", "phase": "midfill", "nodes": ["n1"], "gpus": 4, "tp": 4,
+         "precision": "bf16"},
+        {"name": "decode", "phase": "decode", "nodes": ["n2", "n1"], "gpus": 4, "tp": 4,
+         "precision": "bf16", "target_batch": 4},
+    ]
+    cluster = small_cluster(nodes=nodes, pools=pools).bind(LLAMA)
+    orch = Orchestrator(cluster, sessions, make_policy("buffered", control, 4), control,
+                        LoadOptions(), 1)
+    result = VirtualClock().run(orch.run())
+    summary = summarize(result, control.ttft_target_s, control.tpot_target_s)
+    assert summary["requests"]["lost"] == 0
+    moves = result.reconfigurations
+    assert moves and moves[0][2] in ("prefill", "midfill") and moves[0][3] == "decode"
+    assert summary["control"]["reconfigurations"] == len(moves)
+    times = [m[0] for m in moves]
+    assert all(b - a >= control.realloc_dwell_s for a, b in zip(times, times[1:], strict=False))
+    workers = result.series.workers_by_pool
+    assert workers[-1]["decode"] > workers[0]["decode"]
