@@ -18,6 +18,7 @@ sequence is found by one walk with one dict lookup per block.
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NewType
@@ -41,6 +42,9 @@ class Blob:
         return self.first_block + len(self.block_ids)
 
 
+_blob_id = operator.attrgetter("id")
+
+
 @dataclass(frozen=True, slots=True)
 class PrefixMatch:
     """The blobs covering the longest cached prefix of a block sequence.
@@ -55,10 +59,12 @@ class PrefixMatch:
 
     @property
     def blob_ids(self) -> tuple[BlobId, ...]:
-        return tuple(blob.id for blob in self.chain)
+        return tuple(map(_blob_id, self.chain))
 
 
 _ForkKey = tuple[BlobId | None, int, int]  # (parent, position, first block id)
+_Walk = tuple[tuple[int, ...], tuple[Blob, ...], int, BlobId | None]  # seq, chain, pos, parent
+_WALKS_KEPT = 64
 
 
 class BlobIndex:
@@ -79,6 +85,11 @@ class BlobIndex:
         self.kv_bytes_per_token = kv_bytes_per_token
         self._blobs: dict[BlobId, Blob] = {}
         self._children: dict[_ForkKey, BlobId] = {}
+        # Where recent walks stopped, by the sequence walked (the same tuple is
+        # matched to route, fetch and write a call). Blobs are only ever added and
+        # never change, so a walk resumed from where it stopped ends where a new
+        # one would.
+        self._walks: dict[int, _Walk] = {}
 
     def __len__(self) -> int:
         return len(self._blobs)
@@ -95,11 +106,14 @@ class BlobIndex:
     def match(self, block_ids: Sequence[int]) -> PrefixMatch:
         """The longest prefix of ``block_ids`` that existing blobs cover."""
         seq = block_ids if isinstance(block_ids, tuple) else tuple(block_ids)
+        walk = self._walks.pop(id(seq), None)
+        if walk is not None and walk[0] is seq:
+            _, found, pos, parent = walk
+            chain = list(found)
+        else:
+            chain, pos, parent = [], 0, None
         children = self._children
         blobs = self._blobs
-        chain: list[Blob] = []
-        parent: BlobId | None = None
-        pos = 0
         n = len(seq)
         while pos < n:
             child = children.get((parent, pos, seq[pos]))
@@ -121,7 +135,12 @@ class BlobIndex:
                 pos += common
                 # The request leaves this blob midway: a branch may fork here.
             parent = child
-        return PrefixMatch(tuple(chain), pos, pos * self.block_tokens)
+        found = tuple(chain)
+        if seq is block_ids:  # a caller's tuple, likely matched again
+            if len(self._walks) >= _WALKS_KEPT:
+                del self._walks[next(iter(self._walks))]
+            self._walks[id(seq)] = (seq, found, pos, parent)
+        return PrefixMatch(found, pos, pos * self.block_tokens)
 
     def describe(
         self, block_ids: Sequence[int], segment_ends: Sequence[int] = ()

@@ -183,8 +183,13 @@ class Draft:
             return False
         return blob_id in self._added[location] or blob_id in self.placement.at[location]
 
+    @property
+    def pristine(self) -> bool:
+        """No change recorded yet: the view is the committed placement."""
+        return not self._added
+
     def holder_set(self, blob_id: BlobId) -> Collection[Location]:
-        """Where the blob has a copy in this view (unordered)."""
+        """Where the blob has a copy in this view (unordered; do not modify)."""
         held = self.placement.copies.get(blob_id)
         found: set[Location] | None = None
         for location, added in self._added.items():
@@ -196,7 +201,7 @@ class Draft:
                 found.discard(location)
         if found is not None:
             return found
-        return _NONE if held is None else held.keys()
+        return _NONE if held is None else held
 
     def holders(self, blob_id: BlobId) -> tuple[Location, ...]:
         return tuple(sorted(self.holder_set(blob_id)))
@@ -236,18 +241,27 @@ class Draft:
 
     def stripe(self, blob_id: BlobId, dst: Location) -> Stripe:
         """The striping of a copy of the blob to ``dst`` across all its holders."""
-        held = self.holder_set(blob_id)
-        if len(held) == 1:
-            (key,) = held
-        else:
-            key = frozenset(held)
+        return self.stripes((blob_id,), dst)[0]
+
+    def stripes(self, blob_ids: Iterable[BlobId], dst: Location) -> list[Stripe]:
+        """The striping of a copy to ``dst`` of each blob, across all its holders."""
         known = self.placement.stripes.setdefault(dst, {})
-        stripe = known.get(key)
-        if stripe is None:
-            stripe = known[key] = Stripe(self.layout, dst, held)
-        if not stripe.holders:
-            raise ValueError(f"blob {blob_id} has no copy to load into {dst}")
-        return stripe
+        copies = self.placement.copies
+        pristine = self.pristine
+        out = []
+        for blob_id in blob_ids:
+            held = copies.get(blob_id, _NONE) if pristine else self.holder_set(blob_id)
+            if len(held) == 1:
+                (key,) = held
+            else:
+                key = frozenset(held)
+            stripe = known.get(key)
+            if stripe is None:
+                stripe = known[key] = Stripe(self.layout, dst, held)
+            if not stripe.holders:
+                raise ValueError(f"blob {blob_id} has no copy to load into {dst}")
+            out.append(stripe)
+        return out
 
     def copy_time_s(self, blob_id: BlobId, dst: Location) -> float:
         """Seconds to copy a blob to ``dst`` striped across all its holders."""
@@ -266,7 +280,7 @@ class Draft:
         """Copy the blobs to ``dst`` in order, each striped across its holders;
         ``stripes`` are theirs when already known."""
         if stripes is None:
-            stripes = [self.stripe(b, dst) for b in blob_ids]
+            stripes = self.stripes(blob_ids, dst)
         run = self._run(StepKind.COPY, dst)
         sent = run.sent_bytes
         run_time_s, time_s = run.time_s, self.time_s

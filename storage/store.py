@@ -170,7 +170,7 @@ class BlobStore:
         missing_bytes = sum(b.kv_bytes for b in missing)
         if not draft.make_room(dst, missing_bytes, protect):
             return self._no_fit(Purpose.FETCH, dst, now_s, NoFit.NO_ROOM, **common)
-        stripes = [draft.stripe(b.id, dst) for b in missing]
+        stripes = draft.stripes([b.id for b in missing], dst)
         load_time_s = sum(b.kv_bytes / s.rate for b, s in zip(missing, stripes, strict=True))
         missing_tokens = sum(b.tokens for b in missing)
         recompute_time_s = math.inf if recompute_s is None else recompute_s(missing_tokens)
@@ -222,12 +222,22 @@ class BlobStore:
         ids = tuple(sorted(set(blob_ids)))
         protect = frozenset(ids)
         # Plain drops are gathered into one run; anything else records them first,
-        # so the steps keep the order a blob-by-blob walk would give them.
+        # so the steps keep the order a blob-by-blob walk would give them. Until
+        # then the draft is the committed placement, read directly.
         drops: list[BlobId] = []
+        here = self.placement.at[src]
+        copies = self.placement.copies
+        pins = self._pins.get(src, {})
         for blob_id in ids:
-            if not draft.has(blob_id, src) or self.pinned(blob_id, src):
-                continue
-            if max(draft.holder_set(blob_id)).tier > src.tier:  # a slower copy exists
+            if draft.pristine:
+                if blob_id not in here or blob_id in pins:
+                    continue
+                held = copies[blob_id]
+            else:
+                if not draft.has(blob_id, src) or self.pinned(blob_id, src):
+                    continue
+                held = draft.holder_set(blob_id)
+            if len(held) > 1 and max(held).tier > src.tier:  # a slower copy exists
                 drops.append(blob_id)
                 continue
             draft.drop_run(drops, src)
