@@ -63,6 +63,7 @@ class ReplayResult:
     realloc_decisions: list[ReallocDecision] = field(default_factory=list)
     first_session_s: float = 0.0  # the span in which sessions were started
     last_session_s: float = 0.0
+    predicted_fill_latency_s: float = 0.0  # the cost core's typical fill, at the end
 
 
 class Orchestrator:
@@ -369,4 +370,5 @@ class Orchestrator:
             store_counters=snap, control=self.control, policy=self.policy.name,
             realloc_decisions=self.realloc_decisions,
             first_session_s=getattr(self, "first_session_s", 0.0),
-            last_session_s=getattr(self, "last_session_s", 0.0))
+            last_session_s=getattr(self, "last_session_s", 0.0),
+            predicted_fill_latency_s=self.predictor.fill_latency_s(rt))

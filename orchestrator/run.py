@@ -68,6 +68,12 @@ def run_replay(prepared: Prepared, settings: RunSettings,
     summary = summarize(result, settings.control.ttft_target_s, settings.control.tpot_target_s,
                         run=f"{settings.controller}-seed{settings.seed}",
                         controller=settings.controller)
+    margin = summary["control"]["phase_margin_deg"]
+    if margin is not None and margin < 0:
+        sys.stderr.write(
+            f"warning: controller {settings.controller}: the linearised admission loop has a "
+            f"phase margin of {margin:.0f} degrees (observation lag "
+            f"{settings.control.observation_lag_s:g} s): expect it to ring\n")
     return result, summary
 
 

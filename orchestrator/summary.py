@@ -83,6 +83,15 @@ def oscillation(result: ReplayResult) -> dict[str, float | None]:
     return out
 
 
+def _phase_margin(result: ReplayResult) -> float | None:
+    from orchestrator.stability import phase_margin_deg
+
+    try:
+        return phase_margin_deg(result.policy, result.control, result.predicted_fill_latency_s)
+    except ValueError:  # a controller without a linear model
+        return None
+
+
 def starvation(result: ReplayResult) -> float:
     s, w = result.series, _window(result)
     if not w.any():
@@ -136,6 +145,7 @@ def summarize(result: ReplayResult, ttft_target_s: float, tpot_target_s: float,
                                                       - np.percentile(occ, 5))
                                                 if len(occ) else 0.0),
             "admission_rate_variation": _cv(admitted),
+            "phase_margin_deg": _phase_margin(result),
             "reconfigurations": reconf,
             "reconfigurations_per_hour": reconf / duration * 3600.0,
         },
