@@ -16,3 +16,9 @@ DEMO_MODEL = "kimi-k3-like"
 DEMO_CONTROLLERS = ("retire", "buffered")
 DEMO_LOAD = LoadOptions(sessions_per_hour=360.0, think_scale=0.05, repeat=4, duration_s=900.0)
 DEMO_SEED = 1
+
+# The development traces (113 weka-cc-dev sessions), at the load where the claim is
+# checked (tests/scenario/test_controllers_dev_traces.py): sessions started at 360 an
+# hour (all 113 within about 19 minutes), think/tool gaps x0.05, one NVL72 rack.
+DEV_CLUSTER = "gb200-nvl72x1"
+DEV_LOAD = LoadOptions(sessions_per_hour=360.0, think_scale=0.05)

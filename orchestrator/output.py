@@ -48,7 +48,10 @@ def run_dir(out: Path) -> Iterator[Path]:
     out = Path(out)
     check_out_dir(out)
     parent = out.parent if str(out.parent) else Path(".")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
+    except OSError as exc:
+        raise OutputError(f"--out {out}: cannot write in {parent}: {exc.strerror}") from None
     try:
         (tmp / RUN_MARKER).write_text("tokenfactory run directory\n")
         yield tmp

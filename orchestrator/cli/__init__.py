@@ -27,7 +27,9 @@ def _command_modules() -> list[str]:
 
 
 def _user_error_types() -> tuple[type[BaseException], ...]:
-    types: list[type[BaseException]] = [UserError]
+    from orchestrator.output import OutputError
+
+    types: list[type[BaseException]] = [UserError, OutputError]
     try:
         from costmodel.errors import CostModelError
 

@@ -1,0 +1,102 @@
+"""replay / compare from the command line: output, and one-line errors with exit 2."""
+
+import json
+
+import pytest
+
+from orchestrator.cli import main
+
+SMALL = ["--max-sessions", "2", "--think-scale", "0.01", "--no-progress"]
+
+
+def run(argv, capsys):
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_replay_json_has_the_contract_keys_and_writes_its_directory(tmp_path, capsys):
+    out = tmp_path / "run"
+    code, stdout, _ = run(["replay", *SMALL, "--json", "--out", str(out)], capsys)
+    assert code == 0
+    s = json.loads(stdout)
+    for section, key in [("requests", "submitted"), ("requests", "completed"),
+                         ("requests", "lost"), ("requests", "rejected"), ("ttft_s", "p99"),
+                         ("tpot_s", "p50"), ("throughput", "output_tokens_per_s"),
+                         ("throughput", "output_tokens_per_s_per_gpu"),
+                         ("goodput", "output_tokens_per_s"), ("control", "oscillation_index"),
+                         ("control", "decode_starvation_fraction"),
+                         ("control", "reconfigurations"), ("resources", "peak_hbm_bytes_per_gpu"),
+                         ("resources", "kv_bytes_moved"), ("energy", "joules_per_call"),
+                         ("sim", "simulated_s"), ("sim", "wall_s"), ("sim", "events")]:
+        assert key in s[section]
+    assert s["requests"]["lost"] == 0
+    assert json.loads((out / "summary.json").read_text())["requests"] == s["requests"]
+    assert (out / "series.csv").read_text().startswith("time_s,")
+    first = json.loads((out / "decisions.jsonl").read_text().splitlines()[0])
+    assert first["event"] == "admission" and "reason" in first
+
+
+def test_help_states_the_defaults(capsys):
+    code, stdout, _ = run(["replay", "--help"], capsys)
+    assert code == 0
+    text = " ".join(stdout.split())
+    assert "(default: kimi-k3-like)" in text and "(default: gb200-nvl72x2)" in text
+    assert "(default: buffered)" in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--controller", "pid"], "unknown controller 'pid'; known: buffered, predictive, retire"),
+        (["--cluster", "nope"], "unknown cluster 'nope'; known: b200x8"),
+        (["--model", "gpt-9"], "unknown model 'gpt-9'"),
+        (["--fast-period", "10"], "control configuration refused: the fast loop (10 s)"),
+        (["--speed", "0"], "argument --speed: expected a positive number, got '0'"),
+        (["--sessions-per-hour", "x"], "argument --sessions-per-hour"),
+    ],
+)
+def test_bad_options_are_one_line_exit_2(capsys, argv, message):
+    code, stdout, err = run(["replay", *SMALL, *argv], capsys)
+    assert code == 2 and stdout == ""
+    assert err.count("\n") == 1 and message in err
+
+
+def test_bad_cluster_file_names_the_field(tmp_path, capsys):
+    bad = tmp_path / "c.toml"
+    bad.write_text('name = "c"\n[pfs]\ncapacity_gb = -1\nread_gb_per_s = 1\nwrite_gb_per_s = 1\n'
+                   '[[racks]]\nname = "r"\n[[nodes]]\nname = "n"\nrack = "r"\nhardware = "h100"\n'
+                   'gpus = 8\ndram_gb = 1\ndram_gb_per_s = 1\n')
+    code, _, err = run(["replay", *SMALL, "--cluster", str(bad)], capsys)
+    assert code == 2 and "pfs.capacity_gb: expected > 0, got -1" in err
+
+
+def test_trace_errors_surface_as_the_readers_message(tmp_path, capsys):
+    bad = tmp_path / "t.jsonl"
+    bad.write_text('{"timestamp": 0, "input_length": -5, "output_length": 3, "hash_ids": []}\n')
+    code, _, err = run(["replay", *SMALL, str(bad)], capsys)
+    assert code == 2 and "t.jsonl:1" in err and err.count("\n") == 1
+
+
+def test_out_that_is_not_ours_is_refused_and_left_alone(tmp_path, capsys):
+    out = tmp_path / "busy"
+    out.mkdir()
+    (out / "precious.txt").write_text("keep")
+    code, _, err = run(["replay", *SMALL, "--out", str(out)], capsys)
+    assert code == 2 and "exists, is not empty and is not an earlier run" in err
+    assert [p.name for p in out.iterdir()] == ["precious.txt"]
+
+
+def test_failed_run_leaves_no_directory(tmp_path, capsys):
+    out = tmp_path / "never"
+    code, _, _ = run(["replay", *SMALL, "--controller", "pid", "--out", str(out)], capsys)
+    assert code == 2 and not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == []
+
+
+def test_compare_refuses_unknown_controllers(capsys):
+    code, _, err = run(["compare", "--controllers", "retire,foo", *SMALL], capsys)
+    assert code == 2 and "--controllers: unknown controller 'foo'" in err
