@@ -69,11 +69,16 @@ class ReplayResult:
 class Orchestrator:
     def __init__(self, cluster: BoundCluster, sessions: Sequence[Session], policy: AdmissionPolicy,
                  control: ControlConfig, load: LoadOptions, seed: int,
-                 on_progress: Callable[[int, int], None] | None = None, logger=None):
+                 on_progress: Callable[[int, int], None] | None = None, logger=None,
+                 listeners: Sequence[object] = ()):
         self.cluster, self.sessions, self.policy = cluster, list(sessions), policy
         self.control, self.load, self.seed = control, load, seed
         self.on_progress = on_progress
         self.logger = logger  # a structlog logger for decisions, or None
+        # Observers of the run (metrics exporters): each may define on_sample(orch, obs,
+        # now_s), on_done(orch, req, now_s), on_decision(orch, decision, now_s) and
+        # on_reallocation(orch, decision, now_s). They read; they never steer.
+        self.listeners = list(listeners)
         sizes = {c.block_size for s in self.sessions for c in s.calls}
         if len(sizes) != 1:
             raise ValueError(f"traces mix block sizes {sorted(sizes)}: replay one kind at a time")
@@ -120,6 +125,7 @@ class Orchestrator:
         self._period_done.append(req)
         self.predictor.observe_completion(req.input_tokens, req.computed_tokens,
                                           req.output_tokens)
+        self._notify("on_done", req, now_s)
         pending.future.set_result(Outcome.DONE)
 
     def _reject(self, pending: Pending) -> None:
@@ -226,6 +232,13 @@ class Orchestrator:
         self._period_done = []
         self._period_admitted = 0
         self._track_hbm()
+        self._notify("on_sample", obs, now_s)
+
+    def _notify(self, event: str, *args) -> None:
+        for listener in self.listeners:
+            method = getattr(listener, event, None)
+            if method is not None:
+                method(self, *args)
 
     def _track_hbm(self) -> None:
         used = self.runtime.store.placement.used_bytes
@@ -246,6 +259,7 @@ class Orchestrator:
             decision = self.policy.decide(self.lag.seen_at(now_s), now_s)
             self._apply(decision, now_s)
             self.decisions.append((now_s, decision.reason.value))
+            self._notify("on_decision", decision, now_s)
             self.series.reason.append(decision.reason.value)
             if self.logger is not None:
                 self.logger.info("admission", t_s=round(now_s, 6), controller=self.policy.name,
@@ -262,6 +276,7 @@ class Orchestrator:
             decision = self.realloc.decide(self.lag.seen_at(now_s), now_s)
             self.realloc_decisions.append(decision)
             started = decision.move is not None and self.reconfigurer.start(decision.move, now_s)
+            self._notify("on_reallocation", decision, now_s)
             if self.logger is not None:
                 self.logger.info("reallocation", t_s=round(now_s, 6), reason=decision.reason.value,
                                  imbalance=round(decision.imbalance, 6),

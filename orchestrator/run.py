@@ -57,13 +57,14 @@ def prepare(paths: Sequence[str | Path], trace_format: str, settings: RunSetting
 
 def run_replay(prepared: Prepared, settings: RunSettings,
                on_progress: Callable[[int, int], None] | None = None,
-               logger=None) -> tuple[ReplayResult, dict]:
+               logger=None, listeners: Sequence[object] = ()) -> tuple[ReplayResult, dict]:
     bound = prepared.cluster.bind(prepared.model)
     decode_targets = [p.batch.target_batch for p in prepared.cluster.pools
                       if p.phase.name == "DECODE"]
     policy = make_policy(settings.controller, settings.control, decode_targets[0])
     orch = Orchestrator(bound, prepared.sessions, policy, settings.control, settings.load,
-                        settings.seed, on_progress=on_progress, logger=logger)
+                        settings.seed, on_progress=on_progress, logger=logger,
+                        listeners=listeners)
     result = make_clock(settings.clock, settings.speed).run(orch.run())
     summary = summarize(result, settings.control.ttft_target_s, settings.control.tpot_target_s,
                         run=f"{settings.controller}-seed{settings.seed}",
