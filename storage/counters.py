@@ -77,12 +77,14 @@ def lookup_tokens(
     at_dst = placement.at[dst]
     copies = placement.copies
     chain = match.chain
-    last = len(chain) - 1
-    for i, blob in enumerate(chain):
-        # A blob is used up to where the next one forks off, or the match ends.
-        used_end = match.matched_blocks if i == last else chain[i + 1].first_block
-        end_block = blob.first_block + len(blob.block_ids)
-        tokens = (min(used_end, end_block) - blob.first_block) * block_tokens
+    # A blob is used up to where the next one forks off, or the match ends.
+    used_ends = [blob.first_block for blob in chain[1:]]
+    if chain:
+        used_ends.append(match.matched_blocks)
+    for blob, used_end in zip(chain, used_ends, strict=True):
+        first = blob.first_block
+        end = first + len(blob.block_ids)
+        tokens = ((used_end if used_end < end else end) - first) * block_tokens
         served = dst.tier if blob.id in at_dst else min(copies[blob.id]).tier
         hits[served] = hits.get(served, 0) + tokens
     unmatched = requested_tokens - match.matched_tokens

@@ -23,11 +23,12 @@ _NONE: frozenset[Location] = frozenset()
 
 
 class Placement:
-    """Copies per blob with their last use time, and bytes used per location."""
+    """Where each blob has copies; per location, its blobs with their last use
+    time in least-recently-used order, and the bytes they use."""
 
     def __init__(self, layout: StoreLayout) -> None:
         self.layout = layout
-        self.copies: dict[BlobId, dict[Location, float]] = {}
+        self.copies: dict[BlobId, set[Location]] = {}  # no entry once the last copy goes
         self.at: dict[Location, dict[BlobId, float]] = {loc: {} for loc in layout.all_locations()}
         self.used_bytes: dict[Location, int] = dict.fromkeys(layout.all_locations(), 0)
         self.capacity_bytes: dict[Location, int] = {
@@ -54,9 +55,9 @@ class Placement:
             here[blob_id] = now_s
             held = copies.get(blob_id)
             if held is None:
-                copies[blob_id] = {location: now_s}
+                copies[blob_id] = {location}
             else:
-                held[location] = now_s
+                held.add(location)
         self.used_bytes[location] += kv_bytes
 
     def remove(self, blob_id: BlobId, location: Location, kv_bytes: int) -> None:
@@ -71,7 +72,7 @@ class Placement:
                 raise ValueError(f"blob {blob_id} has no copy at {location}")
             del here[blob_id]
             held = copies[blob_id]
-            del held[location]
+            held.remove(location)
             if not held:
                 del copies[blob_id]
         self.used_bytes[location] -= kv_bytes
@@ -82,21 +83,17 @@ class Placement:
     def touch_run(self, blob_ids: Iterable[BlobId], location: Location, now_s: float) -> None:
         """Mark the copies at ``location`` used at ``now_s``, in the order given."""
         here = self.at[location]
-        copies = self.copies
         for blob_id in blob_ids:
             if blob_id in here:
                 # Re-insert so each location's dict stays in least-recently-used order.
                 last = here.pop(blob_id)
-                if now_s > last:
-                    last = now_s
-                here[blob_id] = last
-                copies[blob_id][location] = last
+                here[blob_id] = now_s if now_s > last else last
 
 
 class _Run:
     """A step being recorded: it grows while changes of its kind keep coming."""
 
-    __slots__ = ("blob_ids", "kind", "kv_bytes", "location", "sent_bytes", "time_s")
+    __slots__ = ("blob_ids", "kind", "kv_bytes", "location", "sent_bytes", "times_s")
 
     def __init__(self, kind: StepKind, location: Location) -> None:
         self.kind = kind
@@ -104,12 +101,17 @@ class _Run:
         self.blob_ids: list[BlobId] = []
         self.kv_bytes = 0
         self.sent_bytes: dict[Location, int] = {}  # by holder, over the run
-        self.time_s = 0.0
+        self.times_s: list[float] = []  # of the copies, blob by blob
 
     def step(self) -> Step:
         sources = tuple(Source(loc, n) for loc, n in sorted(self.sent_bytes.items()) if n)
         return Step(
-            self.kind, tuple(self.blob_ids), self.location, sources, self.kv_bytes, self.time_s
+            self.kind,
+            tuple(self.blob_ids),
+            self.location,
+            sources,
+            self.kv_bytes,
+            sum(self.times_s),
         )
 
 
@@ -156,8 +158,8 @@ class Draft:
         self.referenced = referenced
         self.pinned = pinned
         self.now_s = now_s
-        self.time_s = 0.0  # blob by blob, in step order: the sum a plan reports
         self._runs: list[_Run] = []
+        self._times_s: list[float] = []  # of the copies, blob by blob in step order
         self._added: dict[Location, set[BlobId]] = {}
         self._removed: dict[Location, set[BlobId]] = {}
         self._used_delta: dict[Location, int] = {}
@@ -165,6 +167,11 @@ class Draft:
     @property
     def steps(self) -> tuple[Step, ...]:
         return tuple(run.step() for run in self._runs)
+
+    @property
+    def time_s(self) -> float:
+        """Seconds the steps take: the copies' times added up in step order."""
+        return sum(self._times_s)
 
     # -- the view ---------------------------------------------------------
     def _changes(self, location: Location) -> tuple[set[BlobId], set[BlobId]]:
@@ -268,22 +275,22 @@ class Draft:
         return self.index[blob_id].kv_bytes / self.stripe(blob_id, dst).rate
 
     def copy(self, blob_id: BlobId, dst: Location) -> None:
-        self.copy_run((blob_id,), (self.index[blob_id].kv_bytes,), dst)
+        kv_bytes = self.index[blob_id].kv_bytes
+        stripe = self.stripe(blob_id, dst)
+        self.copy_run((blob_id,), (kv_bytes,), dst, [stripe], [kv_bytes / stripe.rate])
 
     def copy_run(
         self,
         blob_ids: Sequence[BlobId],
         kv_bytes: Sequence[int],
         dst: Location,
-        stripes: Sequence[Stripe] | None = None,
+        stripes: Sequence[Stripe],
+        times_s: list[float],
     ) -> None:
-        """Copy the blobs to ``dst`` in order, each striped across its holders;
-        ``stripes`` are theirs when already known."""
-        if stripes is None:
-            stripes = self.stripes(blob_ids, dst)
+        """Copy the blobs to ``dst`` in order, each striped across its holders
+        (``stripes`` and ``times_s`` as worked out by ``stripes``)."""
         run = self._run(StepKind.COPY, dst)
         sent = run.sent_bytes
-        run_time_s, time_s = run.time_s, self.time_s
         for n, stripe in zip(kv_bytes, stripes, strict=True):
             holders = stripe.holders
             if len(holders) == 1:
@@ -291,11 +298,8 @@ class Draft:
             else:
                 for loc, share in zip(holders, stripe.shares(n), strict=True):
                     sent[loc] = sent.get(loc, 0) + share
-            # Added one blob at a time, so the totals are the blob-by-blob sums.
-            blob_time_s = n / stripe.rate
-            run_time_s += blob_time_s
-            time_s += blob_time_s
-        run.time_s, self.time_s = run_time_s, time_s
+        run.times_s += times_s
+        self._times_s += times_s
         self._record_adds(run, blob_ids, sum(kv_bytes))
 
     def place(self, blob_id: BlobId, dst: Location, kv_bytes: int | None = None) -> None:

@@ -55,11 +55,11 @@ class Source:
 class Step:
     """One kind of change at one location for a run of blobs, in order.
 
-    A run is what one blob at a time would do, told once: ``kv_bytes`` and
-    ``time_s`` are the run's totals, and each ``Source`` the bytes one holder
-    sends over the whole run (a run of copies shares its holders, so every
-    blob is striped across the same places). Consecutive changes of one kind
-    at one location (from the same holders) make one step.
+    Consecutive changes of one kind at one location make one step: applying
+    it is applying its blobs one after another. ``kv_bytes`` and ``time_s``
+    are the run's totals (a blob's copy time is its bytes over its striped
+    rate); each ``Source`` is what one holder sends over the whole run, the
+    sum of its shares of the blobs it holds.
     """
 
     kind: StepKind

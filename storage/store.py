@@ -46,7 +46,7 @@ class BlobStore:
     def ref(self, session_id: str, blob_ids: Iterable[BlobId]) -> None:
         """Mark blobs as needed by a live session (with their ancestors)."""
         held = self._refs.setdefault(session_id, set())
-        for blob_id in blob_ids:
+        for blob_id in [b for b in blob_ids if b not in held]:  # (most are, in a long chain)
             # Walk up to the first ancestor already held: a chain is referenced once.
             needed: BlobId | None = blob_id
             while needed is not None and needed not in held:
@@ -167,18 +167,21 @@ class BlobStore:
             action = FetchAction.HIT if match.chain else FetchAction.MISS
             return self._plan(draft, Purpose.FETCH, dst, action=action, **common)
         protect = frozenset(common["chain"])
-        missing_bytes = sum(b.kv_bytes for b in missing)
+        missing_bytes = sum([b.kv_bytes for b in missing])
         if not draft.make_room(dst, missing_bytes, protect):
             return self._no_fit(Purpose.FETCH, dst, now_s, NoFit.NO_ROOM, **common)
-        stripes = draft.stripes([b.id for b in missing], dst)
-        load_time_s = sum(b.kv_bytes / s.rate for b, s in zip(missing, stripes, strict=True))
+        ids = [b.id for b in missing]
+        sizes = [b.kv_bytes for b in missing]
+        stripes = draft.stripes(ids, dst)
+        times_s = [n / stripe.rate for n, stripe in zip(sizes, stripes, strict=True)]
+        load_time_s = sum(times_s)
         missing_tokens = sum(b.tokens for b in missing)
         recompute_time_s = math.inf if recompute_s is None else recompute_s(missing_tokens)
         common |= {"load_time_s": load_time_s, "recompute_time_s": recompute_time_s}
         if recompute_time_s < load_time_s:
             # The worker charges the compute (it batches recompute_tokens as
             # prefill); time_s stays the transfer time of the evictions.
-            draft.place_run([b.id for b in missing], dst, missing_bytes)
+            draft.place_run(ids, dst, missing_bytes)
             return self._plan(
                 draft,
                 Purpose.FETCH,
@@ -187,7 +190,7 @@ class BlobStore:
                 recompute_tokens=missing_tokens,
                 **common,
             )
-        draft.copy_run([b.id for b in missing], [b.kv_bytes for b in missing], dst, stripes)
+        draft.copy_run(ids, sizes, dst, stripes, times_s)
         return self._plan(draft, Purpose.FETCH, dst, action=FetchAction.LOAD, **common)
 
     def plan_write(

@@ -1,0 +1,110 @@
+"""Blob store on runs of blobs: grouped steps, shared striping, resumed prefix walks."""
+
+import pytest
+
+from storage.blobs import BlobIndex
+from storage.plans import Step, StepKind
+from storage.store import BlobStore
+from storage.tiers import Location, StoreLayout, Tier, TierSpec
+
+GB = 10**9
+MB_BLOCK = 64 * 1_000_000  # 64-token blocks of 1 MB of KV per token
+HBM = Location(Tier.HBM, "w0")
+DRAM0 = Location(Tier.DRAM, "n0")
+DRAM1 = Location(Tier.DRAM, "n1")
+PFS = Location(Tier.PFS, "pfs")
+
+
+def make_store(hbm_bytes=10 * GB):
+    layout = StoreLayout.build(
+        [
+            (HBM, TierSpec(Tier.HBM, hbm_bytes, 3000 * GB, 400 * GB), DRAM0),
+            (DRAM0, TierSpec(Tier.DRAM, 20 * GB, 50 * GB, 50 * GB), PFS),
+            (DRAM1, TierSpec(Tier.DRAM, 20 * GB, 20 * GB, 20 * GB), PFS),
+            (PFS, TierSpec(Tier.PFS, 1000 * GB, 10 * GB, 10 * GB), None),
+        ]
+    )
+    return BlobStore(layout, block_tokens=64, kv_bytes_per_token=1_000_000)
+
+
+def write(store, blocks, where, now_s=0.0, segment_ends=()):
+    plan = store.plan_write(blocks, where, now_s, segment_ends)
+    assert plan.fits
+    store.apply(plan)
+    return plan
+
+
+def alternating_chain(store):
+    """Turns written alternately on two nodes, as prefill and decode do: blobs 0..3."""
+    blocks = [1, 2, 3, 4, 5, 6]
+    for end, where in ((1, DRAM0), (3, DRAM1), (4, DRAM0), (6, DRAM1)):
+        write(store, blocks[:end], where)
+    return blocks
+
+
+def test_a_fetch_copies_its_blobs_in_one_step_whatever_holds_each():
+    store = make_store()
+    blocks = alternating_chain(store)
+    plan = store.plan_fetch(blocks, HBM, 1.0)
+    (step,) = plan.steps
+    assert (step.kind, step.blob_ids, step.location) == (StepKind.COPY, (0, 1, 2, 3), HBM)
+    # Each source sends the blobs it holds: n0 blobs 0 and 2, n1 blobs 1 and 3.
+    assert [(s.location, s.kv_bytes) for s in step.sources] == [
+        (DRAM0, 2 * MB_BLOCK),
+        (DRAM1, 4 * MB_BLOCK),
+    ]
+    assert step.kv_bytes == plan.moved_bytes == 6 * MB_BLOCK
+    # Blob by blob: each copy runs at its own holder's rate.
+    assert step.time_s == pytest.approx(2 * MB_BLOCK / (50 * GB) + 4 * MB_BLOCK / (20 * GB))
+    assert plan.time_s == plan.load_time_s == step.time_s
+    store.apply(plan)
+    snap = store.snapshot()
+    assert snap.moved_bytes == {(Tier.DRAM, Tier.HBM): 6 * MB_BLOCK}
+    assert list(store.placement.at[HBM]) == [0, 1, 2, 3]
+
+
+def test_offload_drops_a_run_then_demotes_in_blob_order():
+    store = make_store()
+    blocks = alternating_chain(store)
+    store.apply(store.plan_fetch(blocks, HBM, 1.0))
+    write(store, [*blocks, 7, 8], HBM, 2.0)  # blob 4 exists in HBM only
+    plan = store.plan_offload(range(5), HBM, 3.0)
+    assert [(s.kind, s.blob_ids, s.location) for s in plan.steps] == [
+        (StepKind.DROP, (0, 1, 2, 3), HBM),
+        (StepKind.COPY, (4,), DRAM0),
+        (StepKind.DROP, (4,), HBM),
+    ]
+    store.apply(plan)
+    assert store.placement.used_bytes[HBM] == 0
+    assert store.holders(4) == (DRAM0,)
+    assert store.snapshot().dropped_blobs == 5
+
+
+def test_a_step_names_at_least_one_blob():
+    with pytest.raises(ValueError, match="blob_ids"):
+        Step(StepKind.DROP, (), HBM)
+
+
+def test_locations_are_values_that_refuse_bad_fields():
+    assert Location(Tier.HBM, "w0") == Location(tier=Tier.HBM, holder="w0")
+    assert Location(Tier.HBM, "w9") < Location(Tier.DRAM, "a0")  # by tier, then holder
+    assert str(DRAM1) == "DRAM:n1"
+    with pytest.raises(TypeError, match="Location.tier"):
+        Location(1, "n0")
+    with pytest.raises(ValueError, match="Location.holder"):
+        Location(Tier.DRAM, "")
+
+
+def test_a_walk_matched_again_sees_blobs_registered_since():
+    index = BlobIndex(block_tokens=4, kv_bytes_per_token=1)
+    request = (1, 2, 3, 4, 5)
+    _, new = index.describe(request[:2])
+    for blob in new:
+        index.register(blob)
+    assert index.match(request).matched_blocks == 2
+    _, more = index.describe(request, segment_ends=[4])
+    for blob in more:
+        index.register(blob)
+    again = index.match(request)
+    assert again.blob_ids == (0, 1, 2) and again.matched_tokens == 20
+    assert index.match(list(request)) == again
