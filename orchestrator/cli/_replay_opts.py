@@ -6,6 +6,7 @@ import argparse
 
 from orchestrator.cli._common import UserError, non_negative_int, positive_float
 from orchestrator.cli._load import add_load_options, load_options_from_args
+from orchestrator.cli._metrics_run import add_metrics_options
 from orchestrator.config import ControlConfig, ControlConfigError, TimeScales
 from orchestrator.run import DEFAULT_CLUSTER, DEFAULT_CONTROLLER, DEFAULT_MODEL, RunSettings
 
@@ -61,6 +62,7 @@ def add_run_options(p: argparse.ArgumentParser, controller: bool = True) -> None
                    metavar="S", help="TTFT target for goodput (default %(default)s s)")
     c.add_argument("--tpot-target", type=positive_float, default=ControlConfig.tpot_target_s,
                    metavar="S", help="TPOT target for goodput (default %(default)s s)")
+    add_metrics_options(p)
 
 
 def settings_from_args(args: argparse.Namespace, controller: str | None = None) -> RunSettings:

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from orchestrator.cli._common import UserError
+from orchestrator.cli._metrics_run import OM_NAME, metrics_hub
 from orchestrator.output import (
     OutputError,
     check_out_dir,
@@ -41,14 +42,20 @@ def out_dir_or_fail(out: str | None) -> Path | None:
 
 def replay_into(prepared: Prepared, settings: RunSettings, directory: Path | None,
                 args: argparse.Namespace, prefix: str = ""):
-    """Run one replay; with a directory, write its summary, series and decision log."""
+    """Run one replay; with a directory, write its summary, series, decision log and
+    metrics.om; with --metrics-port, serve its metrics while it runs."""
     logger, log_file = (decision_logger(directory / f"{prefix}decisions.jsonl")
                         if directory is not None else (None, None))
     label = f"replay ({settings.controller})"
+    hub = metrics_hub(args)
+    listeners, recorder = hub.listeners(f"{settings.controller}-seed{settings.seed}",
+                                        settings.controller, recording=directory is not None)
     try:
-        with progress_bar(label, enabled=False if args.no_progress else None) as on_progress:
+        with (hub.serving(),
+              progress_bar(label, enabled=False if args.no_progress else None) as on_progress):
             try:
-                result, summary = run_replay(prepared, settings, on_progress, logger=logger)
+                result, summary = run_replay(prepared, settings, on_progress, logger=logger,
+                                             listeners=listeners)
             except PolicyError as exc:
                 raise UserError(str(exc)) from None
     finally:
@@ -57,4 +64,5 @@ def replay_into(prepared: Prepared, settings: RunSettings, directory: Path | Non
     if directory is not None:
         write_json(directory / f"{prefix}summary.json", summary)
         write_series_csv(directory / f"{prefix}series.csv", result.series)
+        hub.write(recorder, directory / f"{prefix}{OM_NAME}", result.simulated_s)
     return result, summary

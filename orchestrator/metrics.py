@@ -1,0 +1,171 @@
+"""Prometheus metrics of a run, defined once here, and the listener that feeds them.
+
+`Metrics(registry)` declares every family on the registry it is given (tests
+pass a fresh `CollectorRegistry`). `MetricsListener(metrics, run, controller)`
+(in `orchestrator.metrics_listener`) is an observer of one `Orchestrator` (its `listeners` hook): it reads the
+cluster at every fast-loop sample and every completion and never steers. All
+series carry the `run` and `controller` labels, so two runs share a registry,
+a Prometheus and a dashboard side by side. Names follow the Prometheus
+conventions: prefix `tokenfactory_`, base units in the name, `_total` for
+counters. `docs/metrics.md` lists them; `VLLM_COMPAT` adds each worker's
+counterparts under vLLM's names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+PREFIX = "tokenfactory_"
+RUN = ("run", "controller")
+POOL = (*RUN, "pool", "phase")
+WORKER = (*POOL, "worker")
+# Latency buckets from 1 ms to 100 s, 1-2-5 per decade.
+LATENCY_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0,
+                     10.0, 20.0, 50.0, 100.0)
+# vLLM's own buckets (vllm/v1/metrics/loggers.py), so its dashboards' quantiles read alike.
+VLLM_TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
+                       2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+VLLM_ITL_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
+                      5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+# The oscillation index is computed over this many slow-loop periods of trailing samples.
+OSCILLATION_WINDOW_SLOW_PERIODS = 5
+
+
+class Compat(Enum):
+    """Metric names exposed besides ours (`--metrics-compat`)."""
+
+    NONE = "none"
+    VLLM = "vllm"
+
+
+@dataclass(frozen=True)
+class Family:
+    """What docs/metrics.md and the dashboard test know of a metric."""
+
+    name: str  # as queried: counters with `_total`
+    kind: str
+    labels: tuple[str, ...]
+    unit: str
+    help: str
+
+
+def _families() -> list[Family]:
+    """Every tokenfactory family: (name, kind, labels, unit, help)."""
+    p = PREFIX
+    rows = [
+        (f"{p}admission_queue_requests", "gauge", RUN, "requests", "calls waiting for admission"),
+        (f"{p}ready_buffer_requests", "gauge", RUN, "requests",
+         "filled calls waiting in the ready buffer for decode"),
+        (f"{p}backlog_requests", "gauge", RUN, "requests",
+         "admitted calls not yet decoding (fill queues and batches, ready buffer, KV loads)"),
+        (f"{p}pool_queue_requests", "gauge", POOL, "requests", "calls queued at a pool's workers"),
+        (f"{p}pool_running_requests", "gauge", POOL, "requests", "calls in a pool's batches"),
+        (f"{p}pool_slots_requests", "gauge", POOL, "requests",
+         "sequences a pool's serving workers aim to batch (decode target, fill maximum)"),
+        (f"{p}pool_occupancy_ratio", "gauge", POOL, "ratio", "running / slots of a pool"),
+        (f"{p}pool_workers", "gauge", POOL, "workers", "workers serving in a pool"),
+        (f"{p}pool_gpus", "gauge", POOL, "GPUs", "GPUs of a pool's workers"),
+        (f"{p}worker_batch_requests", "gauge", WORKER, "requests", "calls in a worker's batch"),
+        (f"{p}worker_queue_requests", "gauge", WORKER, "requests", "calls queued at a worker"),
+        (f"{p}worker_hbm_per_gpu_bytes", "gauge", WORKER, "bytes",
+         "resident HBM per GPU of a worker: weights plus the KV it holds"),
+        (f"{p}admitted_requests_total", "counter", RUN, "requests", "calls admitted"),
+        (f"{p}admission_decisions_total", "counter", (*RUN, "reason"), "decisions",
+         "fast-loop decisions by reason (closed set: AdmissionReason)"),
+        (f"{p}requests_submitted_total", "counter", RUN, "requests", "calls the sessions issued"),
+        (f"{p}requests_completed_total", "counter", RUN, "requests",
+         "calls that produced all their output tokens"),
+        (f"{p}requests_rejected_total", "counter", RUN, "requests", "calls refused"),
+        (f"{p}decode_starved", "gauge", RUN, "boolean",
+         "1 while decode runs below half its slots and work waits upstream"),
+        (f"{p}decode_starved_seconds_total", "counter", RUN, "seconds",
+         "time decode spent starved"),
+        (f"{p}oscillation_index", "gauge", RUN, "ratio",
+         "relative RMS of decode occupancy's fast fluctuations over the trailing "
+         f"{OSCILLATION_WINDOW_SLOW_PERIODS} slow-loop periods"),
+        (f"{p}request_ttft_seconds", "histogram", RUN, "seconds", "time to first token"),
+        (f"{p}request_tpot_seconds", "histogram", RUN, "seconds",
+         "time per output token after the first"),
+        (f"{p}request_e2e_seconds", "histogram", RUN, "seconds",
+         "submission to last token"),
+        (f"{p}input_tokens_total", "counter", RUN, "tokens", "input tokens of completed calls"),
+        (f"{p}output_tokens_total", "counter", RUN, "tokens", "output tokens of completed calls"),
+        (f"{p}kv_moved_bytes_total", "counter", (*RUN, "src_tier", "dst_tier"), "bytes",
+         "KV bytes copied between storage tiers"),
+        (f"{p}kv_lookup_tokens_total", "counter", (*RUN, "tier", "result"), "tokens",
+         "prefix tokens looked up per tier, result hit or miss"),
+        (f"{p}kv_resident_bytes", "gauge", (*RUN, "tier"), "bytes", "KV held per tier"),
+        (f"{p}reconfigurations_total", "counter", (*RUN, "from_pool", "to_pool"), "moves",
+         "workers the slow loop started moving between pools"),
+        (f"{p}energy_joules_total", "counter", RUN, "joules", "simulated GPU energy"),
+    ]
+    return [Family(*row) for row in rows]
+
+
+def _vllm_families() -> list[Family]:
+    labels = ("model_name", *WORKER)
+    rows = [
+        ("vllm:num_requests_waiting", "gauge", "requests", "requests waiting (worker queue)"),
+        ("vllm:num_requests_running", "gauge", "requests", "requests in the batch"),
+        ("vllm:kv_cache_usage_perc", "gauge", "ratio", "KV cache usage, 1 = full"),
+        ("vllm:gpu_cache_usage_perc", "gauge", "ratio", "KV cache usage (name before v0.10)"),
+        ("vllm:time_to_first_token_seconds", "histogram", "seconds",
+         "TTFT, by the worker that filled the call"),
+        ("vllm:inter_token_latency_seconds", "histogram", "seconds",
+         "mean inter-token latency of a call, by its decode worker"),
+        ("vllm:prompt_tokens_total", "counter", "tokens", "prompt tokens computed (fill worker)"),
+        ("vllm:generation_tokens_total", "counter", "tokens",
+         "tokens generated (decode worker)"),
+    ]
+    return [Family(n, k, labels, u, h) for n, k, u, h in rows]
+
+
+FAMILIES = _families()
+VLLM_FAMILIES = _vllm_families()
+
+
+def family_names(compat: Compat = Compat.NONE) -> list[str]:
+    fams = FAMILIES + (VLLM_FAMILIES if compat is Compat.VLLM else [])
+    return [f.name for f in fams]
+
+
+class Metrics:
+    """Every family declared on one registry; `m["tokenfactory_pool_workers"]`."""
+
+    def __init__(self, registry: CollectorRegistry, compat: Compat = Compat.NONE) -> None:
+        self.registry, self.compat = registry, compat
+        self._by_name: dict[str, object] = {}
+        for fam in FAMILIES + (VLLM_FAMILIES if compat is Compat.VLLM else []):
+            self._by_name[fam.name] = self._declare(fam)
+
+    def _declare(self, fam: Family):
+        kwargs = dict(labelnames=fam.labels, registry=self.registry)
+        if fam.kind == "counter":
+            return Counter(fam.name, fam.help, **kwargs)
+        if fam.kind == "gauge":
+            return Gauge(fam.name, fam.help, **kwargs)
+        if fam.name.startswith("vllm:"):
+            buckets = (VLLM_TTFT_BUCKETS_S if "first_token" in fam.name else VLLM_ITL_BUCKETS_S)
+        else:
+            buckets = LATENCY_BUCKETS_S
+        return Histogram(fam.name, fam.help, buckets=buckets, **kwargs)
+
+    def __getitem__(self, name: str):
+        return self._by_name[name]
+
+
+def oscillation_index(occupancy: np.ndarray, samples_per_slow_period: int) -> float:
+    """The summary's definition (docs/metrics.md) over the samples given: occupancy minus
+    its centred moving average over one slow period, standard deviation / mean."""
+    if len(occupancy) < 2 or occupancy.mean() <= 0:
+        return 0.0
+    n = max(1, min(samples_per_slow_period, len(occupancy)))
+    kernel = np.ones(n)
+    smooth = (np.convolve(occupancy, kernel, mode="same")
+              / np.convolve(np.ones_like(occupancy), kernel, mode="same"))
+    return float((occupancy - smooth).std() / occupancy.mean())
+

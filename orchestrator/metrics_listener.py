@@ -1,0 +1,234 @@
+"""The observer that feeds `orchestrator.metrics.Metrics` from one run.
+
+It implements the `Orchestrator` listener hooks: `on_sample` (every fast-loop
+period: depths, occupancy, per-worker state, storage and energy totals),
+`on_done` (latency histograms, token counters), `on_decision` and
+`on_reallocation`. Totals the orchestrator keeps (its counters, the store's
+counters, the reconfiguration log) are turned into counter increments by
+difference, so the exported counters equal the run's own figures. It reads
+only; time comes in as `now_s`.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from orchestrator.metrics import (
+    OSCILLATION_WINDOW_SLOW_PERIODS,
+    PREFIX,
+    Compat,
+    Metrics,
+    oscillation_index,
+)
+from orchestrator.policies.base import AdmissionReason
+from storage.tiers import Tier
+
+
+def _tier(t: Tier) -> str:
+    return t.name.lower()
+
+
+class MetricsListener:
+    def __init__(self, metrics: Metrics, run: str, controller: str) -> None:
+        self.m, self.run, self.controller = metrics, run, controller
+        self.base = (run, controller)
+        self._seen: dict[str, tuple[str, str]] = {}  # worker -> (pool, phase), for labels
+        self._gauged: set[tuple] = set()  # worker label sets exported last sample
+        self._last: dict[object, float] = {}  # totals already turned into increments
+        self._last_time_s: float | None = None
+        self._started = False
+        self._children: dict[tuple, object] = {}  # labels() costs microseconds: look up once
+
+    # -- helpers -----------------------------------------------------------------------
+    def _c(self, name: str, *labels: str):
+        key = (name, *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self.m[PREFIX + name].labels(*self.base, *labels)
+        return child
+
+    def _inc_to(self, key: object, counter, total: float) -> None:
+        """Increase `counter` so that it has grown by `total` since the run began."""
+        delta = total - self._last.get(key, 0.0)
+        if delta > 0:
+            counter.inc(delta)
+            self._last[key] = total
+
+    def _start(self, orch) -> None:
+        """Create every series of a closed set at zero, so dashboards see them at once."""
+        self._started = True
+        for reason in AdmissionReason:
+            self._c("admission_decisions_total", reason.value)
+        for src, dst in itertools.permutations(Tier, 2):
+            self._c("kv_moved_bytes_total", _tier(src), _tier(dst))
+        for tier in Tier:
+            for result in ("hit", "miss"):
+                self._c("kv_lookup_tokens_total", _tier(tier), result)
+        pools = sorted({p.name for p in orch.cluster.spec.pools})
+        for a, b in itertools.permutations(pools, 2):
+            self._c("reconfigurations_total", a, b)
+        for name in ("admitted_requests_total", "requests_submitted_total",
+                     "requests_completed_total", "requests_rejected_total",
+                     "input_tokens_total", "output_tokens_total", "energy_joules_total",
+                     "decode_starved_seconds_total"):
+            self._c(name)
+        for name in ("request_ttft_seconds", "request_tpot_seconds", "request_e2e_seconds"):
+            self._c(name)
+
+    def _workers(self, orch):
+        rt = orch.runtime
+        return [*rt.fill_workers.values(), *rt.decode_workers.values()]
+
+    # -- hooks -------------------------------------------------------------------------
+    def on_sample(self, orch, obs, now_s: float) -> None:
+        if not self._started:
+            self._start(orch)
+        period_s = 0.0 if self._last_time_s is None else now_s - self._last_time_s
+        self._last_time_s = now_s
+        self._c("admission_queue_requests").set(obs.admission_queue)
+        self._c("ready_buffer_requests").set(obs.ready_depth)
+        self._c("backlog_requests").set(obs.backlog)
+        waiting = obs.admission_queue + obs.fill_queue + obs.ready_depth
+        starved = obs.decode_running < 0.5 * obs.decode_slots and waiting > 0
+        self._c("decode_starved").set(1 if starved else 0)
+        if starved and period_s > 0:
+            self._c("decode_starved_seconds_total").inc(period_s)
+        c = orch.counters
+        self._inc_to("admitted", self._c("admitted_requests_total"), c["admitted"])
+        self._inc_to("submitted", self._c("requests_submitted_total"), c["submitted"])
+        self._inc_to("rejected", self._c("requests_rejected_total"), c["rejected"])
+        self._pools(orch, obs)
+        self._per_worker(orch)
+        self._storage(orch)
+        self._energy(orch, now_s)
+        self._reconfigurations(orch)
+        control = orch.control
+        per_slow = max(1, round(control.slow_period_s / control.fast_period_s))
+        occ = orch.series.decode_occupancy[-OSCILLATION_WINDOW_SLOW_PERIODS * per_slow:]
+        self._c("oscillation_index").set(
+            oscillation_index(np.asarray(occ, dtype=np.float64), per_slow))
+
+    def on_done(self, orch, req, now_s: float) -> None:
+        if not self._started:
+            self._start(orch)
+        self._c("requests_completed_total").inc()
+        self._c("input_tokens_total").inc(req.input_tokens)
+        self._c("output_tokens_total").inc(req.output_tokens)
+        if req.ttft_s is not None:
+            self._c("request_ttft_seconds").observe(req.ttft_s)
+        if req.tpot_s is not None:
+            self._c("request_tpot_seconds").observe(req.tpot_s)
+        self._c("request_e2e_seconds").observe(now_s - req.arrival_s)
+        if self.m.compat is Compat.VLLM:
+            self._vllm_done(orch, req)
+
+    def on_decision(self, orch, decision, now_s: float) -> None:
+        self._c("admission_decisions_total", decision.reason.value).inc()
+
+    def on_reallocation(self, orch, decision, now_s: float) -> None:
+        self._reconfigurations(orch)
+
+    # -- parts of a sample -------------------------------------------------------------
+    def _pools(self, orch, obs) -> None:
+        gpus: dict[str, int] = {}
+        for w in self._workers(orch):
+            gpus[w.spec.pool] = gpus.get(w.spec.pool, 0) + w.spec.layout.instance_gpus
+        slots_of: dict[str, int] = {}
+        for s in orch.runtime.states():
+            if s.accepting:
+                slots_of[s.pool] = slots_of.get(s.pool, 0) + s.target_batch
+        for p in obs.pools:
+            labels = (p.name, p.phase)
+            slots = slots_of.get(p.name, 0)
+            self._c("pool_queue_requests", *labels).set(p.queue_depth)
+            self._c("pool_running_requests", *labels).set(p.running)
+            self._c("pool_slots_requests", *labels).set(slots)
+            self._c("pool_occupancy_ratio", *labels).set(p.running / slots if slots else 0.0)
+            self._c("pool_workers", *labels).set(p.workers)
+            self._c("pool_gpus", *labels).set(gpus.get(p.name, 0))
+
+    def _per_worker(self, orch) -> None:
+        used = orch.runtime.store.placement.used_bytes
+        vllm = self.m.compat is Compat.VLLM
+        model = orch.cluster.model.name
+        now: set[tuple] = set()
+        for w in self._workers(orch):
+            s = w.state()
+            self._seen[s.name] = (s.pool, s.phase)
+            labels = (s.pool, s.phase, s.name)
+            now.add(labels)
+            gpus = w.spec.layout.instance_gpus
+            hbm = orch.weights_per_gpu[w.spec.pool] + (used.get(w.hbm, 0)
+                                                      + s.kv_resident_bytes) / gpus
+            self._c("worker_batch_requests", *labels).set(s.running)
+            self._c("worker_queue_requests", *labels).set(s.queue_depth)
+            self._c("worker_hbm_per_gpu_bytes", *labels).set(hbm)
+            if vllm:
+                v = (model, *self.base, *labels)
+                usage = s.kv_resident_bytes / s.kv_capacity_bytes if s.kv_capacity_bytes else 0.0
+                self.m["vllm:num_requests_waiting"].labels(*v).set(s.queue_depth)
+                self.m["vllm:num_requests_running"].labels(*v).set(s.running)
+                self.m["vllm:kv_cache_usage_perc"].labels(*v).set(usage)
+                self.m["vllm:gpu_cache_usage_perc"].labels(*v).set(usage)
+        # A worker that moved pools serves under a new name: drop the old one's gauges.
+        for labels in self._gauged - now:
+            for name in ("worker_batch_requests", "worker_queue_requests",
+                         "worker_hbm_per_gpu_bytes"):
+                self.m[PREFIX + name].remove(*self.base, *labels)
+                self._children.pop((name, *labels), None)
+            if vllm:
+                for name in ("vllm:num_requests_waiting", "vllm:num_requests_running",
+                             "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"):
+                    self.m[name].remove(model, *self.base, *labels)
+        self._gauged = now
+
+    def _storage(self, orch) -> None:
+        store = orch.runtime.store
+        counters = store.counters
+        for (src, dst), moved in counters.moved_bytes.items():
+            self._inc_to(("moved", src, dst),
+                         self._c("kv_moved_bytes_total", _tier(src), _tier(dst)), moved)
+        for tier in Tier:
+            self._inc_to(("hit", tier), self._c("kv_lookup_tokens_total", _tier(tier), "hit"),
+                         counters.hit_tokens[tier])
+            self._inc_to(("miss", tier), self._c("kv_lookup_tokens_total", _tier(tier), "miss"),
+                         counters.miss_tokens[tier])
+        resident = dict.fromkeys(Tier, 0)
+        for location, kv_bytes in store.placement.used_bytes.items():
+            resident[location.tier] += kv_bytes
+        for tier, kv_bytes in resident.items():
+            self._c("kv_resident_bytes", _tier(tier)).set(kv_bytes)
+
+    def _energy(self, orch, now_s: float) -> None:
+        """As the summary counts it: each worker's GPUs at TDP x (idle share + busy share x
+        busy time), plus the reconfigurer's account of workers that came and went."""
+        idle = orch.runtime.eff.idle_power_fraction
+        energy = 0.0
+        for w in self._workers(orch):
+            power = w.spec.layout.instance_gpus * w.spec.hardware.tdp_w
+            energy += power * (idle * now_s + (1 - idle) * w.state().busy_s)
+        energy += orch.reconfigurer.idle_energy_j(now_s, idle)
+        self._inc_to("energy", self._c("energy_joules_total"), energy)
+
+    def _reconfigurations(self, orch) -> None:
+        log = orch.reconfigurer.log
+        done = int(self._last.get("reconf", 0))
+        for _t, _worker, src, dst in log[done:]:
+            self._c("reconfigurations_total", src, dst).inc()
+        self._last["reconf"] = len(log)
+
+    def _vllm_done(self, orch, req) -> None:
+        model = orch.cluster.model.name
+        if req.fill_worker is not None and req.fill_worker in self._seen:
+            labels = (model, *self.base, *self._seen[req.fill_worker], req.fill_worker)
+            if req.ttft_s is not None:
+                self.m["vllm:time_to_first_token_seconds"].labels(*labels).observe(req.ttft_s)
+            self.m["vllm:prompt_tokens_total"].labels(*labels).inc(req.input_tokens)
+        worker = req.decode_worker or req.fill_worker
+        if worker is not None and worker in self._seen:
+            labels = (model, *self.base, *self._seen[worker], worker)
+            if req.tpot_s is not None:
+                self.m["vllm:inter_token_latency_seconds"].labels(*labels).observe(req.tpot_s)
+            self.m["vllm:generation_tokens_total"].labels(*labels).inc(req.output_tokens)
