@@ -84,7 +84,7 @@ def _families() -> list[Family]:
          "1 while decode runs below half its slots and work waits upstream"),
         (f"{p}decode_starved_seconds_total", "counter", RUN, "seconds",
          "time decode spent starved"),
-        (f"{p}oscillation_index", "gauge", RUN, "ratio",
+        (f"{p}oscillation_index", "gauge", RUN, "index",
          "relative RMS of decode occupancy's fast fluctuations over the trailing "
          f"{OSCILLATION_WINDOW_SLOW_PERIODS} slow-loop periods"),
         (f"{p}request_ttft_seconds", "histogram", RUN, "seconds", "time to first token"),

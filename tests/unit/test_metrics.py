@@ -1,0 +1,198 @@
+"""Prometheus metrics: families, the run listener, the exposition, metrics.om, CLI errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from orchestrator.cli import main
+from orchestrator.metrics import FAMILIES, VLLM_FAMILIES, Compat, Metrics, family_names
+from orchestrator.metrics_listener import MetricsListener
+from orchestrator.openmetrics import OpenMetricsRecorder, time_range
+from orchestrator.policies.base import AdmissionReason
+from orchestrator.run import Prepared, RunSettings, prepare, run_replay
+from traces import sample_path
+from traces.replay import LoadOptions
+
+SMALL = ["--max-sessions", "2", "--think-scale", "0.01", "--no-progress"]
+PROMTOOL = shutil.which("promtool")
+needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool (Debian package "
+                                    "prometheus) is not installed")
+
+
+@pytest.fixture(scope="module")
+def prepared() -> Prepared:
+    settings = RunSettings(load=LoadOptions(max_sessions=2, think_scale=0.01))
+    return prepare([sample_path()], "auto", settings)
+
+
+def replay(prepared: Prepared, compat: Compat = Compat.NONE, interval_s: float = 5.0):
+    settings = RunSettings(load=LoadOptions(max_sessions=2, think_scale=0.01))
+    registry = CollectorRegistry()
+    listener = MetricsListener(Metrics(registry, compat), "buffered-seed0", "buffered")
+    recorder = OpenMetricsRecorder(registry, interval_s)
+    result, summary = run_replay(prepared, settings, listeners=[listener, recorder])
+    recorder.finish(result.simulated_s)
+    return registry, recorder, result, summary
+
+
+@pytest.fixture(scope="module")
+def run(prepared):
+    return replay(prepared)
+
+
+def value(registry, name, **labels):
+    labels = {"run": "buffered-seed0", "controller": "buffered", **labels}
+    return registry.get_sample_value(name, labels)
+
+
+def test_names_follow_the_conventions():
+    for fam in FAMILIES:
+        assert fam.name.startswith("tokenfactory_")
+        assert {"run", "controller"} <= set(fam.labels)
+        if fam.kind == "counter":
+            assert fam.name.endswith("_total")
+        if fam.unit in ("seconds", "bytes", "joules", "ratio"):
+            assert fam.unit in fam.name
+    assert len(set(family_names(Compat.VLLM))) == len(FAMILIES) + len(VLLM_FAMILIES)
+
+
+def test_a_fresh_registry_holds_every_family():
+    registry = CollectorRegistry()
+    Metrics(registry)
+    names = {m.name for m in registry.collect()}
+    assert len(names) == len(FAMILIES)
+
+
+def test_counters_equal_the_runs_own_figures(run):
+    registry, _, result, summary = run
+    assert value(registry, "tokenfactory_requests_completed_total") == \
+        summary["requests"]["completed"] > 0
+    assert value(registry, "tokenfactory_requests_submitted_total") == \
+        summary["requests"]["submitted"]
+    assert value(registry, "tokenfactory_request_ttft_seconds_count") == \
+        summary["requests"]["completed"]
+    assert value(registry, "tokenfactory_output_tokens_total") == \
+        sum(r.output_tokens for r in result.requests)
+    decisions = sum(value(registry, "tokenfactory_admission_decisions_total", reason=r.value)
+                    for r in AdmissionReason)
+    assert decisions == len(result.decisions)
+    moved = sum(s.value for m in registry.collect() for s in m.samples
+                if s.name == "tokenfactory_kv_moved_bytes_total")
+    assert moved == summary["resources"]["kv_bytes_moved"]
+    energy = value(registry, "tokenfactory_energy_joules_total")
+    assert energy == pytest.approx(result.energy_j, rel=1e-9)
+
+
+@needs_promtool
+@pytest.mark.parametrize("compat", [Compat.NONE, pytest.param(Compat.VLLM, marks=pytest.mark.slow)])
+def test_promtool_check_metrics_passes_on_the_exposition(prepared, compat):
+    registry = replay(prepared, compat)[0] if compat is Compat.VLLM else None
+    if registry is None:
+        registry = CollectorRegistry()
+        Metrics(registry)
+    text = generate_latest(registry)
+    done = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True)
+    findings = [line for line in done.stdout.decode().splitlines() if line.strip()]
+    if compat is Compat.VLLM:
+        # vLLM's own names carry colons, which the lint flags; nothing else may be flagged.
+        assert all("should not contain ':'" in f and f.startswith("vllm:") for f in findings)
+        assert b"vllm:num_requests_waiting{" in text
+        assert b"vllm:time_to_first_token_seconds_bucket{" in text
+    else:
+        assert done.returncode == 0, findings
+
+
+@needs_promtool
+def test_the_full_run_exposition_passes_promtool(run):
+    done = subprocess.run([PROMTOOL, "check", "metrics"], input=generate_latest(run[0]),
+                          capture_output=True)
+    assert done.returncode == 0, done.stdout.decode()
+
+
+def test_metrics_om_is_grouped_timestamped_and_deterministic(run, prepared, tmp_path):
+    _, recorder, result, _ = run
+    a, b = tmp_path / "a.om", tmp_path / "b.om"
+    recorder.write(a, 1_700_000_000.0)
+    replay(prepared)[1].write(b, 1_700_000_000.0)
+    assert a.read_bytes() == b.read_bytes()
+    text = a.read_text()
+    assert text.endswith("# EOF\n")
+    types = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")]
+    assert len(types) == len(set(types))  # each family once
+    last: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("#") or "_bucket{" in line:
+            continue
+        series, _, t = line.rpartition(" ")[0].rpartition(" ")[0], None, float(line.split()[-1])
+        assert t > last.get(series, 0.0)
+        last[series] = t
+    lo, hi = time_range(a)
+    assert lo == 1_700_000_000.0
+    assert hi == pytest.approx(1_700_000_000.0 + result.simulated_s, abs=1e-3)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_port_in_use_is_one_line_and_exit_2(tmp_path, capsys):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        code = main(["replay", *SMALL, "--metrics-port", str(port), "--out",
+                     str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err == f"tokenfactory replay: error: --metrics-port {port}: address already in use\n"
+    assert not (tmp_path / "run").exists()
+
+
+def test_metrics_are_served_during_the_run_and_the_port_is_freed(tmp_path, capsys):
+    port = _free_port()
+    assert main(["replay", *SMALL, "--metrics-port", str(port), "--json"]) == 0
+    capsys.readouterr()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))  # released after the run
+
+
+def test_backfill_of_a_directory_that_is_not_a_run(tmp_path, capsys):
+    (tmp_path / "x").mkdir()
+    code = main(["metrics", "backfill", str(tmp_path / "x"), "--tsdb", str(tmp_path / "db")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "not a tokenfactory run directory" in err
+    assert not (tmp_path / "db").exists()
+
+
+@needs_promtool
+def test_backfill_of_a_broken_file_leaves_no_tsdb(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert main(["replay", *SMALL, "--out", str(run_dir)]) == 0
+    (run_dir / "metrics.om").write_text("tokenfactory_x{ 1 2\n# EOF\n")
+    code = main(["metrics", "backfill", str(run_dir), "--tsdb", str(tmp_path / "db")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip().count("\n") == 0 and "promtool refused it" in err
+    assert not (tmp_path / "db").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]
+
+
+@pytest.mark.slow
+def test_replay_writes_metrics_om_and_compare_one_per_controller(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    assert main(["compare", *SMALL, "--json", "--out", str(out),
+                 "--metrics-start", "2025-01-01T00:00:00"]) == 0
+    summaries = json.loads(capsys.readouterr().out)["runs"]
+    for name in ("retire", "buffered"):
+        text = (out / f"{name}-metrics.om").read_text()
+        assert f'run="{name}-seed0",controller="{name}"' in text
+        completed = [line for line in text.splitlines()
+                     if line.startswith("tokenfactory_requests_completed_total{")]
+        assert float(completed[-1].split()[-2]) == summaries[name]["requests"]["completed"]
