@@ -61,16 +61,19 @@ class ReplayResult:
     control: ControlConfig
     policy: str
     realloc_decisions: list[ReallocDecision] = field(default_factory=list)
+    realloc_times_s: list[float] = field(default_factory=list)  # when each was decided
     first_session_s: float = 0.0  # the span in which sessions were started
     last_session_s: float = 0.0
     predicted_fill_latency_s: float = 0.0  # the cost core's typical fill, at the end
+    predicted_decode_calls_per_s: float = 0.0  # the cost core's decode rate, at the end
+    rejected_arrivals_s: list[float] = field(default_factory=list)
 
 
 class Orchestrator:
     def __init__(self, cluster: BoundCluster, sessions: Sequence[Session], policy: AdmissionPolicy,
                  control: ControlConfig, load: LoadOptions, seed: int,
                  on_progress: Callable[[int, int], None] | None = None, logger=None,
-                 listeners: Sequence[object] = ()):
+                 listeners: Sequence[object] = (), deadline_s: float | None = None):
         self.cluster, self.sessions, self.policy = cluster, list(sessions), policy
         self.control, self.load, self.seed = control, load, seed
         self.on_progress = on_progress
@@ -79,6 +82,10 @@ class Orchestrator:
         # now_s), on_done(orch, req, now_s), on_decision(orch, decision, now_s) and
         # on_reallocation(orch, decision, now_s). They read; they never steer.
         self.listeners = list(listeners)
+        # Stop the run at this simulated time even if calls are still in flight (they are
+        # then reported as such); None runs until every session has finished.
+        self.deadline_s = deadline_s
+        self.timed_out = False
         sizes = {c.block_size for s in self.sessions for c in s.calls}
         if len(sizes) != 1:
             raise ValueError(f"traces mix block sizes {sorted(sizes)}: replay one kind at a time")
@@ -95,7 +102,9 @@ class Orchestrator:
         self.series = Series()
         self.decisions: list[tuple[float, str]] = []
         self.realloc_decisions: list[ReallocDecision] = []
+        self.realloc_times_s: list[float] = []
         self.done: list[Request] = []
+        self._rejected_arrivals_s: list[float] = []
         self._period_done: list[Request] = []
         self._period_admitted = 0
         self._busy_last: dict[str, float] = {}
@@ -130,6 +139,7 @@ class Orchestrator:
 
     def _reject(self, pending: Pending) -> None:
         del self._pending[pending.request.call_id]
+        self._rejected_arrivals_s.append(pending.request.arrival_s)
         self.counters["rejected"] += 1
         pending.future.set_result(Outcome.REJECTED)
 
@@ -219,7 +229,8 @@ class Orchestrator:
         s.backlog.append(obs.backlog)
         s.ready_depth.append(obs.ready_depth)
         s.admission_queue.append(obs.admission_queue)
-        s.upstream_waiting.append(obs.admission_queue + obs.fill_queue + obs.ready_depth)
+        # Work decode could be running: admitted and filled, or held back by admission.
+        s.upstream_waiting.append(obs.admission_queue + obs.ready_depth)
         s.admitted.append(self._period_admitted)
         s.completed.append(len(self._period_done))
         ttfts = [r.ttft_s for r in self._period_done if r.ttft_s is not None]
@@ -275,6 +286,7 @@ class Orchestrator:
             now_s = loop.time()
             decision = self.realloc.decide(self.lag.seen_at(now_s), now_s)
             self.realloc_decisions.append(decision)
+            self.realloc_times_s.append(now_s)
             started = decision.move is not None and self.reconfigurer.start(decision.move, now_s)
             self._notify("on_reallocation", decision, now_s)
             if self.logger is not None:
@@ -351,7 +363,12 @@ class Orchestrator:
             task.add_done_callback(lambda t: t.cancelled() or t.exception() is None
                                    or crashed(loop, {"exception": t.exception()}))
         try:
-            await feeder
+            if self.deadline_s is None:
+                await feeder
+            else:
+                await asyncio.wait_for(feeder, timeout=self.deadline_s)
+        except TimeoutError:
+            self.timed_out = True
         except asyncio.CancelledError:
             if self._crash is None:
                 raise
@@ -383,7 +400,9 @@ class Orchestrator:
             events=rt.log.count, energy_j=energy, peak_hbm_bytes_per_gpu=self._peak_hbm_per_gpu,
             kv_bytes_moved=int(sum(snap.moved_bytes.values())), gpus=self.cluster.spec.gpus,
             store_counters=snap, control=self.control, policy=self.policy.name,
-            realloc_decisions=self.realloc_decisions,
+            realloc_decisions=self.realloc_decisions, realloc_times_s=self.realloc_times_s,
             first_session_s=getattr(self, "first_session_s", 0.0),
             last_session_s=getattr(self, "last_session_s", 0.0),
-            predicted_fill_latency_s=self.predictor.fill_latency_s(rt))
+            predicted_fill_latency_s=self.predictor.fill_latency_s(rt),
+            predicted_decode_calls_per_s=self.predictor.decode_calls_per_s(rt),
+            rejected_arrivals_s=self._rejected_arrivals_s)

@@ -90,7 +90,7 @@ th:first-child {{ text-align: left; }}
 </table>
 <p>Oscillation index: coefficient of variation of decode occupancy, sampled every fast-loop
 period while sessions are being started (after the first 10% of that span). Decode starvation:
-share of those samples with decode below half its slots while work waits upstream.
+share of those samples with decode below half its slots while calls wait in the admission queue or the ready buffer.
 See docs/metrics.md.</p>
 </body></html>
 """

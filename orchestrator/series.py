@@ -16,7 +16,7 @@ class Series:
     backlog: list[int] = field(default_factory=list)  # admitted, not yet decoding
     ready_depth: list[int] = field(default_factory=list)
     admission_queue: list[int] = field(default_factory=list)
-    upstream_waiting: list[int] = field(default_factory=list)  # anything waiting before decode
+    upstream_waiting: list[int] = field(default_factory=list)  # admission queue + ready
     admitted: list[int] = field(default_factory=list)  # in the period just ended
     completed: list[int] = field(default_factory=list)
     ttft_mean_s: list[float] = field(default_factory=list)  # calls whose first token came

@@ -13,8 +13,8 @@ Definitions (docs/metrics.md states them for users; keep the two in step):
   and fill times) counts in full; load that drifts over minutes (sessions
   arriving, ending) does not;
 - decode starvation fraction: the share of window samples in which decode runs
-  below half its slots while work waits upstream (admission queue, fill
-  queues or ready buffer non-empty);
+  below half its slots while work it could run waits upstream (the admission
+  queue or the ready buffer is not empty);
 - goodput: output tokens per simulated second of calls that met both their TTFT
   and their TPOT targets.
 """
@@ -58,7 +58,8 @@ def _cv(values: np.ndarray) -> float:
 
 def _fast_part(values: np.ndarray, n: int) -> np.ndarray:
     """`values` minus their centred moving average over `n` samples (edges: shorter)."""
-    if n <= 1 or len(values) == 0:
+    n = min(n, len(values))  # np.convolve(mode="same") returns the longer operand's length
+    if n <= 1:
         return values - values.mean() if len(values) else values
     kernel = np.ones(n)
     total = np.convolve(values, kernel, mode="same")

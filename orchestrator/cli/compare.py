@@ -14,8 +14,10 @@ from orchestrator.cli._replay_opts import (
     trace_paths,
 )
 from orchestrator.cli._replay_run import out_dir_or_fail, prepare_or_fail, replay_into
+from orchestrator.config import ControlConfig
 from orchestrator.output import run_dir, write_json
-from orchestrator.policies import BUILTIN
+from orchestrator.plugins import load_policy
+from orchestrator.policies import PluginError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,10 +37,11 @@ def parse_controllers(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
         raise UserError(f"--controllers: expected a comma-separated list, got {text!r}")
-    unknown = [n for n in names if n not in BUILTIN]
-    if unknown:
-        raise UserError(f"--controllers: unknown controller {unknown[0]!r}; known: "
-                        f"{', '.join(sorted(BUILTIN))}")
+    for name in names:
+        try:
+            load_policy(name, ControlConfig())
+        except PluginError as exc:
+            raise UserError(f"--controllers: {exc}") from None
     if len(set(names)) != len(names):
         raise UserError(f"--controllers: {text!r} names a controller twice")
     return names

@@ -26,10 +26,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_trace_args(p)
     add_run_options(p)
     p.add_argument("--out", help="directory for summary.json, series.csv, decisions.jsonl")
+    p.add_argument("--from-counterexample", metavar="FILE",
+                   help="replay a scenario saved by the stability kit (its traffic, cluster, "
+                        "perturbations, controller and seed; other options are ignored)")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.from_counterexample:
+        return run_counterexample(args)
     settings = settings_from_args(args)
     out = out_dir_or_fail(args.out)
     prepared = prepare_or_fail(trace_paths(args), args.format, settings)
@@ -41,4 +46,41 @@ def run(args: argparse.Namespace) -> int:
         from orchestrator.tables import summary_table
 
         summary_table({settings.controller: summary})
+    return 0
+
+
+def run_counterexample(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from orchestrator.cli._common import UserError
+    from orchestrator.kit.scenario import Scenario, run_scenario
+    from orchestrator.output import write_json, write_series_csv
+    from orchestrator.policies import PluginError
+    from orchestrator.summary import summarize
+
+    path = Path(args.from_counterexample)
+    try:
+        scenario = Scenario.load_file(path)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read: {exc.strerror}") from None
+    except (ValueError, TypeError) as exc:
+        raise UserError(f"{path}: not a counterexample file: {exc}") from None
+    out = out_dir_or_fail(args.out)
+    try:
+        result = run_scenario(scenario)
+    except PluginError as exc:
+        raise UserError(str(exc)) from None
+    control = scenario.control()
+    summary = summarize(result, control.ttft_target_s, control.tpot_target_s,
+                        run=path.stem, controller=scenario.controller)
+    if out is not None:
+        with run_dir(out) as directory:
+            write_json(directory / "summary.json", summary)
+            write_series_csv(directory / "series.csv", result.series)
+    if args.json:
+        print_json(summary)
+    else:
+        from orchestrator.tables import summary_table
+
+        summary_table({scenario.controller: summary}, title=f"counterexample {path.name}")
     return 0

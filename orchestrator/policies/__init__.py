@@ -5,7 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from orchestrator.config import ControlConfig
-from orchestrator.policies.base import AdmissionDecision, AdmissionPolicy, AdmissionReason
+from orchestrator.policies.base import (
+    AdmissionDecision,
+    AdmissionPolicy,
+    AdmissionReason,
+    PluginError,
+)
 from orchestrator.policies.buffered import BufferedAdmission
 from orchestrator.policies.predictive import PredictiveAdmission
 from orchestrator.policies.retire import RetireAdmission
@@ -17,18 +22,15 @@ BUILTIN: dict[str, Callable[..., AdmissionPolicy]] = {
 }
 
 
-class UnknownPolicyError(ValueError):
-    pass
+def make_policy(name: str, config: ControlConfig, base_target_batch: int = 4) -> AdmissionPolicy:
+    """A controller by registered name or `module:Class` (see orchestrator.plugins)."""
+    from orchestrator.plugins import load_policy
+
+    return load_policy(name, config, base_target_batch)
 
 
-def make_policy(name: str, config: ControlConfig, base_target_batch: int = 4,
-                max_target_batch: int | None = None) -> AdmissionPolicy:
-    if name not in BUILTIN:
-        raise UnknownPolicyError(
-            f"unknown controller {name!r}; known: {', '.join(sorted(BUILTIN))}")
-    if name == "retire":
-        return RetireAdmission(config)
-    return BUILTIN[name](config, base_target_batch, max_target_batch)
+UnknownPolicyError = PluginError
 
 
-__all__ = ["BUILTIN", "AdmissionDecision", "AdmissionPolicy", "AdmissionReason", "make_policy"]
+__all__ = ["BUILTIN", "AdmissionDecision", "AdmissionPolicy", "AdmissionReason", "PluginError",
+           "make_policy"]

@@ -46,6 +46,10 @@ class AdmissionDecision:
             raise ValueError(f"reason: expected an AdmissionReason, got {self.reason!r}")
 
 
+class PluginError(ValueError):
+    """A controller that cannot be loaded or used: names it and says why, in one line."""
+
+
 @runtime_checkable
 class AdmissionPolicy(Protocol):
     name: str

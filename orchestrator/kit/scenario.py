@@ -1,0 +1,159 @@
+"""A stability scenario: small, serialisable, replayable with one command.
+
+A `Scenario` says what traffic arrives (open-loop single calls at given times, or
+closed-loop synthetic agent sessions), how the cluster is perturbed (a pool losing
+workers, slower storage, a longer observation lag), which controller runs, and the
+seed. `run_scenario` replays it in virtual time; `save`/`load` write it as JSON so a
+failing example can be replayed with `tokenfactory replay --from-counterexample FILE`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from costmodel.model import load_model
+from orchestrator.config import ControlConfig
+from orchestrator.plugins import load_policy
+from orchestrator.replay import Orchestrator, ReplayResult
+from traces.model import Call, Session
+from traces.replay import LoadOptions
+from workers.clock import VirtualClock
+from workers.cluster import cluster_from_dict, load_cluster
+
+FORMAT_VERSION = 1
+
+# A small cluster that replays fast: one H200 node of prefill and midfill, one of decode.
+KIT_CLUSTER = {
+    "name": "kit-small",
+    "pfs": {"capacity_gb": 100_000, "read_gb_per_s": 200, "write_gb_per_s": 100},
+    "racks": [{"name": "r0", "cache_gb": 500, "cache_gb_per_s": 100}],
+    "nodes": [
+        {"name": "n0", "rack": "r0", "hardware": "h200", "gpus": 8, "dram_gb": 2000,
+         "dram_gb_per_s": 200},
+        {"name": "n1", "rack": "r0", "hardware": "h200", "gpus": 8, "dram_gb": 2000,
+         "dram_gb_per_s": 200},
+    ],
+    "pools": [
+        {"name": "prefill", "phase": "prefill", "nodes": ["n0"], "gpus": 4, "tp": 4,
+         "precision": "bf16"},
+        {"name": "midfill", "phase": "midfill", "nodes": ["n0"], "gpus": 4, "tp": 4,
+         "precision": "bf16"},
+        {"name": "decode", "phase": "decode", "nodes": ["n1"], "gpus": 8, "tp": 4,
+         "precision": "bf16", "target_batch": 4},
+    ],
+}
+KIT_MODEL = "llama-3.1-70b"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    controller: str = "buffered"  # a registered name or module:Class
+    arrivals_s: tuple[float, ...] = ()  # open-loop single calls
+    input_tokens: int = 2048
+    output_tokens: int = 64
+    agent_sessions: int = 0  # closed-loop synthetic agent sessions (traces.synth)
+    agent_calls: int = 8  # calls per agent session (the first ones)
+    agent_seed: int = 0
+    think_scale: float = 0.05
+    sessions_per_hour: float = 3600.0
+    lose_workers: tuple[tuple[float, str, int], ...] = ()  # (time_s, pool, workers) drained
+    storage_slowdown: float = 1.0  # host memory and file system bandwidth divided by this
+    observation_lag_s: float = 2.0
+    realloc: bool = False
+    hysteresis: bool = True
+    seed: int = 0
+    deadline_s: float = 1800.0  # calls still in flight then count as not completed
+    cluster: str = ""  # a preset or TOML path; empty: the kit's small cluster
+    model: str = KIT_MODEL
+    extra: dict = field(default_factory=dict)  # ControlConfig fields to override
+
+    def control(self) -> ControlConfig:
+        return ControlConfig(observation_lag_s=self.observation_lag_s,
+                             batch_change_interval_s=max(10.0, self.observation_lag_s + 1.0),
+                             realloc_enabled=self.realloc, hysteresis=self.hysteresis,
+                             **self.extra)
+
+    def sessions(self) -> list[Session]:
+        if self.agent_sessions:
+            import numpy as np
+
+            from traces.synth import generate
+
+            return [replace(s, calls=s.calls[:self.agent_calls])
+                    for s in generate(self.agent_sessions, np.random.default_rng(self.agent_seed))]
+        out = []
+        per = self.input_tokens // 64
+        for i, t in enumerate(self.arrivals_s):
+            blocks = tuple(range(i << 20, (i << 20) + per))
+            call = Call(f"c{i}", 0, self.input_tokens, 0, self.input_tokens, self.output_tokens,
+                        0.0, False, False, 64, blocks, arrival_s=float(t))
+            out.append(Session(f"c{i}", "scenario", float(t), (call,)))
+        return out
+
+    def load(self) -> LoadOptions:
+        if self.agent_sessions:
+            return LoadOptions(sessions_per_hour=self.sessions_per_hour,
+                               think_scale=self.think_scale)
+        return LoadOptions()
+
+    def cluster_dict(self) -> dict:
+        data = copy.deepcopy(KIT_CLUSTER)
+        if self.storage_slowdown != 1.0:
+            for node in data["nodes"]:
+                node["dram_gb_per_s"] /= self.storage_slowdown
+            for key in ("read_gb_per_s", "write_gb_per_s"):
+                data["pfs"][key] /= self.storage_slowdown
+        return data
+
+    def save(self, path: Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = {"tokenfactory_counterexample": FORMAT_VERSION, **asdict(self)}
+        path.write_text(json.dumps(data, indent=2) + "\n")
+        return path
+
+    @classmethod
+    def load_file(cls, path: Path) -> Scenario:
+        data = json.loads(Path(path).read_text())
+        if data.pop("tokenfactory_counterexample", None) != FORMAT_VERSION:
+            raise ValueError(f"{path}: not a tokenfactory counterexample (version "
+                             f"{FORMAT_VERSION})")
+        fields = {k: tuple(tuple(x) if isinstance(x, list) else x for x in v)
+                  if isinstance(v, list) else v for k, v in data.items()}
+        return cls(**fields)
+
+
+class _WorkerLoss:
+    """Listener that drains workers of a pool at given times (capacity lost, work kept)."""
+
+    def __init__(self, losses: tuple[tuple[float, str, int], ...]):
+        self.pending = sorted(losses)
+
+    def on_sample(self, orch, obs, now_s: float) -> None:
+        while self.pending and self.pending[0][0] <= now_s:
+            _, pool, count = self.pending.pop(0)
+            workers = [w for w in (*orch.runtime.fill_workers.values(),
+                                   *orch.runtime.decode_workers.values())
+                       if w.spec.pool == pool and w.accepting]
+            for w in workers[1:][:count]:  # a pool keeps at least one worker
+                w.accepting = False
+
+
+def run_scenario(scenario: Scenario, policy=None) -> ReplayResult:
+    """Replay `scenario`; `policy` (an AdmissionPolicy object) overrides its controller."""
+    model = load_model(scenario.model)
+    spec = (load_cluster(scenario.cluster) if scenario.cluster
+            else cluster_from_dict(scenario.cluster_dict(), "kit-small"))
+    bound = spec.bind(model)
+    control = scenario.control()
+    target = next(p.batch.target_batch for p in spec.pools if p.phase.name == "DECODE")
+    chosen = policy if policy is not None else load_policy(scenario.controller, control, target)
+    listeners = [_WorkerLoss(scenario.lose_workers)] if scenario.lose_workers else []
+    orch = Orchestrator(bound, scenario.sessions(), chosen, control, scenario.load(),
+                        scenario.seed, listeners=listeners, deadline_s=scenario.deadline_s)
+    result = VirtualClock().run(orch.run())
+    result.scenario = scenario
+    return result
