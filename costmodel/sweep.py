@@ -167,6 +167,27 @@ def run_sweep(model: ModelSpec, hardware: HardwareTable, workloads: tuple[Worklo
                        configs_evaluated=len(cfg_all))
 
 
+def merge_results(parts: list[SweepResult]) -> SweepResult:
+    """Sweeps of disjoint workload lists over the same hardware, as one sweep of all
+    their workloads in order. Frontiers are marked within a workload (per hardware and
+    across it), so the merge is the sweep that would have run in one piece."""
+    if not parts:
+        raise CostModelError("no sweeps to merge")
+    names = parts[0].hardware_names
+    if any(p.hardware_names != names for p in parts):
+        raise CostModelError("sweeps over different hardware cannot be merged")
+    columns: dict[str, list[np.ndarray]] = {k: [] for k in parts[0].columns}
+    offset = 0
+    for part in parts:
+        for key, values in part.columns.items():
+            columns[key].append(values + offset if key == "workload" else values)
+        offset += len(part.workloads)
+    return SweepResult(columns={k: np.concatenate(v) for k, v in columns.items()},
+                       workloads=tuple(w for p in parts for w in p.workloads),
+                       hardware_names=names,
+                       configs_evaluated=sum(p.configs_evaluated for p in parts))
+
+
 # Columns written as names rather than codes.
 def _labels(result: SweepResult) -> dict[str, np.ndarray]:
     c = result.columns

@@ -21,7 +21,7 @@ import numpy as np
 
 from costmodel.hardware import HardwareTable, load_hardware
 from costmodel.phase import Phase
-from costmodel.sweep import Grid, SweepResult, Workload, run_sweep
+from costmodel.sweep import Grid, SweepResult, Workload, merge_results, run_sweep
 
 MODEL = "kimi-k3-like"
 HARDWARE = ("gb200", "b200", "b300")
@@ -64,11 +64,25 @@ def select_workloads(phase: str = "all", names: list[str] | None = None) -> tupl
 
 def run_worked_example(model_name: str = MODEL, hardware: tuple[str, ...] = HARDWARE,
                        workloads: tuple[Workload, ...] = WORKLOADS,
-                       grid: Grid = GRID) -> SweepResult:
+                       grid: Grid = GRID, map_parts=None) -> SweepResult:
+    """The sweep in one piece or, given `map_parts(fn, shared, items) -> results in
+    order` (an executor's map), one part per workload, merged: the same result."""
+    if map_parts is not None:
+        parts = map_parts(sweep_part, (model_name, hardware, grid),
+                          [(w,) for w in workloads])
+        return merge_results(parts)
     from costmodel.model import load_model
 
     table = HardwareTable(tuple(load_hardware(h) for h in hardware))
     return run_sweep(load_model(model_name), table, workloads, grid)
+
+
+def sweep_part(shared: tuple[str, tuple[str, ...], Grid],
+               workloads: tuple[Workload, ...]) -> SweepResult:
+    """One part of a split sweep: every layout of the shared model and hardware for
+    these workloads (a top-level function, so a worker process can import it)."""
+    model_name, hardware, grid = shared
+    return run_worked_example(model_name, hardware, workloads, grid)
 
 
 def summary_rows(result: SweepResult) -> list[dict]:

@@ -16,16 +16,22 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
+import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 EXECUTORS = ("local", "ray")
-RAY_CONNECT_TIMEOUT_S = 25.0
+# Probe, then ray.init, then the hard exit's grace: 5 + 18 + 4 s, under 30 s in all.
 PROBE_TIMEOUT_S = 5.0
+RAY_CONNECT_TIMEOUT_S = 18.0
+HARD_EXIT_GRACE_S = 4.0
 
 
 class ExecutorError(Exception):
@@ -56,6 +62,28 @@ def _call_local(fn: Callable[[Any, Any], Any], item: Any) -> Any:
 
 def _call_ray(fn: Callable[[Any, Any], Any], shared: Any, item: Any) -> Any:
     return fn(shared, item)
+
+
+class InlineExecutor:
+    """Every task in this process, one after another: for tests and debugging (a
+    debugger, a profiler or a monkeypatch sees the task run)."""
+
+    name = "inline"
+    workers = 1
+
+    def __enter__(self) -> InlineExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def run(self, fn: Callable[[Any, Any], Any], shared: Any,
+            items: Sequence[Any]) -> Iterator[tuple[int, Outcome]]:
+        for index, item in enumerate(items):
+            try:
+                yield index, Outcome(fn(shared, item))
+            except Exception as exc:  # a task's failure is its outcome
+                yield index, Outcome(error=f"{type(exc).__name__}: {exc}")
 
 
 class LocalExecutor:
@@ -120,6 +148,68 @@ def _probe(address: str) -> None:
                             "address") from None
 
 
+class _ConnectTimeout(Exception):
+    pass
+
+
+def _hard_exit(message: str, stderr_fd: int) -> None:
+    # Last resort when ray.init is stuck in native code the alarm cannot interrupt.
+    os.write(stderr_fd, f"tokenfactory: error: {message}\n".encode())
+    os._exit(2)
+
+
+def _init_bounded(ray, kwargs: dict[str, Any], timeout_s: float, where: str) -> None:
+    """ray.init, or ExecutorError within `timeout_s` (plus a few seconds at worst).
+
+    ray.init must run on the main thread (run elsewhere, the driver dies on its
+    first call), so the deadline is a SIGALRM that interrupts it, backed by a
+    timer thread that ends the process if native code never returns."""
+    message = f"could not connect to {where} within {timeout_s:g} s"
+    main = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
+
+    def on_alarm(signum, frame) -> None:
+        raise _ConnectTimeout
+
+    with _stderr_to_scratch() as saved_fd:
+        old = signal.signal(signal.SIGALRM, on_alarm) if main else None
+        if main:
+            signal.setitimer(signal.ITIMER_REAL, timeout_s)
+        hard = threading.Timer(timeout_s + HARD_EXIT_GRACE_S, _hard_exit,
+                               args=(message, saved_fd))
+        hard.daemon = True
+        hard.start()
+        try:
+            ray.init(**kwargs)
+        except _ConnectTimeout:
+            raise ExecutorError(message) from None
+        except Exception as exc:  # whatever Ray raises, the user gets one line
+            text = str(exc).strip()
+            first = text.splitlines()[0] if text else ""
+            raise ExecutorError(f"could not connect to {where}: {type(exc).__name__}"
+                                f"{': ' + first if first else ''}") from None
+        finally:
+            hard.cancel()
+            if main:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, old)
+
+
+@contextmanager
+def _stderr_to_scratch() -> Iterator[int]:
+    """Ray's native client logs every failed attempt on file descriptor 2; while it
+    connects that goes to a scratch file, so a failure reads as our one line.
+    Yields a descriptor of the real stderr."""
+    sys.stderr.flush()
+    saved_fd = os.dup(2)
+    with tempfile.TemporaryFile() as scratch:
+        os.dup2(scratch.fileno(), 2)
+        try:
+            yield saved_fd
+        finally:
+            os.dup2(saved_fd, 2)
+            os.close(saved_fd)
+
+
 class RayExecutor:
     """Ray tasks on the cluster at `address`, or on a local Ray instance without one."""
 
@@ -141,26 +231,8 @@ class RayExecutor:
             kwargs["address"] = self.address
         else:
             kwargs |= {"num_cpus": self.workers or os.cpu_count(), "include_dashboard": False}
-        failure: list[BaseException] = []
-
-        def connect() -> None:
-            try:
-                ray.init(**kwargs)
-            except BaseException as exc:
-                failure.append(exc)
-
-        # A daemon thread: if ray.init never returns, the process can still exit.
-        thread = threading.Thread(target=connect, name="ray-init", daemon=True)
-        thread.start()
-        thread.join(self.connect_timeout_s)
         where = f"Ray at {self.address}" if self.address else "a local Ray instance"
-        if thread.is_alive():
-            raise ExecutorError(f"could not connect to {where} within "
-                                f"{self.connect_timeout_s:g} s")
-        if failure:
-            msg = str(failure[0]).strip().splitlines()[0] if str(failure[0]).strip() else ""
-            raise ExecutorError(f"could not connect to {where}: {type(failure[0]).__name__}"
-                                f"{': ' + msg if msg else ''}")
+        _init_bounded(ray, kwargs, self.connect_timeout_s, where)
         self._ray = ray
         return self
 
@@ -202,6 +274,8 @@ def make_executor(name: str, workers: int | None = None, ray_address: str | None
         return LocalExecutor(workers)
     if name == "ray":
         return RayExecutor(ray_address, workers)
+    if name == "inline":
+        return InlineExecutor()
     raise ExecutorError(f"unknown executor {name!r}; known: {', '.join(EXECUTORS)}")
 
 

@@ -16,9 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from orchestrator.cli._common import UserError, print_json
+from orchestrator.cli._common import UserError, positive_int, print_json
+from orchestrator.executors import EXECUTORS
 
-EXECUTORS = ("local", "ray")
 PHASES = ("all", "prefill", "midfill", "decode")
 
 
@@ -39,8 +39,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plots", action=argparse.BooleanOptionalAction, default=True,
                    help="write PNG plots (default yes)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--executor", default="local", metavar="NAME",
-                   help="where to evaluate: local (default); ray is not available yet")
+    p.add_argument("--executor", default="local", choices=EXECUTORS,
+                   help="local: this machine (default); ray: one Ray task per workload. "
+                        "Outputs are the same either way")
+    p.add_argument("--ray-address", metavar="ADDR",
+                   help="Ray head HOST:PORT or ray://HOST:PORT (default: start a local Ray)")
+    p.add_argument("--workers", type=positive_int, default=1, metavar="N",
+                   help="local: split the workloads over N processes (default 1: the sweep "
+                        "is vectorised and takes well under a second in one process)")
     p.set_defaults(run=run)
 
 
@@ -54,10 +60,6 @@ def run(args: argparse.Namespace) -> int:
         summary_rows,
     )
 
-    if args.executor != "local":
-        if args.executor == "ray":
-            raise UserError("--executor ray is not available yet; use --executor local")
-        raise UserError(f"unknown executor {args.executor!r}; known: local")
     hardware = tuple(h.strip() for h in args.hardware.split(",") if h.strip())
     if not hardware:
         raise UserError("--hardware: expected at least one name")
@@ -66,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     parent = _check_out(out)
 
     started = time.perf_counter()
-    result = run_worked_example(args.model, hardware, workloads)
+    result = _run(args, hardware, workloads, run_worked_example)
     sweep_s = time.perf_counter() - started
 
     try:
@@ -103,6 +105,30 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.write(f"{result.configs_evaluated:,} configurations swept in {sweep_s:.2f} s; "
                      f"wrote {', '.join(files)} to {out}/\n")
     return 0
+
+
+def _run(args: argparse.Namespace, hardware, workloads, run_worked_example):
+    """In this process, or split by workload over an executor's workers."""
+    if args.executor == "local" and args.workers == 1:
+        if args.ray_address:
+            raise UserError("--ray-address needs --executor ray")
+        return run_worked_example(args.model, hardware, workloads)
+    # Models and hardware are checked here, in this process, before any worker starts.
+    from costmodel.hardware import load_hardware
+    from costmodel.model import load_model
+    from orchestrator.executors import ExecutorError, make_executor, map_ordered
+
+    load_model(args.model)
+    for name in hardware:
+        load_hardware(name)
+    try:
+        workers = args.workers if args.executor == "local" else None
+        with make_executor(args.executor, workers, args.ray_address) as executor:
+            return run_worked_example(
+                args.model, hardware, workloads,
+                map_parts=lambda fn, shared, items: map_ordered(executor, fn, shared, items))
+    except ExecutorError as exc:
+        raise UserError(str(exc)) from None
 
 
 def _check_out(out: Path) -> Path:
