@@ -21,47 +21,69 @@ from orchestrator.config import ControlConfig
 from orchestrator.policies.base import AdmissionPolicy, PluginError
 
 CONTROLLER_GROUP = "tokenfactory.controllers"
+GROUPS = {"controller": CONTROLLER_GROUP, "reallocator": "tokenfactory.reallocators",
+          "router": "tokenfactory.routers"}
+# What each kind must offer (method name) besides a `name`.
+METHODS = {"controller": "decide(observation, now_s)", "reallocator": "decide(observation, now_s)",
+           "router": "choose(prefix_tokens, candidates, prefix_nodes)"}
 
 
-def registered() -> dict[str, object]:
-    """Entry points of the controller group, by name."""
-    return {ep.name: ep for ep in entry_points(group=CONTROLLER_GROUP)}
+def registered(kind: str = "controller") -> dict[str, object]:
+    """Entry points of a kind's group, by name."""
+    return {ep.name: ep for ep in entry_points(group=GROUPS[kind])}
 
 
-def _import(spec: str):
+def _import(spec: str, kind: str = "controller"):
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
-        raise PluginError(f"controller {spec!r}: expected module:attribute")
+        raise PluginError(f"{kind} {spec!r}: expected module:attribute")
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.append(cwd)
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise PluginError(f"controller {spec!r}: cannot import {module_name!r}: {exc}") from None
+        raise PluginError(f"{kind} {spec!r}: cannot import {module_name!r}: {exc}") from None
     except Exception as exc:  # the user's module raised while importing
-        raise PluginError(f"controller {spec!r}: importing {module_name!r} raised "
+        raise PluginError(f"{kind} {spec!r}: importing {module_name!r} raised "
                           f"{type(exc).__name__}: {exc}") from None
     target = module
     for part in attr.split("."):
         if not hasattr(target, part):
-            raise PluginError(f"controller {spec!r}: {module_name!r} has no attribute {part!r}")
+            raise PluginError(f"{kind} {spec!r}: {module_name!r} has no attribute {part!r}")
         target = getattr(target, part)
     return target
 
 
-def _factory(spec: str):
+def _factory(spec: str, kind: str = "controller"):
     if ":" in spec:
-        return _import(spec)
-    eps = registered()
+        return _import(spec, kind)
+    eps = registered(kind)
     if spec not in eps:
         known = ", ".join(sorted(eps)) or "none registered"
-        raise PluginError(f"unknown controller {spec!r}; known: {known} "
-                          f"(or give module:Class)")
+        raise PluginError(f"unknown {kind} {spec!r}; known: {known} (or give module:Class)")
     try:
         return eps[spec].load()
     except Exception as exc:
-        raise PluginError(f"controller {spec!r}: its entry point failed to load: {exc}") from None
+        raise PluginError(f"{kind} {spec!r}: its entry point failed to load: {exc}") from None
+
+
+def load(kind: str, spec: str, config: ControlConfig):
+    """A reallocator or router by name or module:Class, built with the run's config."""
+    factory = _factory(spec, kind)
+    if not callable(factory):
+        raise PluginError(f"{kind} {spec!r}: {type(factory).__name__} is not callable")
+    try:
+        obj = factory(config)
+    except Exception as exc:
+        raise PluginError(f"{kind} {spec!r}: constructing it raised "
+                          f"{type(exc).__name__}: {exc}") from None
+    method = METHODS[kind].split("(")[0]
+    if not callable(getattr(obj, method, None)):
+        raise PluginError(f"{kind} {spec!r}: {type(obj).__name__} has no {METHODS[kind]} method")
+    if not isinstance(getattr(obj, "name", None), str):
+        raise PluginError(f"{kind} {spec!r}: {type(obj).__name__} has no name")
+    return obj
 
 
 def load_policy(spec: str, config: ControlConfig, base_target_batch: int = 4) -> AdmissionPolicy:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol, runtime_checkable
 
 from orchestrator.config import ControlConfig
 from orchestrator.observe import Observation
@@ -41,6 +42,17 @@ class ReallocDecision:
     imbalance: float  # the smoothed signal the decision was made on
 
 
+@runtime_checkable
+class ReallocationPolicy(Protocol):
+    """The slow loop's interface: `decide(observation, now_s) -> ReallocDecision`, called
+    once per slow-loop period with the lagged observation; a `Move` names the pool that
+    gives a worker and the pool that takes it (the shell drains it and loads weights)."""
+
+    name: str
+
+    def decide(self, obs: Observation | None, now_s: float) -> ReallocDecision: ...
+
+
 def demand_imbalance(obs: Observation) -> float:
     """Decode pressure minus fill pressure. Decode: occupancy plus what waits for it,
     per slot. Fills: busy share plus queued calls per worker (a queue of one batch per
@@ -55,7 +67,10 @@ def demand_imbalance(obs: Observation) -> float:
 
 
 class Reallocator:
+    """The built-in slow loop (registered as `hysteresis`)."""
+
     def __init__(self, config: ControlConfig) -> None:
+        self.name = "hysteresis" if config.hysteresis else "no-hysteresis"
         self.hysteresis = config.hysteresis
         self.threshold = config.realloc_threshold if config.hysteresis else 0.0
         self.dwell_s = config.realloc_dwell_s if config.hysteresis else 0.0

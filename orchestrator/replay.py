@@ -22,7 +22,7 @@ from orchestrator.observe import ObservationLag
 from orchestrator.policies.base import AdmissionDecision, AdmissionPolicy
 from orchestrator.realloc import Reallocator, ReallocDecision
 from orchestrator.reconfig import Reconfigurer
-from orchestrator.router import FillCandidate, choose_fill_worker
+from orchestrator.router import FillCandidate, PrefixAffinityRouter
 from orchestrator.series import Series
 from orchestrator.sessions import Outcome, Pending, run_session
 from orchestrator.snapshot import Predictor, observe
@@ -73,7 +73,8 @@ class Orchestrator:
     def __init__(self, cluster: BoundCluster, sessions: Sequence[Session], policy: AdmissionPolicy,
                  control: ControlConfig, load: LoadOptions, seed: int,
                  on_progress: Callable[[int, int], None] | None = None, logger=None,
-                 listeners: Sequence[object] = (), deadline_s: float | None = None):
+                 listeners: Sequence[object] = (), deadline_s: float | None = None,
+                 reallocator=None, router=None):
         self.cluster, self.sessions, self.policy = cluster, list(sessions), policy
         self.control, self.load, self.seed = control, load, seed
         self.on_progress = on_progress
@@ -86,6 +87,9 @@ class Orchestrator:
         # then reported as such); None runs until every session has finished.
         self.deadline_s = deadline_s
         self.timed_out = False
+        # The slow loop and the router, each behind its public interface (ReallocationPolicy,
+        # RoutingPolicy); None: the built-ins.
+        self._reallocator, self.router = reallocator, router or PrefixAffinityRouter()
         sizes = {c.block_size for s in self.sessions for c in s.calls}
         if len(sizes) != 1:
             raise ValueError(f"traces mix block sizes {sorted(sizes)}: replay one kind at a time")
@@ -159,7 +163,7 @@ class Orchestrator:
         if match.blob_ids:
             nodes = frozenset(loc.holder for loc in self.runtime.store.holders(match.blob_ids[-1])
                               if loc.tier is Tier.DRAM)
-        worker = choose_fill_worker(match.matched_tokens, self._candidates(), nodes)
+        worker = self.router.choose(match.matched_tokens, self._candidates(), nodes)
         if worker is None:
             return False
         self.runtime.submit_fill(worker, req, now_s)
@@ -337,7 +341,7 @@ class Orchestrator:
                                 for p in self.cluster.spec.pools}
         self.runtime = ClusterRuntime(self.cluster, self.block_tokens, on_done=self._on_done)
         self.lag = ObservationLag(self.control.observation_lag_s)
-        self.realloc = Reallocator(self.control)
+        self.realloc = self._reallocator or Reallocator(self.control)
         self.reconfigurer = Reconfigurer(self.runtime, self.cluster, self.weights_per_gpu)
         loop = asyncio.get_running_loop()
         feeder_box: list[asyncio.Task] = []

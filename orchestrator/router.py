@@ -9,6 +9,7 @@ names break ties so routing is deterministic.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 # A prefix at least this long makes a call midfill work (BRIEF.md section 1: midfill
 # is a long cached prefix, 10k-100k+, with a short suffix).
@@ -35,3 +36,26 @@ def choose_fill_worker(prefix_tokens: int, candidates: list[FillCandidate],
     pool = [c for c in open_ if c.phase == want] or open_
     best = min(pool, key=lambda c: (c.node not in prefix_nodes, c.queued_tokens, c.name))
     return best.name
+
+
+@runtime_checkable
+class RoutingPolicy(Protocol):
+    """The router's interface: which fill worker takes a call, or None to hold it."""
+
+    name: str
+
+    def choose(self, prefix_tokens: int, candidates: list[FillCandidate],
+               prefix_nodes: frozenset[str]) -> str | None: ...
+
+
+class PrefixAffinityRouter:
+    """The built-in router (registered as `prefix-affinity`): `choose_fill_worker`."""
+
+    name = "prefix-affinity"
+
+    def __init__(self, config=None) -> None:
+        pass
+
+    def choose(self, prefix_tokens: int, candidates: list[FillCandidate],
+               prefix_nodes: frozenset[str]) -> str | None:
+        return choose_fill_worker(prefix_tokens, candidates, prefix_nodes)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from costmodel.model import ModelSpec, load_model
 from orchestrator.config import ControlConfig
+from orchestrator.plugins import load as load_plugin
 from orchestrator.policies import make_policy
 from orchestrator.replay import Orchestrator, ReplayResult
 from orchestrator.summary import summarize
@@ -33,6 +34,8 @@ class RunSettings:
     control: ControlConfig = field(default_factory=ControlConfig)
     clock: str = "virtual"
     speed: float = 1.0
+    reallocator: str = "hysteresis"  # a registered name or module:Class
+    router: str = "prefix-affinity"
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,8 @@ def prepare(paths: Sequence[str | Path], trace_format: str, settings: RunSetting
     cluster = load_cluster(settings.cluster)
     cluster.bind(model)  # refuses layouts the model cannot run
     make_policy(settings.controller, settings.control)  # refuses unknown names
+    load_plugin("reallocator", settings.reallocator, settings.control)
+    load_plugin("router", settings.router, settings.control)
     sessions = tuple(read_sessions(list(paths), trace_format))
     if not sessions:
         raise ValueError(f"no sessions in {', '.join(str(p) for p in paths)}")
@@ -64,7 +69,10 @@ def run_replay(prepared: Prepared, settings: RunSettings,
     policy = make_policy(settings.controller, settings.control, decode_targets[0])
     orch = Orchestrator(bound, prepared.sessions, policy, settings.control, settings.load,
                         settings.seed, on_progress=on_progress, logger=logger,
-                        listeners=listeners)
+                        listeners=listeners,
+                        reallocator=load_plugin("reallocator", settings.reallocator,
+                                                settings.control),
+                        router=load_plugin("router", settings.router, settings.control))
     result = make_clock(settings.clock, settings.speed).run(orch.run())
     summary = summarize(result, settings.control.ttft_target_s, settings.control.tpot_target_s,
                         run=f"{settings.controller}-seed{settings.seed}",

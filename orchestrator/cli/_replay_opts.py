@@ -35,6 +35,10 @@ def add_run_options(p: argparse.ArgumentParser, controller: bool = True) -> None
                    help=f"model preset or config.json (default: {DEFAULT_MODEL})")
     p.add_argument("--cluster", default=DEFAULT_CLUSTER,
                    help=f"cluster preset or TOML file (default: {DEFAULT_CLUSTER})")
+    p.add_argument("--reallocator", default="hysteresis",
+                   help="slow loop: a registered name or module:Class (default: hysteresis)")
+    p.add_argument("--router", default="prefix-affinity",
+                   help="router: a registered name or module:Class (default: prefix-affinity)")
     if controller:
         p.add_argument("--controller", default=DEFAULT_CONTROLLER,
                        help=f"admission policy: retire, buffered or predictive "
@@ -81,6 +85,8 @@ def settings_from_args(args: argparse.Namespace, controller: str | None = None) 
     except ControlConfigError as exc:
         raise UserError(f"control configuration refused: {exc}") from None
     return RunSettings(model=args.model, cluster=args.cluster,
+                       reallocator=getattr(args, "reallocator", "hysteresis"),
+                       router=getattr(args, "router", "prefix-affinity"),
                        controller=controller or args.controller, seed=args.seed, load=load,
                        control=control, clock=args.clock, speed=args.speed)
 

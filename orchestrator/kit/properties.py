@@ -43,8 +43,12 @@ def controller_spec(controller) -> str:
     return f"{controller.__module__}:{controller.__qualname__}"
 
 
+EXAMPLES_OVERRIDE: int | None = None  # set by the pytest plugin's --kit-examples
+
+
 def _property(name: str, controller, strategy, check: Callable, max_examples: int):
     spec = controller_spec(controller)
+    max_examples = EXAMPLES_OVERRIDE or max_examples
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{name}-{spec}")
 
     @settings(max_examples=max_examples, deadline=None,
