@@ -13,7 +13,6 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -22,6 +21,7 @@ from orchestrator.observe import ObservationLag
 from orchestrator.policies.base import AdmissionDecision, AdmissionPolicy
 from orchestrator.realloc import Reallocator, ReallocDecision
 from orchestrator.reconfig import Reconfigurer
+from orchestrator.result import ReplayResult
 from orchestrator.router import FillCandidate, PrefixAffinityRouter
 from orchestrator.series import Series
 from orchestrator.sessions import Outcome, Pending, run_session
@@ -40,33 +40,6 @@ class PolicyError(RuntimeError):
 
 class ConservationError(AssertionError):
     """Calls appeared or vanished: the emulator is wrong, not the input."""
-
-
-@dataclass
-class ReplayResult:
-    requests: list[Request]  # completed calls
-    counters: dict[str, int]
-    series: Series
-    decisions: list[tuple[float, str]]  # (time, reason) per fast tick
-    reconfigurations: list[tuple[float, str, str, str]]  # (time, worker, from, to)
-    sessions: int
-    simulated_s: float
-    wall_s: float
-    events: int
-    energy_j: float
-    peak_hbm_bytes_per_gpu: float
-    kv_bytes_moved: int
-    gpus: int
-    store_counters: object
-    control: ControlConfig
-    policy: str
-    realloc_decisions: list[ReallocDecision] = field(default_factory=list)
-    realloc_times_s: list[float] = field(default_factory=list)  # when each was decided
-    first_session_s: float = 0.0  # the span in which sessions were started
-    last_session_s: float = 0.0
-    predicted_fill_latency_s: float = 0.0  # the cost core's typical fill, at the end
-    predicted_decode_calls_per_s: float = 0.0  # the cost core's decode rate, at the end
-    rejected_arrivals_s: list[float] = field(default_factory=list)
 
 
 class Orchestrator:

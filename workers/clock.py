@@ -251,7 +251,7 @@ class _ScaledSelectorLoop(asyncio.SelectorEventLoop):
     def __init__(self, speed: float) -> None:
         super().__init__(_ScaledSelector(speed))
         self._speed = speed
-        self._start_real_s = time.monotonic()
+        self._start_real_s = time.monotonic()  # wall-clock ok: the live clock's origin
 
     def time(self) -> float:
         return (time.monotonic() - self._start_real_s) * self._speed

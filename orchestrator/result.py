@@ -1,0 +1,37 @@
+"""What a replay returns: requests, counters, series, decisions, and the resources used."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from orchestrator.config import ControlConfig
+from orchestrator.realloc import ReallocDecision
+from orchestrator.series import Series
+from workers.request import Request
+
+
+@dataclass
+class ReplayResult:
+    requests: list[Request]  # completed calls
+    counters: dict[str, int]
+    series: Series
+    decisions: list[tuple[float, str]]  # (time, reason) per fast tick
+    reconfigurations: list[tuple[float, str, str, str]]  # (time, worker, from, to)
+    sessions: int
+    simulated_s: float
+    wall_s: float
+    events: int
+    energy_j: float
+    peak_hbm_bytes_per_gpu: float
+    kv_bytes_moved: int
+    gpus: int
+    store_counters: object
+    control: ControlConfig
+    policy: str
+    realloc_decisions: list[ReallocDecision] = field(default_factory=list)
+    realloc_times_s: list[float] = field(default_factory=list)  # when each was decided
+    first_session_s: float = 0.0  # the span in which sessions were started
+    last_session_s: float = 0.0
+    predicted_fill_latency_s: float = 0.0  # the cost core's typical fill, at the end
+    predicted_decode_calls_per_s: float = 0.0  # the cost core's decode rate, at the end
+    rejected_arrivals_s: list[float] = field(default_factory=list)
