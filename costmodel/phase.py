@@ -297,8 +297,10 @@ def _latency(m: ModelSpec, v: _Shape, eff: Efficiency) -> np.ndarray:
 
 
 def _accepted_tokens(mtp, eff: Efficiency):
-    """Tokens a decode step yields per sequence: one plus the accepted MTP drafts."""
-    return 1.0 + sum(eff.mtp_acceptance ** (i + 1) * (mtp > i) for i in range(4))
+    """Tokens a decode step yields per sequence: one plus the accepted MTP drafts (up to
+    four). Terms past the largest draft count are zeros, so they are skipped."""
+    drafts = min(int(np.max(mtp)), 4) if np.size(mtp) else 0
+    return 1.0 + sum(eff.mtp_acceptance ** (i + 1) * (mtp > i) for i in range(drafts))
 
 
 def _kv_bytes(v: _Shape, sequences):
