@@ -170,18 +170,18 @@ def _init_bounded(ray, kwargs: dict[str, Any], timeout_s: float, where: str) -> 
     def on_alarm(signum, frame) -> None:
         raise _ConnectTimeout
 
-    with _stderr_to_scratch() as saved_fd:
+    with _stderr_to_scratch() as (saved_fd, scratch):
         old = signal.signal(signal.SIGALRM, on_alarm) if main else None
         if main:
             signal.setitimer(signal.ITIMER_REAL, timeout_s)
-        hard = threading.Timer(timeout_s + HARD_EXIT_GRACE_S, _hard_exit,
-                               args=(message, saved_fd))
+        hard = threading.Timer(timeout_s + HARD_EXIT_GRACE_S,
+                               lambda: _hard_exit(message + _ray_said(scratch), saved_fd))
         hard.daemon = True
         hard.start()
         try:
             ray.init(**kwargs)
         except _ConnectTimeout:
-            raise ExecutorError(message) from None
+            raise ExecutorError(message + _ray_said(scratch)) from None
         except Exception as exc:  # whatever Ray raises, the user gets one line
             text = str(exc).strip()
             first = text.splitlines()[0] if text else ""
@@ -195,19 +195,30 @@ def _init_bounded(ray, kwargs: dict[str, Any], timeout_s: float, where: str) -> 
 
 
 @contextmanager
-def _stderr_to_scratch() -> Iterator[int]:
+def _stderr_to_scratch() -> Iterator[tuple[int, Any]]:
     """Ray's native client logs every failed attempt on file descriptor 2; while it
     connects that goes to a scratch file, so a failure reads as our one line.
-    Yields a descriptor of the real stderr."""
+    Yields a descriptor of the real stderr and the scratch file."""
     sys.stderr.flush()
     saved_fd = os.dup(2)
     with tempfile.TemporaryFile() as scratch:
         os.dup2(scratch.fileno(), 2)
         try:
-            yield saved_fd
+            yield saved_fd, scratch
         finally:
             os.dup2(saved_fd, 2)
             os.close(saved_fd)
+
+
+def _ray_said(scratch) -> str:
+    """The last reason Ray's native client logged (say, a refused auth token), if any."""
+    try:
+        text = os.pread(scratch.fileno(), 1 << 16, 0).decode(errors="replace")
+    except OSError:
+        return ""
+    reasons = [line.split("] ", 1)[-1].strip() for line in text.splitlines()
+               if "error" in line.lower() or "failed" in line.lower()]
+    return f"; Ray said: {reasons[-1][:200]}" if reasons else ""
 
 
 class RayExecutor:

@@ -77,8 +77,11 @@ def _plot(path: Path, rows: list[dict[str, Any]], cost: str, label: str, mask: n
             same.setdefault((x[i], y[i]), []).append(int(i))
         for (px, py), group in list(same.items())[:20]:  # at most 20 labels: legibility
             more = f" (+{len(group) - 1} alike)" if len(group) > 1 else ""
-            ax.annotate(_label(rows[group[0]], varying) + more, (px, py), fontsize=6,
-                        xytext=(3, 3), textcoords="offset points")
+            right_half = px > np.nanmean(x[front])
+            note = ax.annotate(_label(rows[group[0]], varying) + more, (px, py), fontsize=6,
+                               xytext=(-3 if right_half else 3, 3), textcoords="offset points",
+                               ha="right" if right_half else "left")
+            note.set_in_layout(False)  # a long label must not squeeze the axes
     finite = x[ok]
     if finite.size and finite.min() > 0 and finite.max() / finite.min() > 100:
         ax.set_xscale("log")
