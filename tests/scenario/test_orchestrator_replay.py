@@ -112,3 +112,23 @@ def test_slow_loop_moves_a_worker_at_its_real_cost():
     assert all(b - a >= control.realloc_dwell_s for a, b in itertools.pairwise(times))
     workers = result.series.workers_by_pool
     assert workers[-1]["decode"] > workers[0]["decode"]
+
+
+@pytest.mark.slow
+def test_same_numbers_in_a_new_process_whatever_the_hash_seed():
+    """Determinism must not rest on one interpreter's string hashing."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "orchestrator.cli", "replay", "--max-sessions", "4",
+            "--think-scale", "0.02", "--sessions-per-hour", "3600", "--json", "--no-progress"]
+    outs = []
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, check=True)
+        summary = json.loads(done.stdout)
+        summary["sim"].pop("wall_s")
+        outs.append(summary)
+    assert outs[0] == outs[1]
