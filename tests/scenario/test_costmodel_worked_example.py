@@ -89,7 +89,7 @@ def test_cli_sweep_default_writes_plots(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["--executor", "ray"], "not available yet"),
+    (["--executor", "ray", "--ray-address", "127.0.0.1:1"], "cannot reach"),
     (["--hardware", "gb200,nope"], "known: "),
     (["--model", "nope"], "known: "),
     (["--workload", "nope"], "known: "),
