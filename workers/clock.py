@@ -254,7 +254,7 @@ class _ScaledSelectorLoop(asyncio.SelectorEventLoop):
         self._start_real_s = time.monotonic()  # wall-clock ok: the live clock's origin
 
     def time(self) -> float:
-        return (time.monotonic() - self._start_real_s) * self._speed
+        return (time.monotonic() - self._start_real_s) * self._speed  # wall-clock ok
 
 
 if uvloop is not None:

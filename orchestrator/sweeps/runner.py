@@ -69,7 +69,7 @@ def _progress(total: int, label: str, enabled: bool | None):
 
 def run_sweep_replay(grid: Grid, trace_paths: Sequence[str | Path], trace_format: str,
                      options: SweepOptions) -> SweepReport:
-    started = time.perf_counter()
+    started = time.perf_counter()  # wall-clock ok
     tasks = build_tasks(grid)  # every point checked before anything runs
     sessions = read_sessions_or_fail(trace_paths, trace_format)
     manifest = manifest_for(grid, [str(Path(p).resolve()) for p in trace_paths], trace_format)
@@ -82,7 +82,7 @@ def run_sweep_replay(grid: Grid, trace_paths: Sequence[str | Path], trace_format
             done = store.done()
             todo = [t for t in tasks if t.point_id not in done]
             label = f"sweep ({executor.name}, {executor.workers or 'all'} workers)"
-            last_write = time.monotonic()
+            last_write = time.monotonic()  # wall-clock ok
             with _progress(len(todo), label, options.progress) as advance:
                 for index, outcome in executor.run(run_point, sessions, todo):
                     task = todo[index]
@@ -93,13 +93,13 @@ def run_sweep_replay(grid: Grid, trace_paths: Sequence[str | Path], trace_format
                     ran += 1
                     failed += record["error"] is not None
                     advance()
-                    if time.monotonic() - last_write > TABLE_REWRITE_S:
+                    if time.monotonic() - last_write > TABLE_REWRITE_S:  # wall-clock ok
                         store.write_table(grid)
-                        last_write = time.monotonic()
+                        last_write = time.monotonic()  # wall-clock ok
         finally:
             columns, rows = store.write_table(grid)  # also after an interruption
             store.close()
     varying = [k for k, values in grid.axes if len(values) > 1]
     files = (TABLE, *write_frontiers(options.out, columns, rows, varying, options.plots))
     return SweepReport(points=len(tasks), ran=ran, skipped=len(tasks) - len(todo),
-                       failed=failed, wall_s=time.perf_counter() - started, files=files)
+                       failed=failed, wall_s=time.perf_counter() - started, files=files)  # wall-clock ok
