@@ -47,7 +47,7 @@ class Orchestrator:
                  control: ControlConfig, load: LoadOptions, seed: int,
                  on_progress: Callable[[int, int], None] | None = None, logger=None,
                  listeners: Sequence[object] = (), deadline_s: float | None = None,
-                 reallocator=None, router=None):
+                 reallocator=None, router=None, backend=None):
         self.cluster, self.sessions, self.policy = cluster, list(sessions), policy
         self.control, self.load, self.seed = control, load, seed
         self.on_progress = on_progress
@@ -60,6 +60,10 @@ class Orchestrator:
         # then reported as such); None runs until every session has finished.
         self.deadline_s = deadline_s
         self.timed_out = False
+        # Live mode's worker processes (orchestrator.live.LiveBackend): its `executor` runs
+        # the workers' steps; it re-dispatches a lost worker's calls. None: in-process.
+        self.backend = backend
+        self.interrupted = False  # stopped by `interrupt()` (SIGINT/SIGTERM in live mode)
         # The slow loop and the router, each behind its public interface (ReallocationPolicy,
         # RoutingPolicy); None: the built-ins.
         self._reallocator, self.router = reallocator, router or PrefixAffinityRouter()
@@ -72,7 +76,7 @@ class Orchestrator:
                                    float(np.mean([c.new_tokens for c in calls])),
                                    float(np.mean([c.output_tokens for c in calls])))
         self.counters = dict.fromkeys(
-            ("submitted", "admitted", "completed", "retired", "rejected"), 0)
+            ("submitted", "admitted", "completed", "retired", "rejected", "redispatched"), 0)
         self.queue: deque[Pending] = deque()
         self._pending: dict[int, Pending] = {}
         self._call_ids = iter(range(1, 1 << 62))
@@ -312,7 +316,8 @@ class Orchestrator:
 
         self.weights_per_gpu = {p.name: float(weight_bytes_per_gpu(self.cluster.model, p.layout))
                                 for p in self.cluster.spec.pools}
-        self.runtime = ClusterRuntime(self.cluster, self.block_tokens, on_done=self._on_done)
+        self.runtime = ClusterRuntime(self.cluster, self.block_tokens, on_done=self._on_done,
+                                      executor=getattr(self.backend, "executor", None))
         self.lag = ObservationLag(self.control.observation_lag_s)
         self.realloc = self._reallocator or Reallocator(self.control)
         self.reconfigurer = Reconfigurer(self.runtime, self.cluster, self.weights_per_gpu)
@@ -328,6 +333,8 @@ class Orchestrator:
                 task.cancel()
 
         loop.set_exception_handler(crashed)
+        if self.backend is not None:
+            await self.backend.start(self)
         for task in self.runtime.start():
             task.add_done_callback(lambda t: t.cancelled() or t.exception() is None
                                    or crashed(loop, {"exception": t.exception()}))
@@ -336,6 +343,9 @@ class Orchestrator:
             loops.append(asyncio.create_task(self._slow_loop()))
         feeder = asyncio.create_task(self._feed(np.random.default_rng(self.seed)))
         feeder_box.append(feeder)
+        self._feeder = feeder
+        if self.interrupted:
+            feeder.cancel()
         for task in loops:
             task.add_done_callback(lambda t: t.cancelled() or t.exception() is None
                                    or crashed(loop, {"exception": t.exception()}))
@@ -347,12 +357,14 @@ class Orchestrator:
         except TimeoutError:
             self.timed_out = True
         except asyncio.CancelledError:
-            if self._crash is None:
+            if self._crash is None and not self.interrupted:
                 raise
         finally:
             for task in loops:
                 task.cancel()
             await asyncio.gather(*loops, return_exceptions=True)
+            if self.backend is not None:
+                await self.backend.stop()
         if self._crash is not None:
             await self.runtime.stop()
             raise self._crash
@@ -360,6 +372,13 @@ class Orchestrator:
         await self.reconfigurer.stop()
         await self.runtime.stop()
         return self._result(loop.time(), time.perf_counter() - wall0)  # wall-clock ok
+
+    def interrupt(self) -> None:
+        """Stop the run now; calls still in flight are reported as such."""
+        self.interrupted = True
+        feeder = getattr(self, "_feeder", None)
+        if feeder is not None:
+            feeder.cancel()
 
     def _result(self, end_s: float, wall_s: float) -> ReplayResult:
         rt = self.runtime

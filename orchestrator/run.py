@@ -36,6 +36,9 @@ class RunSettings:
     speed: float = 1.0
     reallocator: str = "hysteresis"  # a registered name or module:Class
     router: str = "prefix-affinity"
+    # Live clock: the workers in separate processes (orchestrator.live.LiveOptions); None
+    # keeps them in this process.
+    live: object | None = None
 
 
 @dataclass(frozen=True)
@@ -67,16 +70,26 @@ def run_replay(prepared: Prepared, settings: RunSettings,
     decode_targets = [p.batch.target_batch for p in prepared.cluster.pools
                       if p.phase.name == "DECODE"]
     policy = make_policy(settings.controller, settings.control, decode_targets[0])
+    backend = None
+    if settings.clock == "live" and settings.live is not None:
+        from orchestrator.live.backend import LiveBackend
+        from orchestrator.live.metrics import register_live_metrics
+
+        backend = LiveBackend(settings.live, settings.speed)
+        register_live_metrics(backend, listeners)
     orch = Orchestrator(bound, prepared.sessions, policy, settings.control, settings.load,
                         settings.seed, on_progress=on_progress, logger=logger,
                         listeners=listeners,
                         reallocator=load_plugin("reallocator", settings.reallocator,
                                                 settings.control),
-                        router=load_plugin("router", settings.router, settings.control))
+                        router=load_plugin("router", settings.router, settings.control),
+                        backend=backend)
     result = make_clock(settings.clock, settings.speed).run(orch.run())
     summary = summarize(result, settings.control.ttft_target_s, settings.control.tpot_target_s,
                         run=f"{settings.controller}-seed{settings.seed}",
                         controller=settings.controller)
+    if backend is not None:
+        summary["live"] = {**backend.summary(), "interrupted": orch.interrupted}
     margin = summary["control"]["phase_margin_deg"]
     if margin is not None and margin < 0:
         sys.stderr.write(

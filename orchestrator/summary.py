@@ -126,6 +126,8 @@ def summarize(result: ReplayResult, ttft_target_s: float, tpot_target_s: float,
             "submitted": c["submitted"], "completed": c["completed"],
             "rejected": c["rejected"], "in_flight": in_flight,
             "lost": c["submitted"] - c["completed"] - c["rejected"] - in_flight,
+            # calls handed to another worker after theirs was lost (live mode)
+            "redispatched": c.get("redispatched", 0),
         },
         "ttft_s": _pct(ttft),
         "tpot_s": _pct(tpot),

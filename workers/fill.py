@@ -97,9 +97,14 @@ class FillWorker:
             latency_s, occupancy_s = self.pricer.fill_s(phase, n, max(mean_new, 1.0), mean_cached)
             self.log.add(now_s, self.name, "fill_start", *(r.call_id for r in batch))
             self._in_flight += n
-            loop.call_at(loop.time() + transfer_s + latency_s, self._complete, batch)
+            self._start_step(batch, loop.time() + transfer_s + latency_s)
             self._busy_s += transfer_s + occupancy_s
             await asyncio.sleep(transfer_s + occupancy_s)
+
+    def _start_step(self, batch: list[Request], end_s: float) -> None:
+        """The batch's step ends at `end_s` on the run's clock (workers.executor runs it
+        on another process instead)."""
+        asyncio.get_running_loop().call_at(end_s, self._complete, batch)
 
     def _complete(self, batch: list[Request]) -> None:
         now_s = asyncio.get_running_loop().time()

@@ -27,8 +27,11 @@ class ClusterRuntime:
     def __init__(self, cluster: BoundCluster, block_tokens: int,
                  eff: Efficiency = DEFAULT_EFFICIENCY,
                  on_done: Callable[[Request, float], None] | None = None,
-                 keep_events: bool = False, jump: bool = True):
+                 keep_events: bool = False, jump: bool = True, executor=None):
         self.cluster = cluster
+        # None: steps wait on this loop's clock; a StepExecutor (workers.executor): steps run
+        # where it says (live mode: worker processes).
+        self.executor, self.jump = executor, jump
         self.log = EventLog(keep=keep_events)
         decode_kv = next((w.layout.kv for w in cluster.workers if w.phase is Phase.DECODE),
                          cluster.workers[0].layout.kv)
@@ -43,16 +46,25 @@ class ClusterRuntime:
         for w in cluster.workers:
             pricer = pricers.setdefault(w.pool, StepPricer(cluster.model, w.hardware, w.layout,
                                                            eff))
-            if w.phase is Phase.DECODE:
-                self.decode_workers[w.name] = DecodeWorker(w, pricer, self.store, self.ready,
-                                                           self.log, self._finished, jump=jump)
-            else:
-                self.fill_workers[w.name] = FillWorker(w, pricer, self.store, self.ready,
-                                                       self.log, self._finished)
+            worker = self._make_worker(w, pricer)
+            workers = self.decode_workers if w.phase is Phase.DECODE else self.fill_workers
+            workers[w.name] = worker
         self.pricers = pricers
         self.eff, self.jump = eff, jump
         self._tasks: list[asyncio.Task] = []
         self._task_of: dict[str, asyncio.Task] = {}
+
+    def _make_worker(self, spec: WorkerSpec, pricer: StepPricer) -> FillWorker | DecodeWorker:
+        args = (spec, pricer, self.store, self.ready, self.log, self._finished)
+        if self.executor is not None:
+            from workers.executor import ExecutedDecodeWorker, ExecutedFillWorker
+
+            if spec.phase is Phase.DECODE:
+                return ExecutedDecodeWorker(*args, jump=self.jump, executor=self.executor)
+            return ExecutedFillWorker(*args, executor=self.executor)
+        if spec.phase is Phase.DECODE:
+            return DecodeWorker(*args, jump=self.jump)
+        return FillWorker(*args)
 
     def _finished(self, req: Request, now_s: float) -> None:
         self.done.append(req)
@@ -76,12 +88,10 @@ class ClusterRuntime:
         pricer = self.pricers.get(spec.pool) or StepPricer(self.cluster.model, spec.hardware,
                                                            spec.layout, self.eff)
         self.pricers.setdefault(spec.pool, pricer)
+        worker = self._make_worker(spec, pricer)
         if spec.phase is Phase.DECODE:
-            worker = DecodeWorker(spec, pricer, self.store, self.ready, self.log, self._finished,
-                                  jump=self.jump)
             self.decode_workers[spec.name] = worker
         else:
-            worker = FillWorker(spec, pricer, self.store, self.ready, self.log, self._finished)
             self.fill_workers[spec.name] = worker
         if hbm_holder is not None:
             worker.hbm = Location(Tier.HBM, hbm_holder)

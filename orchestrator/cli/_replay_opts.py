@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from orchestrator.cli._common import UserError, non_negative_int, positive_float
+from orchestrator.cli._common import UserError, non_negative_int, positive_float, positive_int
 from orchestrator.cli._load import add_load_options, load_options_from_args
 from orchestrator.cli._metrics_run import add_metrics_options
 from orchestrator.config import ControlConfig, ControlConfigError, TimeScales
@@ -50,6 +50,7 @@ def add_run_options(p: argparse.ArgumentParser, controller: bool = True) -> None
     p.add_argument("--speed", type=positive_float, default=1.0,
                    help="live clock: simulated seconds per wall second (default 1)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_live_options(p)
     add_load_options(p)
     c = p.add_argument_group("control")
     c.add_argument("--fast-period", type=positive_float, default=TimeScales.admission_s,
@@ -67,6 +68,52 @@ def add_run_options(p: argparse.ArgumentParser, controller: bool = True) -> None
     c.add_argument("--tpot-target", type=positive_float, default=ControlConfig.tpot_target_s,
                    metavar="S", help="TPOT target for goodput (default %(default)s s)")
     add_metrics_options(p)
+
+
+def add_live_options(p: argparse.ArgumentParser) -> None:
+    from orchestrator.cli._metrics_run import port_number
+    from orchestrator.live.options import DEFAULT_MAX_WORKER_PROCS
+
+    g = p.add_argument_group("live mode (--clock live): worker processes")
+    g.add_argument("--workers-per-process", type=positive_int, default=1, metavar="K",
+                   help="workers hosted by each worker process (default 1)")
+    g.add_argument("--max-worker-procs", type=positive_int, default=DEFAULT_MAX_WORKER_PROCS,
+                   metavar="N", help="refuse to start more worker processes than this "
+                                     "(default %(default)s)")
+    g.add_argument("--in-process", action="store_true",
+                   help="keep the workers in the orchestrator's process (no transport)")
+    g.add_argument("--heartbeat-timeout", type=positive_float, default=1.0, metavar="S",
+                   help="wall seconds of silence before a worker process is lost (default 1)")
+    g.add_argument("--restart-delay", type=positive_float, default=0.5, metavar="S",
+                   help="wall seconds before a lost worker process is started again "
+                        "(default 0.5)")
+    g.add_argument("--no-restart", action="store_true",
+                   help="run on with fewer workers when a worker process is lost")
+    g.add_argument("--live-port", type=port_number, metavar="P",
+                   help="workers connect over TCP on this port (default: a private Unix "
+                        "socket)")
+    g.add_argument("--live-host", default="127.0.0.1", metavar="HOST",
+                   help="address for --live-port (default 127.0.0.1)")
+    g.add_argument("--live-allow-remote", action="store_true",
+                   help="allow a --live-host that is not loopback")
+
+
+def live_options_from_args(args: argparse.Namespace):
+    """LiveOptions for `--clock live` with worker processes; None otherwise."""
+    if getattr(args, "clock", "virtual") != "live" or getattr(args, "in_process", True):
+        return None
+    from orchestrator.live.options import LiveOptions
+
+    try:
+        return LiveOptions(workers_per_process=args.workers_per_process,
+                           max_worker_procs=args.max_worker_procs,
+                           heartbeat_timeout_s=args.heartbeat_timeout,
+                           heartbeat_s=min(0.1, args.heartbeat_timeout / 4),
+                           restart=not args.no_restart, restart_delay_s=args.restart_delay,
+                           host=args.live_host, port=args.live_port,
+                           allow_remote=args.live_allow_remote)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
 
 
 def settings_from_args(args: argparse.Namespace, controller: str | None = None) -> RunSettings:
@@ -88,7 +135,8 @@ def settings_from_args(args: argparse.Namespace, controller: str | None = None) 
                        reallocator=getattr(args, "reallocator", "hysteresis"),
                        router=getattr(args, "router", "prefix-affinity"),
                        controller=controller or args.controller, seed=args.seed, load=load,
-                       control=control, clock=args.clock, speed=args.speed)
+                       control=control, clock=args.clock, speed=args.speed,
+                       live=live_options_from_args(args))
 
 
 def trace_paths(args: argparse.Namespace) -> list:

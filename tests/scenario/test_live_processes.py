@@ -1,0 +1,165 @@
+"""Live mode with worker processes: the same calls as virtual time, kill -9 survived,
+bad peers shrugged off. Each test runs a few seconds of wall time: marked slow.
+
+Latency tolerance. On uvloop a timer fires on a 1 ms wall tick, so each wait of
+a live run may end up to `speed` x 1 ms of simulated time late, and a call's
+TTFT passes through about four waits (the admission tick, the fill queue, the
+fill step, the KV load). The admission tick also quantises TTFT to the fast
+period (1 s): timing drift moves some arrivals to the next tick, which shifts
+TTFT percentiles by a fraction of a period. So a TTFT percentile may differ by
+half a fast period plus four timer ticks; TPOT, priced over whole decode jumps
+of many tokens, by a few per cent (10% allowed).
+"""
+
+import collections
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from orchestrator.live.options import LiveOptions
+from orchestrator.run import RunSettings, prepare, run_replay
+from traces import sample_path
+from traces.replay import LoadOptions
+
+pytestmark = pytest.mark.slow
+
+SPEED = 100.0
+LOAD = LoadOptions(max_sessions=2, think_scale=0.01)
+
+
+def replay(listeners=(), **changes):
+    settings = RunSettings(load=LOAD, **changes)
+    prepared = prepare([sample_path()], "auto", settings)
+    return run_replay(prepared, settings, listeners=list(listeners))
+
+
+def live(listeners=(), **options):
+    return replay(listeners, clock="live", speed=SPEED, live=LiveOptions(**options))
+
+
+def call_key(req):
+    return (req.session_id, req.input_tokens, req.output_tokens)
+
+
+def no_process_left(pids):
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+class Pids:
+    """Records the worker processes' pids at every sample (restarts included)."""
+
+    def __init__(self):
+        self.pids = set()
+
+    def on_sample(self, orch, obs, now_s):
+        self.pids.update(orch.backend.pids)
+
+
+def test_live_run_completes_the_same_calls_as_virtual_within_tolerance():
+    virtual, vs = replay()
+    pids = Pids()
+    result, ls = live([pids], workers_per_process=3)
+    assert ls["live"]["worker_processes"] == 3  # 8 workers, 3 per process
+    assert collections.Counter(map(call_key, result.requests)) == collections.Counter(
+        map(call_key, virtual.requests))
+    assert ls["requests"] == {**vs["requests"]}
+    fast_s = vs and 1.0
+    tol_s = fast_s / 2 + 4 * SPEED * 1e-3
+    for q in ("p50", "p90", "p99"):
+        assert abs(ls["ttft_s"][q] - vs["ttft_s"][q]) <= tol_s, (q, ls["ttft_s"], vs["ttft_s"])
+    assert ls["tpot_s"]["p50"] == pytest.approx(vs["tpot_s"]["p50"], rel=0.10)
+    no_process_left(pids.pids)
+
+
+class Killer:
+    """kill -9 the process hosting a busy worker at seeded random simulated times."""
+
+    def __init__(self, seed, kills=3):
+        rng = np.random.default_rng(seed)
+        self.times = sorted(rng.uniform(5.0, 120.0, kills))
+        self.rng = rng
+        self.killed = []
+        self.pids = set()
+
+    def on_sample(self, orch, obs, now_s):
+        self.pids.update(orch.backend.pids)
+        if not self.times or now_s < self.times[0]:
+            return
+        self.times.pop(0)
+        rt = orch.runtime
+        busy = [w.name for w in rt.decode_workers.values() if w.running] + [
+            w.name for w in rt.fill_workers.values() if w.queue or w._in_flight]
+        names = busy or sorted([*rt.fill_workers, *rt.decode_workers])
+        handle = orch.backend.host_of(str(self.rng.choice(sorted(names))))
+        if handle.alive and handle.proc is not None:
+            os.kill(handle.proc.pid, signal.SIGKILL)
+            self.killed.append((round(now_s, 1), handle.index, len(busy)))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_kill_9_of_worker_processes_loses_no_call(seed):
+    killer = Killer(seed)
+    result, summary = live([killer])
+    req = summary["requests"]
+    assert len(killer.killed) == 3
+    assert req["lost"] == 0 and req["in_flight"] == 0 and req["rejected"] == 0
+    assert req["completed"] == req["submitted"] == 406
+    ids = [r.call_id for r in result.requests]
+    assert len(ids) == len(set(ids))  # each call completed exactly once
+    assert req["redispatched"] > 0
+    assert summary["live"]["processes_lost"] == 3
+    assert summary["live"]["processes_restarted"] == 3
+    print(f"seed {seed}: killed {killer.killed}, redispatched {req['redispatched']}")
+    no_process_left(killer.pids)
+
+
+def test_without_restarts_the_run_goes_on_with_fewer_workers():
+    killer = Killer(7, kills=2)
+    _, summary = live([killer], restart=False)
+    req = summary["requests"]
+    assert req["lost"] == 0 and req["completed"] == req["submitted"] == 406
+    assert summary["live"]["processes_restarted"] == 0
+
+
+class BadPeers:
+    """Connects at one moment of the run and sends garbage, an oversized frame and a
+    message of unknown type."""
+
+    def __init__(self):
+        self.sent = False
+
+    def on_sample(self, orch, obs, now_s):
+        if self.sent or now_s < 10.0:
+            return
+        import asyncio
+        import struct
+
+        import msgspec
+
+        self.sent = True
+        path = orch.backend.address.removeprefix("unix:")
+
+        async def peer(data):
+            reader, writer = await asyncio.open_unix_connection(path)
+            writer.write(data)
+            await writer.drain()
+            await reader.read()
+            writer.close()
+
+        unknown = msgspec.msgpack.encode({"type": "launch", "x": 1})
+        for data in (os.urandom(256), struct.pack(">I", 1 << 30),
+                     struct.pack(">I", len(unknown)) + unknown):
+            asyncio.get_running_loop().create_task(peer(data))
+
+
+def test_bad_peers_during_a_run_do_not_stop_it():
+    peers = BadPeers()
+    _, summary = live([peers])
+    assert peers.sent
+    assert summary["requests"]["completed"] == summary["requests"]["submitted"] == 406
+    assert summary["live"]["bad_connections"] == 3
+    assert summary["live"]["processes_lost"] == 0
