@@ -106,7 +106,9 @@ class Orchestrator:
 
     def _on_done(self, req: Request, now_s: float) -> None:
         pending = self._pending.pop(req.call_id, None)
-        if pending is None or pending.future.done():
+        # A cancelled future: the run was stopped (deadline, signal) and the call finished
+        # while it wound down. It did complete; its session is gone.
+        if pending is None or (pending.future.done() and not pending.future.cancelled()):
             raise ConservationError(f"call {req.call_id} completed twice")
         self.counters["completed"] += 1
         if req.decode_worker is not None:
@@ -116,7 +118,8 @@ class Orchestrator:
         self.predictor.observe_completion(req.input_tokens, req.computed_tokens,
                                           req.output_tokens)
         self._notify("on_done", req, now_s)
-        pending.future.set_result(Outcome.DONE)
+        if not pending.future.done():
+            pending.future.set_result(Outcome.DONE)
 
     def _reject(self, pending: Pending) -> None:
         del self._pending[pending.request.call_id]

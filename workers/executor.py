@@ -28,6 +28,9 @@ from workers.fill import FillWorker
 from workers.kv_io import release_fetch
 from workers.request import Request, RequestState
 
+# Simulated seconds before a worker whose process is gone tries its step again.
+LOST_RETRY_S = 0.1
+
 
 class WorkerLost(RuntimeError):
     """The process executing this worker's steps died or went silent."""
@@ -69,7 +72,14 @@ class ExecutedFillWorker(FillWorker):
         try:
             await self.executor.run(self.name, duration_s, [r.call_id for r in batch])
         except WorkerLost:
-            return  # `evacuate` hands the batch back
+            # Unless `evacuate` took the batch already, it waits at the queue's front, for
+            # this worker's next process or for `evacuate`.
+            if self._steps.pop(asyncio.current_task(), None) is not None:
+                self._in_flight -= len(batch)
+                self.queue.extendleft(reversed(self._reset(batch)))
+                if self._wake is not None:
+                    self._wake.set()
+            return
         self._complete(batch)
 
     def evacuate(self) -> list[Request]:
@@ -84,7 +94,10 @@ class ExecutedFillWorker(FillWorker):
         out.extend(self.queue)
         self.queue.clear()
         self._in_flight = 0
-        for req in out:
+        return self._reset(out)
+
+    def _reset(self, reqs: list[Request]) -> list[Request]:
+        for req in reqs:
             result = self._fetched.pop(req.call_id, None)
             if result is not None:
                 release_fetch(self.store, self.hbm, result)
@@ -92,7 +105,7 @@ class ExecutedFillWorker(FillWorker):
             req.fill_worker = None
             req.prefix_tokens = req.computed_tokens = 0
             req.fill_start_s = None
-        return out
+        return reqs
 
 
 class ExecutedDecodeWorker(DecodeWorker):
@@ -104,12 +117,13 @@ class ExecutedDecodeWorker(DecodeWorker):
         self.executor = executor
 
     async def run(self) -> None:
-        try:
-            await super().run()
-        except WorkerLost:
-            # Its requests were evacuated; the worker is removed or drains as it is.
-            self.accepting = False
-            await asyncio.Event().wait()
+        while True:
+            try:
+                await super().run()
+            except WorkerLost:
+                # Unless `evacuate` takes them, the running requests keep the tokens of their
+                # completed jumps and try again (a restarting process).
+                await asyncio.sleep(LOST_RETRY_S)
 
     async def _run_steps(self, ends) -> int:
         loop = asyncio.get_running_loop()

@@ -78,8 +78,14 @@ class RemoteExecutor:
         future = asyncio.get_running_loop().create_future()
         handle.pending[step_id] = future
         try:
-            write_message(handle.writer, Step(step_id, worker, max(duration_s, 0.0),
-                                              len(call_ids)))
+            try:
+                if handle.writer.is_closing():
+                    raise ConnectionResetError("connection closing")
+                write_message(handle.writer, Step(step_id, worker, max(duration_s, 0.0),
+                                                  len(call_ids)))
+            except (ConnectionError, RuntimeError) as exc:
+                self.backend.lose(handle, f"cannot send a step: {exc}")
+                raise WorkerLost(worker) from None
             await future
         finally:
             handle.pending.pop(step_id, None)
@@ -102,6 +108,7 @@ class LiveBackend:
         self._tmpdir: str | None = None
         self._tasks: set[asyncio.Task] = set()
         self._stopping = False
+        self._planned = 0
         self.failover: Failover | None = None
 
     # -- helpers -----------------------------------------------------------------------
@@ -141,6 +148,7 @@ class LiveBackend:
         groups = [names[i:i + k] for i in range(0, len(names), k)]
         self.options.check_processes(len(groups), len(names))
         self.failover = Failover(orch, self._event)
+        self._planned = len(groups)
         await self._listen()
         try:
             for i, group in enumerate(groups):
@@ -197,7 +205,7 @@ class LiveBackend:
                 start_new_session=True)  # a terminal's Ctrl-C is the orchestrator's to handle
         except OSError as exc:
             raise LiveError(f"cannot start worker process {handle.index + 1} of "
-                            f"{len(self.handles)}: {exc.strerror or exc}") from None
+                            f"{self._planned}: {exc.strerror or exc}") from None
         handle.starts += 1
         handle.alive = True
         handle.connected = asyncio.Event()
@@ -253,7 +261,7 @@ class LiveBackend:
         finally:
             writer.close()
             if handle is not None and handle.writer is writer:
-                self._lost(handle, reason)
+                self.lose(handle, reason)
 
     def _bad_peer(self, handle: ProcessHandle | None, reason: str) -> None:
         self.bad_peers_total += 1
@@ -280,7 +288,7 @@ class LiveBackend:
     async def _watch_exit(self, handle: ProcessHandle, proc) -> None:
         status = await proc.wait()
         if handle.proc is proc:
-            self._lost(handle, f"process exited with status {status}")
+            self.lose(handle, f"process exited with status {status}")
 
     async def _monitor(self) -> None:
         timeout_s = self.options.heartbeat_timeout_s
@@ -289,9 +297,9 @@ class LiveBackend:
             now = time.monotonic()  # wall-clock ok: heartbeats are wall time
             for h in self.handles:
                 if h.alive and h.connected.is_set() and now - h.last_seen_s > timeout_s:
-                    self._lost(h, f"silent for {now - h.last_seen_s:.2f} s")
+                    self.lose(h, f"silent for {now - h.last_seen_s:.2f} s")
 
-    def _lost(self, handle: ProcessHandle, reason: str) -> None:
+    def lose(self, handle: ProcessHandle, reason: str) -> None:
         """Mark the process lost, hand its calls to other workers, restart it later."""
         if self._stopping or not handle.alive:
             return

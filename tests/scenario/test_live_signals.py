@@ -1,0 +1,77 @@
+"""Live mode under signals and silence: SIGTERM/SIGINT stop the run with a summary of
+the calls in flight and leave no process behind; a stopped (silent) worker process is
+found by its missing heartbeats. Marked slow: each runs seconds of wall time."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+CLI = [sys.executable, "-m", "orchestrator.cli"]
+LIVE = ["--clock", "live", "--speed", "100", "--think-scale", "0.01", "--no-progress",
+        "--json"]
+
+
+def children(pid):
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True,
+                         text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def wait_for_children(proc, n, timeout_s=30.0):
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        kids = children(proc.pid)
+        if len(kids) >= n:
+            return kids
+        time.sleep(0.1)
+    raise AssertionError(f"only {children(proc.pid)} started")
+
+
+def gone(pids):
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+@pytest.mark.parametrize(("command", "sig"), [
+    (["replay", "--max-sessions", "4"], signal.SIGTERM),
+    (["serve"], signal.SIGINT),
+])
+def test_a_signal_stops_the_run_reports_calls_in_flight_and_leaves_no_process(command, sig):
+    proc = subprocess.Popen([*CLI, *command, *LIVE], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    kids = wait_for_children(proc, 8)
+    time.sleep(3.0)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    summary = json.loads(out)
+    req = summary["requests"]
+    assert summary["live"]["interrupted"] is True
+    assert req["lost"] == 0 and req["completed"] > 0
+    assert req["in_flight"] == req["submitted"] - req["completed"] - req["rejected"]
+    assert f"signal={signal.Signals(sig).name!r}" in err
+    gone(kids)
+
+
+def test_a_silent_worker_process_is_lost_by_its_heartbeats_and_replaced():
+    proc = subprocess.Popen([*CLI, "replay", "--max-sessions", "2", *LIVE,
+                             "--heartbeat-timeout", "0.5"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    kids = wait_for_children(proc, 8)
+    time.sleep(1.0)
+    os.kill(kids[5], signal.SIGSTOP)  # alive, connected, silent
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    summary = json.loads(out)
+    assert summary["requests"]["completed"] == summary["requests"]["submitted"] == 406
+    assert summary["live"]["processes_lost"] == 1 and summary["live"]["processes_restarted"] == 1
+    assert "reason='silent for" in err
+    gone(kids)
