@@ -310,8 +310,8 @@ class Orchestrator:
         if self.on_progress is not None:
             self.on_progress(finished, started)
         total = started
+        self.sessions_run = started  # also when the run is stopped before they finish
         await asyncio.gather(*tasks)
-        self.sessions_run = started
 
     async def run(self) -> ReplayResult:
         wall0 = time.perf_counter()  # wall-clock ok: reported as sim.wall_s
