@@ -107,6 +107,7 @@ class LiveBackend:
         self._server: asyncio.Server | None = None
         self._tmpdir: str | None = None
         self._tasks: set[asyncio.Task] = set()
+        self._conn_tasks: set[asyncio.Task] = set()
         self._stopping = False
         self._planned = 0
         self.failover: Failover | None = None
@@ -226,6 +227,10 @@ class LiveBackend:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         handle: ProcessHandle | None = None
         reason = "connection closed"
+        # Python 3.11's streams keep no reference to this task: a pending task that is
+        # collected would reach the run's exception handler and stop the run.
+        task = asyncio.current_task()
+        self._conn_tasks.add(task)
         try:
             first = await asyncio.wait_for(read_message(reader, self.options.max_frame_bytes),
                                            timeout=self._sim(self.options.hello_timeout_s))
@@ -259,6 +264,7 @@ class LiveBackend:
             reason = f"{type(exc).__name__}: {exc}"
             self._bad_peer(handle, reason)
         finally:
+            self._conn_tasks.discard(task)
             writer.close()
             if handle is not None and handle.writer is writer:
                 self.lose(handle, reason)

@@ -131,6 +131,7 @@ class BadPeers:
 
     def __init__(self):
         self.sent = False
+        self.tasks = []  # referenced until the run ends: a collected task stops the run
 
     def on_sample(self, orch, obs, now_s):
         if self.sent or now_s < 10.0:
@@ -141,10 +142,14 @@ class BadPeers:
         import msgspec
 
         self.sent = True
-        path = orch.backend.address.removeprefix("unix:")
+        kind, _, where = orch.backend.address.partition(":")
 
         async def peer(data):
-            reader, writer = await asyncio.open_unix_connection(path)
+            if kind == "unix":
+                reader, writer = await asyncio.open_unix_connection(where)
+            else:
+                host, _, port = where.rpartition(":")
+                reader, writer = await asyncio.open_connection(host, int(port))
             writer.write(data)
             await writer.drain()
             await reader.read()
@@ -153,12 +158,22 @@ class BadPeers:
         unknown = msgspec.msgpack.encode({"type": "launch", "x": 1})
         for data in (os.urandom(256), struct.pack(">I", 1 << 30),
                      struct.pack(">I", len(unknown)) + unknown):
-            asyncio.get_running_loop().create_task(peer(data))
+            self.tasks.append(asyncio.get_running_loop().create_task(peer(data)))
 
 
-def test_bad_peers_during_a_run_do_not_stop_it():
+def free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("transport", ["unix", "tcp"])
+def test_bad_peers_during_a_run_do_not_stop_it(transport):
     peers = BadPeers()
-    _, summary = live([peers])
+    port = free_port() if transport == "tcp" else None
+    _, summary = live([peers], port=port, workers_per_process=4)
     assert peers.sent
     assert summary["requests"]["completed"] == summary["requests"]["submitted"] == 406
     assert summary["live"]["bad_connections"] == 3
