@@ -131,6 +131,8 @@ class ExecutedDecodeWorker(DecodeWorker):
         remote = asyncio.ensure_future(self.executor.run(self.name, float(ends[-1]) - loop.time(),
                                                          ids))
         local = asyncio.ensure_future(super()._run_steps(ends))
+        # A step abandoned by this worker may still fail later: its error is seen, not lost.
+        remote.add_done_callback(lambda f: f.cancelled() or f.exception())
         try:
             await asyncio.wait({remote, local}, return_when=asyncio.FIRST_COMPLETED)
             if remote.done() and remote.exception() is not None:

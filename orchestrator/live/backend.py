@@ -323,8 +323,15 @@ class LiveBackend:
             if not future.done():
                 future.set_exception(WorkerLost(f"process {handle.index}"))
         handle.pending.clear()
-        if self.options.restart:
+        if self.options.restart and handle.starts <= self.options.max_restarts:
             self._spawn_task(self._restart(handle))
+            return
+        rt = self.failover.runtime
+        if not any(w.accepting for w in rt.fill_workers.values()) or not any(
+                w.accepting for w in rt.decode_workers.values()):
+            # No fill or no decode worker left and none coming back: the run cannot end.
+            self._event("no_workers_left", level="error", process=handle.index)
+            self.failover.orch.interrupt()
 
     async def _restart(self, handle: ProcessHandle) -> None:
         await asyncio.sleep(self._sim(self.options.restart_delay_s))

@@ -32,6 +32,7 @@ class LiveOptions:
     heartbeat_timeout_s: float = 1.0  # wall seconds of silence before a process is lost
     restart: bool = True  # start a new process for a lost one's workers
     restart_delay_s: float = 0.5  # wall seconds
+    max_restarts: int = 20  # per worker process; then its workers stay lost
     host: str = "127.0.0.1"
     port: int | None = None  # None: a Unix socket in a private directory
     allow_remote: bool = False  # listen beyond loopback only when asked
@@ -41,7 +42,8 @@ class LiveOptions:
     shutdown_grace_s: float = 3.0
 
     def __post_init__(self) -> None:
-        for name in ("workers_per_process", "max_worker_procs", "max_frame_bytes"):
+        for name in ("workers_per_process", "max_worker_procs", "max_frame_bytes",
+                     "max_restarts"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name}: expected a positive integer, got {value!r}")
