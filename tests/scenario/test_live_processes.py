@@ -79,9 +79,10 @@ class Killer:
     """kill -9 the process hosting a busy worker at seeded random simulated times (the
     first sample from then on at which some worker holds calls)."""
 
-    def __init__(self, seed, kills=3):
+    def __init__(self, seed, kills=3, at_once=1, until_s=120.0):
         rng = np.random.default_rng(seed)
-        self.times = sorted(rng.uniform(5.0, 120.0, kills))
+        self.times = sorted(rng.uniform(5.0, until_s, kills))
+        self.at_once = at_once
         self.rng = rng
         self.killed = []
         self.pids = set()
@@ -97,10 +98,13 @@ class Killer:
         if not busy:
             return
         self.times.pop(0)
-        handle = orch.backend.host_of(str(self.rng.choice(sorted(busy))))
-        if handle.alive and handle.proc is not None:
-            os.kill(handle.proc.pid, signal.SIGKILL)
-            self.killed.append((round(now_s, 1), handle.index, len(busy)))
+        first = orch.backend.host_of(str(self.rng.choice(sorted(busy))))
+        others = [h for h in orch.backend.handles if h.alive and h is not first]
+        picked = [first, *(others[i] for i in self.rng.permutation(len(others)))]
+        for handle in picked[:self.at_once]:
+            if handle.alive and handle.proc is not None:
+                os.kill(handle.proc.pid, signal.SIGKILL)
+                self.killed.append((round(now_s, 1), handle.index, len(busy)))
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -119,6 +123,28 @@ def test_kill_9_of_worker_processes_loses_no_call(seed):
     assert req["redispatched"] == sum(moved) > 0
     assert summary["live"]["processes_lost"] == 3
     assert summary["live"]["processes_restarted"] == 3
+    print(f"seed {seed}: killed {killer.killed}, redispatched {req['redispatched']}")
+    no_process_left(killer.pids)
+
+
+@pytest.mark.parametrize("seed", [11, 12])
+def test_kill_9_of_two_processes_at_once_under_heavier_load_loses_no_call(seed):
+    # 8 sessions arriving within seconds, 4 processes of 2 workers: each kill takes half
+    # the cluster's processes, so both fill and decode work is in flight when it comes.
+    load = LoadOptions(max_sessions=8, sessions_per_hour=36000, think_scale=0.01)
+    killer = Killer(seed, kills=3, at_once=2, until_s=600.0)
+    settings = RunSettings(load=load, clock="live", speed=200.0,
+                           live=LiveOptions(workers_per_process=2))
+    result, summary = run_replay(prepare([sample_path()], "auto", settings), settings,
+                                 listeners=[killer])
+    req = summary["requests"]
+    assert len(killer.killed) == 6
+    assert req["lost"] == 0 and req["in_flight"] == 0
+    assert req["completed"] == req["submitted"] == 962
+    assert len({r.call_id for r in result.requests}) == 962
+    moved = [f["redispatched"] for e, f in killer.backend.events if e == "worker_process_lost"]
+    assert req["redispatched"] == sum(moved) > 0
+    assert summary["live"]["processes_lost"] == 6
     print(f"seed {seed}: killed {killer.killed}, redispatched {req['redispatched']}")
     no_process_left(killer.pids)
 
