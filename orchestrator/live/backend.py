@@ -75,17 +75,18 @@ class RemoteExecutor:
         if handle is None or not handle.alive or handle.writer is None:
             raise WorkerLost(worker)
         step_id = next(self._ids)
+        try:
+            if handle.writer.is_closing():
+                raise ConnectionResetError("connection closing")
+            write_message(handle.writer, Step(step_id, worker, max(duration_s, 0.0),
+                                              len(call_ids)))
+        except (ConnectionError, RuntimeError) as exc:
+            self.backend.lose(handle, f"cannot send a step: {exc}")
+            raise WorkerLost(worker) from None
+        # Registered after the write: no StepDone can arrive before the next await.
         future = asyncio.get_running_loop().create_future()
         handle.pending[step_id] = future
         try:
-            try:
-                if handle.writer.is_closing():
-                    raise ConnectionResetError("connection closing")
-                write_message(handle.writer, Step(step_id, worker, max(duration_s, 0.0),
-                                                  len(call_ids)))
-            except (ConnectionError, RuntimeError) as exc:
-                self.backend.lose(handle, f"cannot send a step: {exc}")
-                raise WorkerLost(worker) from None
             await future
         finally:
             handle.pending.pop(step_id, None)
@@ -322,6 +323,7 @@ class LiveBackend:
         for future in handle.pending.values():
             if not future.done():
                 future.set_exception(WorkerLost(f"process {handle.index}"))
+                future.exception()  # its awaiting step gets it; never "unretrieved"
         handle.pending.clear()
         if self.options.restart and handle.starts <= self.options.max_restarts:
             self._spawn_task(self._restart(handle))
