@@ -129,9 +129,23 @@ def scratch():
         shutil.rmtree(path, ignore_errors=True)
 
 
+def wait_for_target(base: str, port: int, timeout_s: float = 30.0) -> None:
+    """Prometheus hands new targets to its scrape loop only after its discovery tick
+    (about 5 s): start the run once the target is listed, or its first seconds go unseen."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(f"{base}/api/v1/targets", timeout=10) as r:
+            active = json.load(r)["data"]["activeTargets"]
+        if any(f":{port}/" in t.get("scrapeUrl", "") for t in active):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"Prometheus did not list the target on port {port} in {timeout_s} s")
+
+
 def test_every_panel_has_data_when_prometheus_scrapes_a_live_run(scratch):
     metrics_port = free_port()
     with prometheus(scratch / "live-data", scrape_port=metrics_port) as base:
+        wait_for_target(base, metrics_port)
         start = time.time()  # wall-clock ok: a live run's samples are stamped by Prometheus
         done = subprocess.run([*TOKENFACTORY, "replay", *SMALL, "--clock", "live", "--speed",
                                "200", "--metrics-port", str(metrics_port), "--json"],
@@ -140,7 +154,10 @@ def test_every_panel_has_data_when_prometheus_scrapes_a_live_run(scratch):
         end = time.time()  # wall-clock ok
         assert end - start > 3, "the live run is too short to be scraped"
         summary = json.loads(done.stdout)
-        completed = query(base, "tokenfactory_requests_completed_total", end)
+        # The scrape that fails once the run's server has closed marks every series stale,
+        # so an instant query at `end` can see nothing: take the last sample before it.
+        completed = query(base, "last_over_time(tokenfactory_requests_completed_total[5m])",
+                          end)
         assert completed, "Prometheus scraped nothing"
         assert float(completed[0]["value"][1]) <= summary["requests"]["completed"]
         check_every_panel(base, start, end, 1.0, "10s")
