@@ -25,7 +25,7 @@ from orchestrator.result import ReplayResult
 from orchestrator.router import FillCandidate, PrefixAffinityRouter
 from orchestrator.series import Series
 from orchestrator.sessions import Outcome, Pending, run_session
-from orchestrator.snapshot import Predictor, observe
+from orchestrator.snapshot import Predictor, energy_j, hbm_per_gpu, observe
 from storage.tiers import Tier
 from traces.model import Session
 from traces.replay import LoadOptions, session_starts
@@ -236,14 +236,8 @@ class Orchestrator:
                 method(self, *args)
 
     def _track_hbm(self) -> None:
-        used = self.runtime.store.placement.used_bytes
-        for w in (*self.runtime.fill_workers.values(), *self.runtime.decode_workers.values()):
-            gpus = w.spec.layout.instance_gpus
-            weights = self.weights_per_gpu[w.spec.pool]
-            per_gpu = weights + used.get(w.hbm, 0) / gpus
-            if hasattr(w, "running"):
-                per_gpu += sum(w.pricer.kv_bytes(r.context_tokens) for r in w.running) / gpus
-            self._peak_hbm_per_gpu = max(self._peak_hbm_per_gpu, per_gpu)
+        self._peak_hbm_per_gpu = max(self._peak_hbm_per_gpu,
+                                     hbm_per_gpu(self.runtime, self.weights_per_gpu))
 
     async def _fast_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -385,12 +379,8 @@ class Orchestrator:
 
     def _result(self, end_s: float, wall_s: float) -> ReplayResult:
         rt = self.runtime
-        idle = rt.eff.idle_power_fraction
-        energy = 0.0
-        for w in (*rt.fill_workers.values(), *rt.decode_workers.values()):
-            power = w.spec.layout.instance_gpus * w.spec.hardware.tdp_w
-            energy += power * (idle * end_s + (1 - idle) * w.state().busy_s)
-        energy += self.reconfigurer.idle_energy_j(end_s, idle)
+        energy = energy_j(rt, end_s) + self.reconfigurer.idle_energy_j(
+            end_s, rt.eff.idle_power_fraction)
         snap = rt.store.snapshot()
         return ReplayResult(
             requests=self.done, counters=dict(self.counters), series=self.series,

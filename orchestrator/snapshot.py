@@ -85,3 +85,28 @@ def observe(rt: ClusterRuntime, now_s: float, counters: dict[str, int], queue_to
         predicted_fill_latency_s=predictor.fill_latency_s(rt),
         pools=pool_obs,
     )
+
+
+def hbm_per_gpu(rt: ClusterRuntime, weights_per_gpu: dict[str, float]) -> float:
+    """The most any worker holds per GPU now: its slice's weights, the blobs in its HBM,
+    and (decode) the KV of the sequences it is running."""
+    used = rt.store.placement.used_bytes
+    most = 0.0
+    for w in (*rt.fill_workers.values(), *rt.decode_workers.values()):
+        gpus = w.spec.layout.instance_gpus
+        per_gpu = weights_per_gpu[w.spec.pool] + used.get(w.hbm, 0) / gpus
+        if hasattr(w, "running"):
+            per_gpu += sum(w.pricer.kv_bytes(r.context_tokens) for r in w.running) / gpus
+        most = max(most, per_gpu)
+    return most
+
+
+def energy_j(rt: ClusterRuntime, end_s: float) -> float:
+    """Simulated energy of the workers running at the end: each instance's GPUs at TDP x
+    (idle share for the whole run + busy share for its busy time)."""
+    idle = rt.eff.idle_power_fraction
+    total = 0.0
+    for w in (*rt.fill_workers.values(), *rt.decode_workers.values()):
+        power = w.spec.layout.instance_gpus * w.spec.hardware.tdp_w
+        total += power * (idle * end_s + (1 - idle) * w.state().busy_s)
+    return total
