@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import math
 import os
-import tomllib
 from dataclasses import dataclass, fields
 from functools import cache
 from pathlib import Path
 
 from costmodel.errors import CostModelError
+from costmodel.files import read_toml
 from costmodel.precision import Precision
 
 DATA_DIR = Path(__file__).parent / "data" / "hardware"
@@ -112,17 +112,7 @@ def hardware_names() -> list[str]:
 
 
 def load_hardware_file(path: Path) -> HardwareSpec:
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise CostModelError(f"{path}: cannot read: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise CostModelError(f"{path}: not a text file") from None
-    try:
-        table = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise CostModelError(f"{path}: invalid TOML: {exc}") from None
-    return _from_table(table, str(path))
+    return _from_table(read_toml(path), str(path))
 
 
 @cache

@@ -16,6 +16,7 @@ from functools import cache, cached_property
 from pathlib import Path
 
 from costmodel.errors import CostModelError
+from costmodel.files import read_text
 from costmodel.precision import Precision
 
 DATA_DIR = Path(__file__).parent / "data" / "models"
@@ -265,12 +266,7 @@ def model_names() -> list[str]:
 
 def load_model_file(path: Path) -> ModelSpec:
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise CostModelError(f"{path}: cannot read: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise CostModelError(f"{path}: not a text file") from None
+    text = read_text(path)
     try:
         config = json.loads(text)
     except json.JSONDecodeError as exc:

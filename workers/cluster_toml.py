@@ -7,11 +7,11 @@ value. The description's types and its binding to a model live in `workers.clust
 from __future__ import annotations
 
 import math
-import tomllib
 from pathlib import Path
 from typing import Any
 
 from costmodel.errors import CostModelError
+from costmodel.files import read_toml
 from costmodel.hardware import HardwareSpec, load_hardware
 from costmodel.layout import Layout
 from costmodel.phase import Phase
@@ -240,14 +240,4 @@ def load_cluster(name_or_path: str) -> ClusterSpec:
 
 def load_cluster_file(path: Path) -> ClusterSpec:
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ClusterError(f"{path}: cannot read: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise ClusterError(f"{path}: not a text file") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ClusterError(f"{path}: invalid TOML: {exc}") from None
-    return cluster_from_dict(data, str(path))
+    return cluster_from_dict(read_toml(path, ClusterError), str(path))
