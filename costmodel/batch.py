@@ -1,0 +1,103 @@
+"""One step of a heterogeneous batch, priced request by request where it matters.
+
+`phase_cost` prices a batch of identical sequences. A real step mixes them: a
+long prompt's chunk beside short ones, a cold prefill beside a midfill with a
+long cached prefix, decodes beside prefill chunks (chunked prefill, Sarathi-
+Serve: https://arxiv.org/abs/2403.02310). Attention is quadratic-ish in a
+sequence's chunk and linear in its context, so pricing such a batch at its mean
+under-prices a skewed one. Here the attention and KV terms are summed over the
+requests; the terms that only count tokens (dense FFN, router and shared
+experts, routed experts with expert-sorted batching, LM head, network, fixed
+latencies) are the colocated cost core's at the batch's total tokens.
+
+Requests spread evenly over the instance's attention data-parallel ranks, so a
+rank's attention work is the batch's over the number of ranks (the mean rank;
+`phase_cost` makes the same assumption for a uniform batch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from costmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency, OverlapMode
+from costmodel.hardware import HardwareTable
+from costmodel.model import ModelSpec
+from costmodel.phase import ACT_BYTES, Configs, Phase, _Kernels, _latency, _network, _Shape
+from costmodel.precision import Precision
+
+
+@dataclass(frozen=True)
+class BatchStepCost:
+    step_time_s: float  # one micro-batch through all stages
+    stage_time_s: float  # one stage: the pipeline takes a new micro-batch this often
+    attention_s: float  # per stage: the requests' attention and KV traffic (roofline)
+    tokens: float  # query tokens of the step over the whole instance
+    sequences: int
+
+
+def _attention_s(m: ModelSpec, v: _Shape, eff: Efficiency, q_tok: np.ndarray,
+                 cached: np.ndarray, decoding: np.ndarray, ranks: float) -> float:
+    """Per stage on one attention rank: `_Kernels`' attention term, summed per request
+    (each request's own chunk and context) instead of at the batch's mean."""
+    tp = float(v.tp[0])
+    attn_w = (v.n_full + v.n_slide) * m.attn_params + v.n_lin * m.linear_params
+    tokens = q_tok.sum() / ranks
+    # Causal attention: a query sees the cache plus, on average, half its own chunk.
+    ctx_mean = cached + (q_tok + 1.0) / 2.0
+    ctx_end = cached + q_tok
+    ctx_flops = np.where(decoding, m.attn_flops_per_ctx_token_decode,
+                         m.attn_flops_per_ctx_token_prefill)
+    ctx = (q_tok * ctx_flops * (v.n_full * ctx_mean + v.n_slide * np.minimum(ctx_mean, v.window))
+           ).sum() / ranks / tp
+    ctx += tokens * v.n_lin * m.linear_flops_per_token / tp
+    proj = 2.0 * tokens * attn_w / tp
+    kv_read = (v.kv_layer * (v.n_full * ctx_end + v.n_slide * np.minimum(ctx_end, v.window))
+               ).sum() / ranks
+    kv_read += 2.0 * (q_tok.size / ranks) * v.n_lin * v.state_layer / tp
+    attn_bytes = attn_w / tp * v.wb_dense + kv_read
+    attn_bytes += tokens * m.hidden_size * ACT_BYTES * eff.activation_passes_per_layer * (
+        v.n_layers / tp)
+    t = np.maximum(proj / v.peak_dense + ctx / v.peak_attn, attn_bytes / v.hbm_bw)
+    return float(np.ravel(t)[0])
+
+
+def batch_step_cost(model: ModelSpec, hardware: HardwareTable, new_tokens, cached_tokens,
+                    decoding=False, *, pp: int = 1, tp: int = 1, ep: int = 1,
+                    precision: Precision = Precision.FP8,
+                    kv_precision: Precision = Precision.BF16, mtp: int = 0,
+                    hardware_index: int = 0,
+                    eff: Efficiency = DEFAULT_EFFICIENCY) -> BatchStepCost:
+    """One step of a batch: request i computes `new_tokens[i]` query tokens over
+    `cached_tokens[i]` tokens it already holds (decoding requests: one token plus `mtp`
+    drafts; their `new_tokens` is ignored). `decoding` is per request or one flag.
+
+    A step with any fill chunk uses the fill kernels for the all-to-all (throughput
+    mode); a pure decode step the low-latency ones, as `phase_cost` does."""
+    cached = np.asarray(cached_tokens, dtype=np.float64).ravel()
+    n = cached.size
+    if n == 0:
+        raise ValueError("a batch step needs at least one request")
+    new = np.broadcast_to(np.asarray(new_tokens, dtype=np.float64), (n,))
+    decoding = np.broadcast_to(np.asarray(decoding, dtype=bool), (n,))
+    q_tok = np.where(decoding, 1.0 + mtp, new)
+    ranks = max(tp, ep) / tp
+    all_decode = bool(decoding.all())
+    # The token-count terms: a uniform batch of the same sequences and total tokens.
+    cfg = Configs.make(phase=int(Phase.DECODE if all_decode else Phase.PREFILL),
+                       batch=n / ranks, new_tokens=q_tok.mean(), context=cached.mean(),
+                       pp=pp, tp=tp, ep=ep, precision=int(precision),
+                       hardware=hardware_index, kv_precision=int(kv_precision), mtp=mtp)
+    v = _Shape(model, hardware, cfg, eff)
+    k = _Kernels(model, v, eff)
+    _, _, network_s = _network(model, v)
+    latency_s = _latency(model, v, eff)
+    t_attn = _attention_s(model, v, eff, q_tok, cached, decoding, ranks)
+    t_cm = t_attn + k.t_dense + k.t_always + k.t_experts + k.t_head
+    stage_s = t_cm + network_s + latency_s
+    if eff.overlap == OverlapMode.OVERLAP:
+        stage_s = stage_s - eff.overlap_fraction * np.minimum(t_cm, network_s)
+    stage = float(np.ravel(stage_s)[0])
+    return BatchStepCost(step_time_s=pp * stage + eff.step_overhead_s, stage_time_s=stage,
+                         attention_s=t_attn, tokens=float(q_tok.sum()), sequences=n)
