@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
+from costmodel.capacity import KV_SHARE_OF_FREE_HBM, KVCapacity, kv_capacity
 from costmodel.disagg import (
     AFLayout,
     attention_weight_bytes_per_gpu,
@@ -23,14 +24,10 @@ from costmodel.layout import Layout, check_layout
 from costmodel.memory import weight_bytes_per_gpu
 from costmodel.model import ModelSpec
 from costmodel.phase import Phase
-from costmodel.precision import Precision
+from costmodel.precision import BYTES_PER_ELEMENT, Precision
 from storage.tiers import Location, StoreLayout, Tier, TierSpec
 
 GB = 1e9
-# Share of the HBM left after weights that holds KV; the rest is activations,
-# all-to-all buffers and allocator fragmentation (SGLang's default mem fraction
-# leaves a similar margin).
-KV_SHARE_OF_FREE_HBM = 0.85
 
 
 class ClusterError(CostModelError):
@@ -114,6 +111,12 @@ class WorkerSpec:
     hardware: HardwareSpec
     layout: Layout
     batch: BatchPolicySpec
+    # What the instance holds, replication across TP ranks counted (costmodel.capacity):
+    # decode admits against `kv.instance_bytes` with `kv.sequence_bytes_per_gpu(context)`
+    # per sequence.
+    kv: KVCapacity
+    # The store's HBM tier at this worker: the logical bytes (blobs count the model's
+    # unsharded KV per token) of the `kv.kv_capacity_tokens` tokens the instance holds.
     kv_capacity_bytes: int
     experts_worker: str | None = None  # the expert worker this decode worker pairs with
 
@@ -189,17 +192,24 @@ class BoundCluster:
                 expert_workers += paired
                 weights = float(attention_weight_bytes_per_gpu(model, layout.tp,
                                                                int(layout.weights)))
-            per_gpu_free = pool.hardware.hbm_bytes - weights
-            kv_bytes = int(KV_SHARE_OF_FREE_HBM * per_gpu_free * pool.layout.instance_gpus)
+            kv = kv_capacity(model, pool.hardware, layout, weight_bytes=weights)
             for i, home in enumerate(homes[pool.name]):
                 name = f"{pool.name}-{i}"
                 workers.append(WorkerSpec(
                     name=name, pool=pool.name, phase=pool.phase, node=home,
                     rack=nodes[home].rack, hardware=pool.hardware, layout=layout,
-                    batch=pool.batch, kv_capacity_bytes=kv_bytes, experts_worker=pairs.get(name),
+                    batch=pool.batch, kv=kv, kv_capacity_bytes=_logical_bytes(model, layout, kv),
+                    experts_worker=pairs.get(name),
                 ))
         return cls(spec, model, tuple(workers), _store_layout(spec, workers),
                    tuple(expert_workers))
+
+
+def _logical_bytes(model: ModelSpec, layout: Layout, kv: KVCapacity) -> int:
+    """The store's view of an instance's KV room: blobs count the model's whole KV per
+    token, however many TP ranks hold a copy. At least one byte (a tier has room)."""
+    per_token = model.kv_bytes_per_token(BYTES_PER_ELEMENT[layout.kv])
+    return max(1, int(kv.kv_capacity_tokens * per_token))
 
 
 def _place(pool: str, candidates: tuple[str, ...], need: int, count: int,
@@ -300,5 +310,5 @@ from workers.cluster_toml import (  # noqa: E402
     load_cluster_file,
 )
 
-__all__ = ["DATA_DIR", "BoundCluster", "ClusterError", "ClusterSpec", "cluster_from_dict",
+__all__ = ["DATA_DIR", "KV_SHARE_OF_FREE_HBM", "BoundCluster", "ClusterError", "ClusterSpec", "cluster_from_dict",
            "cluster_names", "load_cluster", "load_cluster_file"]

@@ -2,6 +2,8 @@ import copy
 
 import pytest
 
+from costmodel.capacity import kv_capacity
+from costmodel.hardware import load_hardware
 from costmodel.model import load_model
 from tests.factories import SMALL, small_cluster
 from workers.cluster import KV_SHARE_OF_FREE_HBM, ClusterError, cluster_from_dict, load_cluster
@@ -24,8 +26,12 @@ def test_small_cluster_builds_workers_and_tiers():
     assert names == ["prefill-0", "midfill-0", "decode-0", "decode-1"]
     assert {w.node for w in bound.workers if w.pool == "decode"} == {"n1"}
     hbm_free = 141e9 - 70.55e9 * 2 / 4  # BF16 weights over TP4 (embeddings included)
-    assert bound.workers[0].kv_capacity_bytes == pytest.approx(
-        KV_SHARE_OF_FREE_HBM * hbm_free * 4, rel=0.01)
+    # Llama's 8 KV heads split 4 ways at TP4: each GPU holds a quarter of every token's KV,
+    # so the instance holds 4 GPUs' budgets of logical KV (one attention rank group).
+    w = bound.workers[0]
+    assert w.kv.ranks == 1
+    assert w.kv.instance_bytes == pytest.approx(KV_SHARE_OF_FREE_HBM * hbm_free, rel=0.01)
+    assert w.kv_capacity_bytes == pytest.approx(KV_SHARE_OF_FREE_HBM * hbm_free * 4, rel=0.01)
     assert len(bound.store_layout.all_locations()) == 1 + 1 + 2 + 4
 
 
@@ -93,3 +99,52 @@ def test_a_worker_larger_than_a_node_takes_whole_consecutive_nodes():
     bound = load_cluster("b200x8").bind(load_model("kimi-k3-like"))
     homes = [w.node for w in bound.workers]
     assert homes == ["n0", "n2", "n4", "n6"]  # 16-GPU workers on pairs of 8-GPU nodes
+
+
+def _one_decode_pool(model_gpus=8, hardware="h200", **layout):
+    return cluster_from_dict({
+        "name": "one", "pfs": {"capacity_gb": 1000, "read_gb_per_s": 10, "write_gb_per_s": 10},
+        "racks": [{"name": "r0", "cache_gb": 0, "cache_gb_per_s": 1}],
+        "nodes": [{"name": n, "rack": "r0", "hardware": hardware, "gpus": model_gpus,
+                   "dram_gb": 2000, "dram_gb_per_s": 200} for n in ("n0", "n1")],
+        "pools": [{"name": "prefill", "phase": "prefill", "nodes": ["n1"], "gpus": 8, "tp": 8,
+                   "ep": 8, "precision": "fp8"},
+                  {"name": "decode", "phase": "decode", "nodes": ["n0"], "gpus": model_gpus,
+                   "precision": "fp8", **layout}],
+    }, "one.toml")
+
+
+def test_mla_capacity_dp8_against_tp8_on_the_same_eight_gpus():
+    """MLA's latent is whole on every TP rank: TP8 holds one copy per 8 GPUs, TP1 x DP8
+    eight sequences' worth. Per GB of free HBM, 8x; overall ~6x for DeepSeek-V3 on H200,
+    since TP1 keeps the whole attention (and dense) weights on every GPU."""
+    v3 = load_model("deepseek-v3")
+    dp = _one_decode_pool(tp=1, ep=8).bind(v3).workers[-1]
+    tp = _one_decode_pool(tp=8, ep=8).bind(v3).workers[-1]
+    assert (dp.kv.ranks, tp.kv.ranks) == (8, 1)
+    per_gb = ((dp.kv_capacity_bytes / dp.kv.budget_bytes_per_gpu)
+              / (tp.kv_capacity_bytes / tp.kv.budget_bytes_per_gpu))
+    assert per_gb == pytest.approx(8.0, rel=1e-3)
+    ratio = dp.kv_capacity_bytes / tp.kv_capacity_bytes
+    assert 5.0 < ratio < 7.5
+    # The old figure (free HBM x all 8 GPUs) overstated TP8 by 8x.
+    old = KV_SHARE_OF_FREE_HBM * (load_hardware("h200").hbm_bytes
+                                  - tp.kv.weight_bytes_per_gpu) * 8
+    assert tp.kv_capacity_bytes == pytest.approx(old / 8, rel=1e-3)
+    # Decode admits in per-GPU footprint units: a 100k-token sequence's share of each.
+    at_100k = tp.kv.sequence_bytes_per_gpu(100_000)
+    assert int(tp.kv.instance_bytes // at_100k) == tp.kv.sequences_at(100_000)
+
+
+def test_gqa_beyond_its_kv_heads_replicates():
+    """Qwen3-235B has 4 KV heads: TP8 splits each token's KV only 4 ways, so one TP8
+    instance holds half what two TP4 attention ranks hold on the same 8 GPUs (per GB)."""
+    qwen = load_model("qwen3-235b-a22b")
+    tp4 = _one_decode_pool(tp=4, ep=8).bind(qwen).workers[-1]
+    tp8 = _one_decode_pool(tp=8, ep=8).bind(qwen).workers[-1]
+    assert tp4.kv.kv_bytes_per_token_per_gpu == pytest.approx(tp8.kv.kv_bytes_per_token_per_gpu)
+    per_gb = ((tp4.kv.kv_capacity_tokens / tp4.kv.budget_bytes_per_gpu)
+              / (tp8.kv.kv_capacity_tokens / tp8.kv.budget_bytes_per_gpu))
+    assert per_gb == pytest.approx(2.0, rel=1e-3)
+    expected = kv_capacity(qwen, load_hardware("h200"), tp8.layout)
+    assert tp8.kv == expected

@@ -55,8 +55,10 @@ def test_a_decode_pool_pairs_its_workers_with_the_expert_pool():
     assert isinstance(lay, AFLayout)
     assert (lay.experts_ep, lay.attention_per_expert, lay.same_domain) == (16, 2, True)
     assert lay.experts_weights is Precision.FP4
-    # No routed expert on the attention GPUs: almost all their HBM holds KV.
-    assert decode[0].kv_capacity_bytes > 0.8 * 8 * GB200.hbm_bytes
+    # No routed expert on the attention GPUs: almost all their HBM holds KV (MLA's latent
+    # is whole on each of the 8 TP ranks, so the instance holds one GPU's worth of it).
+    assert decode[0].kv.budget_bytes_per_gpu > 0.8 * GB200.hbm_bytes
+    assert decode[0].kv_capacity_bytes > 0.8 * GB200.hbm_bytes
     assert bound.spec.gpus == 48
     assert all(w.pool != "experts" for w in bound.workers)  # no queue, no worker task
 
