@@ -52,9 +52,9 @@ class Orchestrator:
         self.control, self.load, self.seed = control, load, seed
         self.on_progress = on_progress
         self.logger = logger  # a structlog logger for decisions, or None
-        # Observers of the run (metrics exporters): each may define on_sample(orch, obs,
-        # now_s), on_done(orch, req, now_s), on_decision(orch, decision, now_s) and
-        # on_reallocation(orch, decision, now_s). They read; they never steer.
+        # Observers of the run (metrics, trace events): each may define on_sample(orch, obs,
+        # now_s), on_submit/on_done/on_reject(orch, req, now_s), on_decision(orch, decision,
+        # now_s) and on_reallocation(orch, decision, now_s). They read; they never steer.
         self.listeners = list(listeners)
         # Stop the run at this simulated time even if calls are still in flight (they are
         # then reported as such); None runs until every session has finished.
@@ -102,6 +102,7 @@ class Orchestrator:
         self.counters["submitted"] += 1
         self.queue.append(pending)
         self._pending[req.call_id] = pending
+        self._notify("on_submit", req, req.arrival_s)
         return await pending.future
 
     def _on_done(self, req: Request, now_s: float) -> None:
@@ -125,6 +126,7 @@ class Orchestrator:
         del self._pending[pending.request.call_id]
         self._rejected_arrivals_s.append(pending.request.arrival_s)
         self.counters["rejected"] += 1
+        self._notify("on_reject", pending.request, asyncio.get_running_loop().time())
         pending.future.set_result(Outcome.REJECTED)
 
     # -- the fast loop ---------------------------------------------------------------

@@ -68,6 +68,19 @@ def add_run_options(p: argparse.ArgumentParser, controller: bool = True) -> None
     c.add_argument("--tpot-target", type=positive_float, default=ControlConfig.tpot_target_s,
                    metavar="S", help="TPOT target for goodput (default %(default)s s)")
     add_metrics_options(p)
+    add_trace_events_options(p)
+
+
+def add_trace_events_options(p: argparse.ArgumentParser) -> None:
+    from orchestrator.trace_events import DEFAULT_MAX_CALLS
+
+    g = p.add_argument_group("trace events (docs/trace-events.md)")
+    g.add_argument("--trace-events", metavar="FILE",
+                   help="write the run's timeline as Chrome/Perfetto trace-event JSON "
+                        "(compare: one file per controller, named CONTROLLER-FILE)")
+    g.add_argument("--trace-events-max-calls", type=positive_int, default=DEFAULT_MAX_CALLS,
+                   metavar="N", help="trace every call of a hash sample of sessions, at most "
+                                     "N calls (default %(default)s)")
 
 
 def add_live_options(p: argparse.ArgumentParser) -> None:
@@ -117,6 +130,13 @@ def live_options_from_args(args: argparse.Namespace):
 
 
 def settings_from_args(args: argparse.Namespace, controller: str | None = None) -> RunSettings:
+    if getattr(args, "trace_events", None) is not None:
+        from orchestrator.trace_events import check_path
+
+        try:
+            check_path(args.trace_events)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
     try:
         load = load_options_from_args(args)
     except ValueError as exc:

@@ -50,6 +50,9 @@ def replay_into(prepared: Prepared, settings: RunSettings, directory: Path | Non
     hub = metrics_hub(args)
     listeners, recorder = hub.listeners(f"{settings.controller}-seed{settings.seed}",
                                         settings.controller, recording=directory is not None)
+    tracer = trace_recorder(args, settings)
+    if tracer is not None:
+        listeners = [*listeners, tracer]
     try:
         with (hub.serving(),
               progress_bar(label, enabled=False if args.no_progress else None) as on_progress):
@@ -65,4 +68,32 @@ def replay_into(prepared: Prepared, settings: RunSettings, directory: Path | Non
         write_json(directory / f"{prefix}summary.json", summary)
         write_series_csv(directory / f"{prefix}series.csv", result.series)
         hub.write(recorder, directory / f"{prefix}{OM_NAME}", result.simulated_s)
+    if tracer is not None:
+        write_trace_events(tracer, Path(args.trace_events), prefix, settings, result.simulated_s)
     return result, summary
+
+
+def trace_recorder(args: argparse.Namespace, settings: RunSettings):
+    """A TraceRecorder when --trace-events is given, else None (the run keeps nothing)."""
+    if getattr(args, "trace_events", None) is None:
+        return None
+    from orchestrator.trace_events import TraceRecorder
+
+    return TraceRecorder(args.trace_events_max_calls, settings.seed)
+
+
+def write_trace_events(tracer, path: Path, prefix: str, settings: RunSettings,
+                       simulated_s: float) -> None:
+    """Write one run's trace (compare: `CONTROLLER-FILE` beside FILE); note a cut."""
+    import sys
+
+    from orchestrator.trace_events import write
+
+    path = path.with_name(f"{prefix}{path.name}")
+    try:
+        write(path, tracer.render(simulated_s, run=f"{settings.controller}-seed{settings.seed}"))
+    except OSError as exc:
+        raise UserError(f"--trace-events {path}: cannot write: {exc.strerror}") from None
+    note = tracer.cut_note()
+    if note is not None:
+        sys.stderr.write(f"{note}: {path}\n")
