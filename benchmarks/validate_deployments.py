@@ -1,21 +1,50 @@
-"""Reproduce the published DeepSeek-V3 deployments and print predicted/measured."""
+"""Reproduce published measurements with the cost core: ratios and leave-one-out calibration.
+
+For each case: the batch the core used, its predicted bound, the predicted and
+measured figures in the case's own unit, predicted/measured at the shipped
+efficiency set, in-sample with `compute` fitted on every case, and leave-one-out
+(`compute` fitted on every other case). Compute-bound cases first, then the
+memory/latency-bound ones; every case with its source URL.
+"""
 
 from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Table
 
-from costmodel.validation import predict_all
+from costmodel.validation import CASES, Regime, fit_compute, leave_one_out, predict_all, ratio_table
+
+
+def _fmt(x: float) -> str:
+    return f"{x:,.0f}" if x >= 100 else f"{x:,.1f}"
 
 
 def main() -> None:
-    table = Table(title="Cost core vs published deployments (tokens/s per 8-GPU node)")
-    for col in ("case", "batch/GPU", "predicted", "measured", "predicted/measured"):
-        table.add_column(col, justify="left" if col == "case" else "right")
-    for p in predict_all():
-        table.add_row(p.case.name, str(p.batch), f"{p.predicted_tokens_per_s_per_node:,.0f}",
-                      f"{p.case.measured_tokens_per_s_per_node:,.0f}", f"{p.ratio:.2f}")
-    Console(width=130).print(table)
+    console = Console(width=200)
+    all_fit, rows = leave_one_out()
+    preds = predict_all()
+    compute_only = [c for c in CASES if c.regime is Regime.COMPUTE]
+    fit_compute_bound = fit_compute(ratio_table(compute_only))
+    table = Table(title="Cost core vs published measurements (ratio = predicted/measured)")
+    for col in ("#", "regime", "case", "batch", "bound", "predicted", "measured", "unit",
+                "shipped", "in-sample", "LOO compute", "LOO"):
+        table.add_column(col, justify="left" if col in ("case", "unit", "regime") else "right")
+    order = sorted(range(len(CASES)), key=lambda i: CASES[i].regime is not Regime.COMPUTE)
+    for n, i in enumerate(order, 1):
+        p, r = preds[i], rows[i]
+        c = p.case
+        table.add_row(str(n), c.regime.value, c.name + (" [known miss]" if c.miss else ""),
+                      str(p.batch), p.bound.name.lower(), _fmt(p.predicted), _fmt(c.measured),
+                      c.metric.value, f"{r.shipped_ratio:.2f}", f"{r.in_sample_ratio:.2f}",
+                      f"{r.loo_compute:.2f}", f"{r.loo_ratio:.2f}")
+    console.print(table)
+    console.print(f"compute fitted on all {len(CASES)} cases: {all_fit:.2f}; on the "
+                  f"{len(compute_only)} compute-bound cases alone: {fit_compute_bound:.2f}; "
+                  "shipped: 0.40")
+    for n, i in enumerate(order, 1):
+        c = CASES[i]
+        console.print(f"[{n}] {c.source}" + (f"\n    note: {c.note}" if c.note else "")
+                      + (f"\n    miss: {c.miss}" if c.miss else ""), soft_wrap=True)
 
 
 if __name__ == "__main__":
