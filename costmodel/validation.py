@@ -87,6 +87,7 @@ TRTLLM_DSR1_PRACTICE = ("https://nvidia.github.io/TensorRT-LLM/blogs/"
                         "Best_perf_practice_on_DeepSeek-R1_in_TensorRT-LLM.html")
 LMSYS_MTP = "https://lmsys.org/blog/2025-07-17-mtp/"
 NIM_LLAMA = "https://docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance"
+LMSYS_GPT_OSS = "https://lmsys.org/blog/2025-08-27-gpt-oss/"
 # DeepSeek production: 56.3% of input tokens hit the on-disk KV cache; the one length
 # published is the average KV length per output token (4,989), taken as the prompt.
 _DS_NEW = round(4989 * (1 - 0.563))
@@ -142,6 +143,17 @@ CASES = (
     Case("NIM Llama-3.3-70B, 2xH100 FP8 TP2, concurrency 1, 500/2000", NIM_LLAMA,
          "llama-3.1-70b", "h100", Phase.DECODE, Layout(tp=2), 1, 500 + 1000, 1 / 18.91e-3,
          _USER, _ML, batch=1, note="KV precision not stated; BF16 taken"),
+    # SGLang gpt-oss-120b MXFP4 at batch 1 (bench_one_batch_server, input 1024, output 512,
+    # sgl-project/sglang benchmark/gpt_oss/README.md): 416.02 tok/s on B200 at TP4,
+    # 318.53 tok/s on H100 at TP8 (experts tensor-split, no EP).
+    Case("SGLang gpt-oss-120b MXFP4, 4xB200 TP4, batch 1, 1024/512", LMSYS_GPT_OSS,
+         "gpt-oss-120b", "b200", Phase.DECODE, Layout(tp=4, weights=Precision.FP4), 1,
+         1024 + 256, 416.02, _USER, _ML, batch=1,
+         note="attention weights BF16 in the checkpoint; the core prices them at FP8"),
+    Case("SGLang gpt-oss-120b MXFP4, 8xH100 TP8, batch 1, 1024/512", LMSYS_GPT_OSS,
+         "gpt-oss-120b", "h100", Phase.DECODE, Layout(tp=8, weights=Precision.FP4), 1,
+         1024 + 256, 318.53, _USER, _ML, batch=1,
+         note="attention weights BF16 in the checkpoint; the core prices them at FP8"),
 )
 
 
