@@ -67,11 +67,12 @@ def batch_step_cost(model: ModelSpec, hardware: HardwareTable, new_tokens, cache
                     decoding=False, *, pp: int = 1, tp: int = 1, ep: int = 1,
                     precision: Precision = Precision.FP8,
                     kv_precision: Precision = Precision.BF16, mtp: int = 0,
-                    hardware_index: int = 0,
+                    hardware_index: int = 0, attention_precision: Precision | None = None,
                     eff: Efficiency = DEFAULT_EFFICIENCY) -> BatchStepCost:
     """One step of a batch: request i computes `new_tokens[i]` query tokens over
     `cached_tokens[i]` tokens it already holds (decoding requests: one token plus `mtp`
     drafts; their `new_tokens` is ignored). `decoding` is per request or one flag.
+    `attention_precision`: that of the non-expert weights (None: the cost core's rule).
 
     A step with any fill chunk uses the fill kernels for the all-to-all (throughput
     mode); a pure decode step the low-latency ones, as `phase_cost` does."""
@@ -85,10 +86,12 @@ def batch_step_cost(model: ModelSpec, hardware: HardwareTable, new_tokens, cache
     ranks = max(tp, ep) / tp
     all_decode = bool(decoding.all())
     # The token-count terms: a uniform batch of the same sequences and total tokens.
+    extra = {} if attention_precision is None else {
+        "attention_precision": int(attention_precision)}
     cfg = Configs.make(phase=int(Phase.DECODE if all_decode else Phase.PREFILL),
                        batch=n / ranks, new_tokens=q_tok.mean(), context=cached.mean(),
                        pp=pp, tp=tp, ep=ep, precision=int(precision),
-                       hardware=hardware_index, kv_precision=int(kv_precision), mtp=mtp)
+                       hardware=hardware_index, kv_precision=int(kv_precision), mtp=mtp, **extra)
     v = _Shape(model, hardware, cfg, eff)
     k = _Kernels(model, v, eff)
     _, _, network_s = _network(model, v)

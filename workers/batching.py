@@ -1,33 +1,60 @@
 """Batch policies: pure functions from waiting work and worker state to the next step.
 
-Fills (prefill and midfill) take a FIFO token batch: the cost core prices the
-distinct experts such a batch touches, as a batch sorted by expert loads each
-once. Decode is continuous batching towards a small target batch under a KV
-memory limit (BRIEF.md section 5: decode's best batch is often 1-5).
+Fills (prefill and midfill) take a FIFO token budget per step, long prompts in
+chunks: the cost core prices each request's attention and the distinct experts
+the step's tokens touch, as a batch sorted by expert loads each once. Decode is
+continuous batching towards a small target batch under a KV memory limit
+(BRIEF.md section 5: decode's best batch is often 1-5).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from workers.cluster import BatchPolicySpec
 from workers.request import Request
 
 
-def plan_fill_batch(waiting: Sequence[Request], policy: BatchPolicySpec) -> list[Request]:
-    """Oldest first, while the batch stays within the token and sequence limits.
-    A single request larger than the token limit runs alone (chunking it would not
-    change its price in this model, only its latency)."""
-    batch: list[Request] = []
-    tokens = 0
+@dataclass(frozen=True)
+class FillChunk:
+    """Part of one request's fill in one step: `tokens` computed over `cached_tokens`
+    already in HBM (its cached prefix plus its earlier chunks)."""
+
+    request: Request
+    tokens: int
+    cached_tokens: int
+    last: bool  # the request's fill ends with this chunk
+
+
+def fill_tokens(req: Request) -> int:
+    """Tokens a request's fill computes (at least one: the last prompt token's logits)."""
+    return max(1, req.input_tokens - req.prefix_tokens)
+
+
+def plan_fill_batch(waiting: Sequence[Request], policy: BatchPolicySpec,
+                    planned_tokens: Mapping[int, int] | None = None,
+                    budget_tokens: int | None = None) -> list[FillChunk]:
+    """Chunked prefill (Sarathi-Serve, https://arxiv.org/abs/2403.02310; vLLM's and
+    SGLang's chunked prefill): oldest first, each request takes what it still needs up
+    to the step's token budget, within the sequence limit. A prompt longer than the
+    budget is split over several steps. `planned_tokens`: tokens of each request already
+    put in earlier steps; `budget_tokens`: the step's budget when not the policy's
+    (a mixed step leaves room for its decodes)."""
+    planned = planned_tokens or {}
+    budget = policy.max_batch_tokens if budget_tokens is None else budget_tokens
+    chunks: list[FillChunk] = []
     for req in waiting:
-        need = max(1, req.input_tokens - req.prefix_tokens)
-        if batch and (tokens + need > policy.max_batch_tokens
-                      or len(batch) >= policy.max_batch_sequences):
+        if budget <= 0 or len(chunks) >= policy.max_batch_sequences:
             break
-        batch.append(req)
-        tokens += need
-    return batch
+        done = planned.get(req.call_id, 0)
+        need = fill_tokens(req) - done
+        if need <= 0:
+            continue
+        take = min(need, budget)
+        chunks.append(FillChunk(req, take, req.prefix_tokens + done, take == need))
+        budget -= take
+    return chunks
 
 
 def plan_decode_admission(

@@ -1,4 +1,12 @@
-"""Prefill and midfill workers: token batches in, KV blobs and ready requests out."""
+"""Prefill and midfill workers: chunked token steps in, KV blobs and ready requests out.
+
+A worker takes a token budget per step (`max_batch_tokens`, the chunk size). A
+long prompt is split over several steps, each chunk's attention seeing the
+cached prefix plus the earlier chunks; several requests share a step up to the
+budget (Sarathi-Serve, https://arxiv.org/abs/2403.02310; vLLM chunked prefill;
+SGLang `--chunked-prefill-size`). A request's fill ends when its last chunk's
+step does. Each step is priced request by request (`costmodel.batch`).
+"""
 
 from __future__ import annotations
 
@@ -6,22 +14,96 @@ import asyncio
 from collections import deque
 from collections.abc import Callable
 
-from costmodel.phase import Phase
 from storage.store import BlobStore
 from storage.tiers import Location, Tier
-from workers.batching import plan_fill_batch
-from workers.cluster import WorkerSpec
+from workers.batching import FillChunk, plan_fill_batch
+from workers.cluster import BatchPolicySpec, WorkerSpec
 from workers.events import EventLog
 from workers.kv_io import FetchResult, fetch, release_fetch, write_and_offload
 from workers.pricing import StepPricer
 from workers.ready import ReadyBuffer
-from workers.request import Request, RequestState
+from workers.request import LatencyPart, Request, RequestState
 from workers.state import WorkerState
 
 
+class ChunkedFills:
+    """A worker's fill work: requests waiting or part-filled (`queue`, oldest first),
+    their prefixes fetched into HBM (`fetched`) and the tokens of each already put in
+    steps (`planned`). Plans the chunks of the next step. A request leaves `queue` when
+    its last chunk is planned."""
+
+    def __init__(self, store: BlobStore, recompute_s: Callable[[int], float] | None,
+                 policy: BatchPolicySpec):
+        self.store, self.recompute_s, self.policy = store, recompute_s, policy
+        self.queue: deque[Request] = deque()
+        self.fetched: dict[int, FetchResult] = {}
+        self.planned: dict[int, int] = {}
+
+    def prepare(self, hbm: Location, now_s: float,
+                budget_tokens: int | None = None) -> list[FillChunk]:
+        """The next step's chunks; fetches the prefixes of the queue's head as far as
+        the plan reaches."""
+        if len({id(r) for r in self.queue}) != len(self.queue):
+            # A lost step's requests were handed back to the queue's front (live mode).
+            unique = list(dict.fromkeys(self.queue))
+            self.queue.clear()
+            self.queue.extend(unique)
+        reqs: list[Request] = []
+        chunks: list[FillChunk] = []
+        for req in list(self.queue):
+            if req.call_id not in self.fetched:
+                result = fetch(self.store, req.block_ids, hbm, now_s, self.recompute_s)
+                self.fetched[req.call_id] = result
+                self.planned.pop(req.call_id, None)  # a fresh start
+                req.prefix_tokens = result.prefix_tokens - result.recompute_tokens
+            candidate = plan_fill_batch([*reqs, req], self.policy, self.planned, budget_tokens)
+            if len(candidate) <= len(chunks):
+                break
+            reqs.append(req)
+            chunks = candidate
+        return chunks
+
+    def begin(self, chunks: list[FillChunk], now_s: float) -> tuple[float, list[Request]]:
+        """Put `chunks` in a step starting at `now_s`. Returns the wait for the prefixes
+        of the requests whose fill starts with it, and those requests."""
+        starting: list[Request] = []
+        for c in chunks:
+            req = c.request
+            if not self.planned.get(req.call_id, 0):
+                starting.append(req)
+                req.state = RequestState.FILLING
+                req.fill_start_s = now_s
+                req.enter(LatencyPart.FILL, now_s)
+                req.computed_tokens = req.input_tokens - req.prefix_tokens
+            self.planned[req.call_id] = self.planned.get(req.call_id, 0) + c.tokens
+            if c.last:
+                self.queue.popleft() if self.queue[0] is req else self.queue.remove(req)
+        transfer_s = max((self.fetched[r.call_id].transfer_s for r in starting), default=0.0)
+        return transfer_s, starting
+
+    def current(self, req: Request) -> bool:
+        """False for a chunk of a step lost and handed back (its fetch was released)."""
+        return req.call_id in self.fetched
+
+    def end(self, req: Request) -> FetchResult:
+        """The request's fill is over: forget it; the caller releases the fetch."""
+        self.planned.pop(req.call_id, None)
+        return self.fetched.pop(req.call_id)
+
+
+class FillStep(list):
+    """The requests of one step (what an executor runs and may hand back), with their
+    chunks."""
+
+    def __init__(self, chunks: list[FillChunk]):
+        super().__init__(c.request for c in chunks)
+        self.chunks = tuple(chunks)
+
+
 class FillWorker:
-    """Each step: plan a batch -> fetch cached prefixes -> price the batch with the cost
-    core -> wait on the clock -> write the new KV, offload it, hand the requests on.
+    """Each step: plan the chunks -> fetch cached prefixes -> price the step with the
+    cost core -> wait on the clock -> for requests whose last chunk ran, write the new
+    KV, offload it, hand them on.
 
     Requests that need no decode (one output token or none) finish here."""
 
@@ -32,8 +114,9 @@ class FillWorker:
         self.on_done = on_done
         self.hbm = Location(Tier.HBM, spec.name)
         self.host = Location(Tier.DRAM, spec.node)
-        self.queue: deque[Request] = deque()
-        self._fetched: dict[int, FetchResult] = {}
+        self.fills = ChunkedFills(store, pricer.recompute_s, spec.batch)
+        # The same objects under the names the executor (workers.executor) works on.
+        self.queue, self._fetched = self.fills.queue, self.fills.fetched
         self._in_flight = 0
         self._tokens_done = 0
         self._busy_s = 0.0
@@ -60,20 +143,6 @@ class FillWorker:
             tokens_done=self._tokens_done, busy_s=self._busy_s,
             target_batch=self.spec.batch.max_batch_sequences, accepting=self.accepting)
 
-    def _prepare(self, now_s: float) -> list[Request]:
-        """Fetch prefixes for the queue's head until the batch policy is satisfied."""
-        batch: list[Request] = []
-        for req in list(self.queue):
-            if req.call_id not in self._fetched:
-                result = fetch(self.store, req.block_ids, self.hbm, now_s, self.pricer.recompute_s)
-                self._fetched[req.call_id] = result
-                req.prefix_tokens = result.prefix_tokens - result.recompute_tokens
-            candidate = plan_fill_batch([*batch, req], self.spec.batch)
-            if len(candidate) <= len(batch):
-                break
-            batch = candidate
-        return batch
-
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
@@ -83,46 +152,47 @@ class FillWorker:
                 await self._wake.wait()
                 continue
             now_s = loop.time()
-            batch = self._prepare(now_s)
-            for req in batch:
-                self.queue.popleft() if self.queue[0] is req else self.queue.remove(req)
-                req.state = RequestState.FILLING
-                req.fill_start_s = now_s
-                req.computed_tokens = req.input_tokens - req.prefix_tokens
-            transfer_s = max(self._fetched[r.call_id].transfer_s for r in batch)
-            n = len(batch)
-            mean_new = sum(r.computed_tokens for r in batch) / n
-            mean_cached = sum(r.prefix_tokens for r in batch) / n
-            phase = Phase.MIDFILL if self.spec.phase is Phase.MIDFILL else Phase.PREFILL
-            latency_s, occupancy_s = self.pricer.fill_s(phase, n, max(mean_new, 1.0), mean_cached)
-            self.log.add(now_s, self.name, "fill_start", *(r.call_id for r in batch))
-            self._in_flight += n
-            self._start_step(batch, loop.time() + transfer_s + latency_s)
+            chunks = self.fills.prepare(self.hbm, now_s)
+            transfer_s, starting = self.fills.begin(chunks, now_s)
+            latency_s, occupancy_s = self.pricer.fill_step_s(
+                [c.tokens for c in chunks], [c.cached_tokens for c in chunks])
+            if starting:
+                self.log.add(now_s, self.name, "fill_start", *(r.call_id for r in starting))
+            self._in_flight += len(chunks)
+            self._start_step(FillStep(chunks), loop.time() + transfer_s + latency_s)
             self._busy_s += transfer_s + occupancy_s
             await asyncio.sleep(transfer_s + occupancy_s)
 
-    def _start_step(self, batch: list[Request], end_s: float) -> None:
-        """The batch's step ends at `end_s` on the run's clock (workers.executor runs it
-        on another process instead)."""
+    def _start_step(self, batch: FillStep, end_s: float) -> None:
+        """The step ends at `end_s` on the run's clock (workers.executor runs it on
+        another process instead)."""
         asyncio.get_running_loop().call_at(end_s, self._complete, batch)
 
-    def _complete(self, batch: list[Request]) -> None:
+    def _complete(self, batch: FillStep) -> None:
         now_s = asyncio.get_running_loop().time()
         self._in_flight -= len(batch)
-        for req in batch:
-            release_fetch(self.store, self.hbm, self._fetched.pop(req.call_id))
-            req.kv_chain = write_and_offload(self.store, req.session_id, req.block_ids,
-                                             self.hbm, self.host, now_s)
-            self._tokens_done += req.computed_tokens
-            req.fill_end_s = now_s
-            if req.output_tokens >= 1:
-                req.first_token_s = now_s  # the fill's last logits give the first token
-                req.generated = 1
-            self.log.add(now_s, self.name, "fill_done", req.call_id)
-            if req.remaining <= 0:
-                req.state = RequestState.DONE
-                req.done_s = now_s
-                if self.on_done is not None:
-                    self.on_done(req, now_s)
-            else:
-                self.ready.put(req)
+        for c in batch.chunks:
+            if not self.fills.current(c.request):
+                continue
+            self._tokens_done += c.tokens
+            if c.last:
+                self._finish(c.request, now_s)
+
+    def _finish(self, req: Request, now_s: float) -> None:
+        release_fetch(self.store, self.hbm, self.fills.end(req))
+        req.kv_chain = write_and_offload(self.store, req.session_id, req.block_ids,
+                                         self.hbm, self.host, now_s)
+        req.fill_end_s = now_s
+        if req.output_tokens >= 1:
+            req.generated = 1  # the fill's last logits give the first token
+        self.log.add(now_s, self.name, "fill_done", req.call_id)
+        if req.remaining <= 0:
+            # No decode step: the fill's worker streams the token now. Otherwise the decode
+            # worker streams it when the call joins a batch (workers.decode).
+            req.first_token_s = now_s if req.output_tokens >= 1 else None
+            req.finish(now_s)
+            if self.on_done is not None:
+                self.on_done(req, now_s)
+        else:
+            req.enter(LatencyPart.DECODE_WAIT, now_s)
+            self.ready.put(req)

@@ -4,9 +4,10 @@ A worker is one model instance (`pp` stages of `max(tp, ep)` GPUs). Its
 sequences spread over `attention_ranks = max(tp, ep) / tp` data-parallel
 attention ranks, so the cost core's per-rank batch is the worker's batch over
 that (a mean, which is exact for the KV and attention terms, linear in
-sequences). A heterogeneous fill batch is priced at its mean new and cached
-tokens. A decode worker's sequences all advance one token per step; the step
-time grows with context, so a run of steps is priced as one vector.
+sequences). A fill step (chunked prefill) and a mixed step (decodes with prefill
+chunks) are priced request by request (`costmodel.batch`). A decode worker's
+sequences all advance one token per step; the step time grows with context, so a
+run of steps is priced as one vector.
 
 A decode layout whose routed experts live on an expert pool (`AFLayout`,
 attention-FFN disaggregation) is priced by `costmodel.disagg`: same interface,
@@ -19,6 +20,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from costmodel.batch import batch_step_cost
 from costmodel.disagg import AFLayout, af_decode_times
 from costmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from costmodel.hardware import HardwareSpec, HardwareTable
@@ -43,6 +45,7 @@ class StepPricer:
         self.kv_bytes_per_token = model.kv_bytes_per_token(kvb)
         self.state_bytes_per_sequence = model.state_bytes_per_sequence(kvb)
         self._fill = lru_cache(maxsize=65536)(self._fill_uncached)
+        self._batch = lru_cache(maxsize=65536)(self._batch_uncached)
 
     def _configs(self, phase: Phase, batch: float, new_tokens: float, context) -> Configs:
         # Constants as 0-d arrays that broadcast against the context vector: building
@@ -76,6 +79,26 @@ class StepPricer:
         `latency`; the worker can start the next batch after `occupancy`."""
         return self._fill(phase, int(sequences), round(mean_new_tokens),
                           round(mean_cached_tokens))
+
+    def fill_step_s(self, new_tokens, cached_tokens, decoding=False) -> tuple[float, float]:
+        """(latency, occupancy) of one step of a heterogeneous batch, priced per request
+        (`costmodel.batch`): chunked prefill, or decodes with prefill chunks riding along
+        (`decoding` per request). The requests spread over the attention ranks."""
+        flags = (bool(decoding),) * len(cached_tokens) if isinstance(decoding, bool) else (
+            tuple(bool(d) for d in decoding))
+        return self._batch(tuple(int(t) for t in new_tokens),
+                           tuple(int(t) for t in cached_tokens), flags)
+
+    def _batch_uncached(self, new_tokens: tuple, cached_tokens: tuple,
+                        decoding: tuple) -> tuple[float, float]:
+        lay = self.layout
+        cost = batch_step_cost(
+            self.model, self._table, np.array(new_tokens, dtype=np.float64),
+            np.array(cached_tokens, dtype=np.float64), np.array(decoding, dtype=bool),
+            pp=lay.pp, tp=lay.tp, ep=lay.ep, precision=lay.weights, kv_precision=lay.kv,
+            mtp=lay.mtp, attention_precision=getattr(lay, "attention_weights", None),
+            eff=self.eff)
+        return cost.step_time_s, cost.step_time_s / lay.pp
 
     def recompute_s(self, tokens: int) -> float:
         """Recomputing a prefix from text: a prefill of that many tokens, alone."""

@@ -11,9 +11,11 @@ def req(i, tokens, prefix=0, out=10):
     return r
 
 
-def test_fill_batch_takes_oldest_within_token_limit():
+def test_fill_batch_takes_oldest_within_token_limit_and_chunks_the_last():
     waiting = [req(1, 4000), req(2, 5000), req(3, 2000)]
-    assert [r.call_id for r in plan_fill_batch(waiting, POLICY)] == [1, 2]
+    chunks = plan_fill_batch(waiting, POLICY)
+    assert [(c.request.call_id, c.tokens, c.last) for c in chunks] == [
+        (1, 4000, True), (2, 5000, True), (3, 1000, False)]
 
 
 def test_fill_batch_counts_new_tokens_not_cached_ones():
@@ -21,8 +23,31 @@ def test_fill_batch_counts_new_tokens_not_cached_ones():
     assert len(plan_fill_batch(waiting, POLICY)) == 3
 
 
-def test_oversized_request_runs_alone():
-    assert [r.call_id for r in plan_fill_batch([req(1, 50_000), req(2, 10)], POLICY)] == [1]
+def test_a_long_prompt_is_split_into_chunks_over_its_cached_prefix():
+    long = req(1, 25_000, prefix=1_000)
+    planned = {}
+    steps = []
+    while True:
+        chunks = plan_fill_batch([long], POLICY, planned)
+        if not chunks:
+            break
+        (c,) = chunks
+        steps.append((c.tokens, c.cached_tokens, c.last))
+        planned[1] = planned.get(1, 0) + c.tokens
+    assert steps == [(10_000, 1_000, False), (10_000, 11_000, False), (4_000, 21_000, True)]
+
+
+def test_a_chunk_fills_the_budget_and_the_next_request_waits():
+    chunks = plan_fill_batch([req(1, 50_000), req(2, 10)], POLICY)
+    assert [(c.request.call_id, c.tokens) for c in chunks] == [(1, 10_000)]
+    later = plan_fill_batch([req(1, 50_000), req(2, 10)], POLICY, {1: 45_000})
+    assert [(c.request.call_id, c.tokens) for c in later] == [(1, 5_000), (2, 10)]
+
+
+def test_a_smaller_budget_leaves_room_for_decodes():
+    chunks = plan_fill_batch([req(1, 50_000)], POLICY, budget_tokens=300)
+    assert [c.tokens for c in chunks] == [300]
+    assert plan_fill_batch([req(1, 50_000)], POLICY, budget_tokens=0) == []
 
 
 def test_fill_batch_respects_sequence_cap():

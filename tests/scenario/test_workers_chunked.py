@@ -1,0 +1,69 @@
+"""Chunked prefill in a fill worker, in virtual time: a long prompt runs in chunks of the
+pool's token budget, each priced over the prefix before it; short requests share steps."""
+
+import asyncio
+import copy
+
+import pytest
+
+from costmodel.batch import batch_step_cost
+from costmodel.hardware import HardwareTable, load_hardware
+from costmodel.model import load_model
+from costmodel.precision import Precision
+from orchestrator.kit.scenario import KIT_CLUSTER
+from workers.clock import VirtualClock
+from workers.cluster import cluster_from_dict
+from workers.request import Request
+from workers.runtime import ClusterRuntime
+
+LLAMA = load_model("llama-3.1-70b")
+H200 = HardwareTable((load_hardware("h200"),))
+CHUNK = 4096
+
+
+def step_s(new, cached):
+    return batch_step_cost(LLAMA, H200, new, cached, tp=4, precision=Precision.BF16).step_time_s
+
+
+def run(submissions):
+    data = copy.deepcopy(KIT_CLUSTER)
+    data["pools"][0]["max_batch_tokens"] = CHUNK
+
+    async def main():
+        rt = ClusterRuntime(cluster_from_dict(data, "kit").bind(LLAMA), block_tokens=64,
+                            keep_events=True)
+        rt.start()
+        loop = asyncio.get_running_loop()
+        for at_s, req in submissions:
+            await asyncio.sleep(at_s - loop.time())
+            req.arrival_s = loop.time()
+            rt.submit_fill("prefill-0", req, loop.time())
+        while len(rt.done) < len(submissions):
+            await asyncio.sleep(0.5)
+        await rt.stop()
+        return rt
+
+    return VirtualClock().run(main())
+
+
+def test_a_long_prompt_fills_in_chunks_over_its_growing_prefix():
+    req = Request(1, "s1", input_tokens=10_000, output_tokens=1)
+    run([(0.0, req)])
+    expected = step_s([4096], [0]) + step_s([4096], [4096]) + step_s([1808], [8192])
+    assert req.fill_end_s == pytest.approx(expected, abs=1e-8)
+    # Chunking costs more than one unchunked step would: the weights load three times.
+    assert req.fill_end_s > step_s([10_000], [0])
+
+
+def test_short_requests_share_the_last_chunks_step():
+    long = Request(1, "s1", input_tokens=6_000, output_tokens=1)
+    short = Request(2, "s2", input_tokens=1_000, output_tokens=1)
+    rt = run([(0.0, long), (0.0, short)])
+    first = step_s([4096], [0])
+    second = step_s([1904, 1000], [4096, 0])
+    assert long.fill_end_s == pytest.approx(first + second, abs=1e-8)
+    assert short.fill_end_s == long.fill_end_s
+    # The short request's fill starts with the second step, when the budget has room.
+    assert short.fill_start_s == pytest.approx(first, abs=1e-8)
+    starts = [e[3] for e in rt.log.events if e[2] == "fill_start"]
+    assert starts == [(1,), (2,)]
