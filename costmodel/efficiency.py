@@ -26,8 +26,12 @@ class OverlapMode(IntEnum):
 class Efficiency:
     # Achieved fraction of peak dense FLOP/s over a serving step's GEMMs and attention.
     # Big FP8 GEMMs reach ~0.68 (DeepGEMM: 1,350+ TFLOPS on H800), but a step mixes
-    # small grouped GEMMs, BF16 attention and glue kernels. Calibrated once: 0.40 puts
-    # all six published measurements of costmodel/validation.py within 0.97-1.34x.
+    # small grouped GEMMs, BF16 attention and glue kernels. The one calibrated factor,
+    # set by hand on the six compute-bound cases of costmodel/validation.py (all within
+    # 0.97-1.34x at 0.40). The stated rule there (least squares in log ratio) gives 0.36
+    # on those six and 0.34 with the memory/latency-bound cases added (the 64k-context
+    # one, whose MLA attention is FLOP-heavy, pulls it); batch-1 decode barely depends on
+    # it. Per-case and leave-one-out figures: docs/costmodel.md.
     compute: float = 0.40
     # Achieved fraction of HBM bandwidth. FlashMLA reports 3,000 GB/s of 3,350 (90%) in the
     # memory-bound decode configuration; other kernels do less.
