@@ -12,6 +12,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from costmodel.efficiency import DEFAULT_EFFICIENCY
 from costmodel.validation import CASES, Regime, fit_compute, leave_one_out, predict_all, ratio_table
 
 
@@ -40,7 +41,7 @@ def main() -> None:
     console.print(table)
     console.print(f"compute fitted on all {len(CASES)} cases: {all_fit:.2f}; on the "
                   f"{len(compute_only)} compute-bound cases alone: {fit_compute_bound:.2f}; "
-                  "shipped: 0.40")
+                  f"shipped: {DEFAULT_EFFICIENCY.compute:.2f}")
     for n, i in enumerate(order, 1):
         c = CASES[i]
         console.print(f"[{n}] {c.source}" + (f"\n    note: {c.note}" if c.note else "")
