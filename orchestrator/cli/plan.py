@@ -69,6 +69,21 @@ def _gpus(text: str) -> int:
     return value
 
 
+def _check_out(out: Path | None) -> None:
+    """Refuse an --out that cannot be written before any work is done."""
+    import os
+
+    if out is None:
+        return
+    parent = out.parent if str(out.parent) else Path(".")
+    if out.is_dir():
+        raise UserError(f"--out: {out} is a directory")
+    if not parent.is_dir():
+        raise UserError(f"--out: {out}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise UserError(f"--out: {out}: not writable")
+
+
 def workload_from_traces(paths: list[Path], fmt: str):
     """The planner's view of the traces: per call token counts, the sessions' active time."""
     import numpy as np
@@ -135,8 +150,7 @@ def run(args: argparse.Namespace) -> int:
     model = _load("--model", load_model, args.model)
     hw = _load("--hardware", load_hardware, args.hardware)
     weights, kv = _precisions(args, model)
-    if args.out is not None and args.out.is_dir():
-        raise UserError(f"--out: {args.out} is a directory")
+    _check_out(args.out)
     workload = workload_from_traces(list(args.trace), args.format)
     plan = plan_cluster(model, hw, args.gpus, workload, Targets(args.ttft_target,
                                                                 args.tpot_target),

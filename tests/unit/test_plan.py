@@ -1,0 +1,124 @@
+"""The planning core: layouts under targets and KV, pools sized from the work mix."""
+
+import numpy as np
+import pytest
+
+from costmodel.capacity import kv_capacity
+from costmodel.hardware import load_hardware
+from costmodel.model import load_model
+from costmodel.phase import Phase
+from costmodel.plan import PlanError, Targets, WorkloadStats, plan_cluster
+from costmodel.plan_sizing import Nodes, packs
+from costmodel.precision import Precision
+
+K3 = load_model("kimi-k3-like")
+GB200 = load_hardware("gb200")
+
+
+def agent_like(calls=200, output_tokens=300, context=100_000):
+    """Agent sessions in miniature: one cold call in ten, the rest long cached prefixes
+    with short suffixes (BRIEF.md section 1)."""
+    rng = np.random.default_rng(7)
+    inp = rng.uniform(0.5, 1.5, calls) * context
+    cold = np.arange(calls) % 10 == 0
+    cached = np.where(cold, 0.0, np.floor(inp - rng.uniform(200, 3000, calls)))
+    out = np.full(calls, float(output_tokens))
+    return WorkloadStats(calls // 20, np.floor(inp), cached, out, calls * 60.0, 4096)
+
+
+def plan(workload=None, gpus=72, hw=GB200, ttft=2.0, tpot=0.05, kv=Precision.BF16):
+    return plan_cluster(K3, hw, gpus, workload or agent_like(), Targets(ttft, tpot),
+                        Precision.FP4, kv)
+
+
+def pool(p, name):
+    return next(x for x in p.pools if x.name == name)
+
+
+def test_decode_on_gb200_runs_data_parallel_attention_with_hundreds_of_slots():
+    p = plan()
+    d = pool(p, "decode").choice
+    assert d.tp < max(d.tp, d.ep)  # attention ranks = stage width / tp > 1
+    assert d.ranks == max(d.tp, d.ep) // d.tp
+    assert p.decode_slots >= 200
+
+
+def test_choices_meet_targets_and_hold_their_kv():
+    p = plan()
+    for x in p.pools:
+        c = x.choice
+        target = p.targets.tpot_s if c.phase is Phase.DECODE else p.targets.ttft_s
+        assert c.latency_s <= target
+        cap = kv_capacity(K3, GB200, c.layout)
+        assert c.pp * c.batch * cap.ranks <= cap.sequences_at(x.shape.check_context)
+
+
+def test_pools_are_whole_workers_within_the_gpus_and_nodes():
+    for gpus in (72, 144):
+        p = plan(gpus=gpus)
+        assert p.used_gpus <= gpus
+        sizes = [x.choice.gpus for x in p.pools for _ in range(x.workers)]
+        assert packs(p.nodes, sizes)
+        assert all(x.workers >= 1 for x in p.pools)
+
+
+def test_a_tighter_tpot_target_buys_latency_with_throughput():
+    loose, tight = pool(plan(tpot=0.05), "decode"), pool(plan(tpot=0.02), "decode")
+    assert tight.choice.latency_s <= 0.02 < loose.choice.latency_s
+    assert tight.choice.tokens_per_s_per_gpu < loose.choice.tokens_per_s_per_gpu
+
+
+def test_longer_outputs_move_gpus_to_decode():
+    short = plan(agent_like(output_tokens=100))
+    long = plan(agent_like(output_tokens=2000))
+    assert pool(long, "decode").gpus > pool(short, "decode").gpus
+    assert long.calls_per_s < short.calls_per_s
+
+
+def test_fp8_kv_holds_more_sequences_than_bf16():
+    bf16, fp8 = pool(plan(), "decode").choice, pool(plan(kv=Precision.FP8), "decode").choice
+    assert fp8.kv_capacity_tokens / fp8.gpus > bf16.kv_capacity_tokens / bf16.gpus
+
+
+def test_the_same_inputs_give_the_same_plan():
+    def figures(p):
+        return [(x.name, x.workers, x.choice.layout, x.choice.batch, x.choice.latency_s,
+                 x.choice.gpu_s_per_call) for x in p.pools] + [p.calls_per_s]
+
+    assert figures(plan()) == figures(plan())
+
+
+def test_a_fill_pool_gets_several_workers_when_the_gpus_allow():
+    p = plan(gpus=144)
+    assert pool(p, "midfill").workers >= 2
+
+
+def test_too_few_gpus_and_unmeetable_targets_say_why():
+    with pytest.raises(PlanError, match="--gpus 8"):
+        plan(gpus=8)
+    with pytest.raises(PlanError, match="--gpus 24: too few"):
+        plan(gpus=24)
+    with pytest.raises(PlanError, match=r"--tpot-target 0.0001: .* best achievable is"):
+        plan(tpot=0.0001)
+    with pytest.raises(PlanError, match=r"--ttft-target 0.001: .* best achievable is"):
+        plan(ttft=0.001)
+    with pytest.raises(PlanError, match="ttft_s"):
+        Targets(0.0, 0.05)
+
+
+def test_a_trace_without_decode_work_is_refused():
+    w = agent_like()
+    silent = WorkloadStats(w.sessions, w.input_tokens, w.cached_tokens,
+                           np.ones_like(w.output_tokens), w.session_time_s, 4096)
+    with pytest.raises(PlanError, match="no call that decodes"):
+        plan(silent)
+
+
+def test_packing_places_wide_workers_on_whole_nodes():
+    eight = Nodes.of(64, 8)
+    assert packs(eight, [16, 16, 16, 16])
+    assert not packs(eight, [16, 16, 16, 16, 8])
+    assert not packs(Nodes.of(20, 8), [16, 8])  # the last node holds 4
+    assert 12 in Nodes.of(72, 72).worker_sizes(72)
+    assert Nodes.of(64, 8).worker_sizes(64) >= {8, 16, 24, 64}
+    assert 20 not in Nodes.of(64, 8).worker_sizes(64)
