@@ -95,8 +95,9 @@ def hbm_per_gpu(rt: ClusterRuntime, weights_per_gpu: dict[str, float]) -> float:
     for w in (*rt.fill_workers.values(), *rt.decode_workers.values()):
         gpus = w.spec.layout.instance_gpus
         per_gpu = weights_per_gpu[w.spec.pool] + used.get(w.hbm, 0) / gpus
-        if hasattr(w, "running"):
-            per_gpu += sum(w.pricer.kv_bytes(r.context_tokens) for r in w.running) / gpus
+        if hasattr(w, "kv_resident_bytes"):
+            # Footprints are per GPU of a rank group; sequences balance over the ranks.
+            per_gpu += w.kv_resident_bytes() / w.spec.kv.ranks
         most = max(most, per_gpu)
     return most
 

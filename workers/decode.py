@@ -4,6 +4,16 @@ While the batch does not change, the worker prices the whole run of steps up to
 the next retirement as one vector (the step time grows with context, so the run
 integrates it) and waits once. A request joining or a controller changing the
 target batch interrupts the run at the end of the step in progress.
+
+KV is accounted as a real engine sees it (`workers.kv_budget`): the worker does not
+know when a sequence will stop. It admits while the sequences' current KV plus a
+growth reserve fits, and a run also stops at the step where the growing KV would
+overflow the instance; there the most recently admitted sequences are preempted.
+A preempted sequence's HBM is released and it goes back to the head of the ready
+buffer; on resuming, its input's KV is reloaded from its blobs and the KV of the
+tokens it had generated is recomputed (a prefill of those tokens over the input,
+priced by the cost core and counted in `Request.recomputed_tokens`), as vLLM v1 and
+SGLang resume a retracted request by recompute.
 """
 
 from __future__ import annotations
@@ -13,15 +23,22 @@ from collections.abc import Callable
 
 import numpy as np
 
+from costmodel.phase import Phase
 from storage.store import BlobStore
 from storage.tiers import Location, Tier
 from workers.batching import plan_decode_admission
 from workers.cluster import WorkerSpec
 from workers.events import EventLog
+from workers.kv_budget import (
+    GrowthReserve,
+    preemption_count,
+    steps_that_fit,
+    steps_until_admissible,
+)
 from workers.kv_io import FetchResult, fetch, release_fetch, write_and_offload
 from workers.pricing import StepPricer
 from workers.ready import ReadyBuffer
-from workers.request import Request, RequestState
+from workers.request import LatencyPart, Request, RequestState
 from workers.state import WorkerState
 
 
@@ -32,18 +49,24 @@ class DecodeWorker:
         self.spec, self.pricer, self.store, self.ready, self.log = spec, pricer, store, ready, log
         self.on_done = on_done
         self.jump = jump
+        self.kv = spec.kv
         self.hbm = Location(Tier.HBM, spec.name)
         self.host = Location(Tier.DRAM, spec.node)
         # The pool's target is per attention rank per micro-batch; the worker holds all.
         self.slots_per_unit = pricer.attention_ranks * spec.layout.pp
         self.target_batch = spec.batch.target_batch * self.slots_per_unit
-        self.running: list[Request] = []
+        self.running: list[Request] = []  # in the order they joined
         self._loading: dict[int, Request] = {}  # KV on its way into HBM
         self._fetches: dict[int, FetchResult] = {}  # pinned prefixes, until retirement
         self._loaded: list[Request] = []
+        self._reserve = GrowthReserve()
         self._tokens_done = 0
         self._busy_s = 0.0
+        self.preempted = 0  # sequences this worker preempted
+        self.recomputed_tokens = 0  # tokens it recomputed resuming sequences
         self._interrupt: asyncio.Event | None = None
+        self._requeueing = False
+        self._replan = False
         self.accepting = True
         ready.subscribe(self._on_ready)
 
@@ -51,19 +74,30 @@ class DecodeWorker:
     def name(self) -> str:
         return self.spec.name
 
-    def _reserved_bytes(self) -> float:
-        reqs = [*self.running, *self._loading.values(), *self._loaded]
-        return sum(self.pricer.kv_bytes(r.input_tokens + r.output_tokens) for r in reqs)
+    def _footprint(self, req: Request) -> float:
+        """KV of `req` now, per GPU of its attention rank group (KVCapacity units)."""
+        return self.kv.sequence_bytes_per_gpu(req.context_tokens)
+
+    def _admission_need(self, req: Request) -> float:
+        """Its KV now plus the reserve for its growth (`kv_budget.GrowthReserve`)."""
+        return self.kv.sequence_bytes_per_gpu(req.context_tokens + self._reserve.tokens())
+
+    def _held(self) -> list[Request]:
+        return [*self.running, *self._loading.values(), *self._loaded]
 
     def _occupied(self) -> int:
         return len(self.running) + len(self._loading) + len(self._loaded)
 
+    def kv_resident_bytes(self) -> float:
+        """KV of the running batch, in KVCapacity units (sum of per-GPU footprints)."""
+        return sum(self._footprint(r) for r in self.running)
+
     def state(self) -> WorkerState:
-        kv = sum(self.pricer.kv_bytes(r.context_tokens) for r in self.running)
         return WorkerState(
             name=self.name, pool=self.spec.pool, phase="decode",
             queue_depth=len(self._loading) + len(self._loaded), running=len(self.running),
-            kv_resident_bytes=kv, kv_capacity_bytes=float(self.spec.kv_capacity_bytes),
+            kv_resident_bytes=self.kv_resident_bytes(),
+            kv_capacity_bytes=float(self.kv.instance_bytes),
             tokens_done=self._tokens_done, busy_s=self._busy_s,
             target_batch=self.target_batch, accepting=self.accepting)
 
@@ -78,38 +112,64 @@ class DecodeWorker:
 
     def _on_ready(self) -> None:
         # Start loading at once; the running batch is interrupted only when KV arrives.
-        if self.accepting and self._interrupt is not None and self._occupied() < self.target_batch:
+        if (self.accepting and not self._requeueing and self._interrupt is not None
+                and self._occupied() < self.target_batch):
+            before = self._occupied()
             self._admit(asyncio.get_running_loop().time())
+            if self._occupied() == before and self.running:
+                # Held back for KV: plan the run again, to stop where it would fit.
+                self._replan = True
+                self._poke()
 
     def _admit(self, now_s: float) -> None:
         if not self.accepting or not len(self.ready):
             return
+        used = sum(self._admission_need(r) for r in self._held())
         joined = plan_decode_admission(
-            self._occupied(), self._reserved_bytes(), self.ready.peek(), self.spec.batch,
-            self.spec.kv_capacity_bytes,
-            lambda r: self.pricer.kv_bytes(r.input_tokens + r.output_tokens),
-            target_batch=self.target_batch)
+            self._occupied(), used, self.ready.peek(), self.spec.batch,
+            self.kv.instance_bytes, self._admission_need, target_batch=self.target_batch)
         if not joined:
             return
         self.ready.take(joined)
         loop = asyncio.get_running_loop()
         for req in joined:
             result = fetch(self.store, req.block_ids, self.hbm, now_s, None)
+            load_s = result.transfer_s + self._recompute_s(req)
             req.state = RequestState.LOADING
             req.decode_worker = self.name
+            req.enter(LatencyPart.TRANSFER, now_s)
             self._loading[req.call_id] = req
             self._fetches[req.call_id] = result
             self.log.add(now_s, self.name, "load", req.call_id)
-            loop.call_at(now_s + result.transfer_s, self._on_loaded, req.call_id)
+            loop.call_at(now_s + load_s, self._on_loaded, req.call_id)
+
+    def _recompute_s(self, req: Request) -> float:
+        """A resumed sequence (preempted, or moved from a lost worker) has KV for its
+        input in blobs, not for the tokens it generated after the first: those are
+        recomputed, a prefill over the input, before it joins."""
+        tokens = max(0, req.generated - 1)
+        if tokens == 0:
+            return 0.0
+        req.recomputed_tokens += tokens
+        self.recomputed_tokens += tokens
+        latency_s, _ = self.pricer.fill_s(Phase.MIDFILL, 1, tokens, req.input_tokens)
+        self._busy_s += latency_s
+        return latency_s
 
     def _on_loaded(self, call_id: int) -> None:
-        self._loaded.append(self._loading.pop(call_id))
+        req = self._loading.pop(call_id)
+        req.enter(LatencyPart.DECODE_WAIT, asyncio.get_running_loop().time())
+        self._loaded.append(req)
         self._poke()
 
     def _join(self, now_s: float) -> None:
         for req in self._loaded:
             req.state = RequestState.DECODING
-            req.decode_start_s = now_s
+            if req.decode_start_s is None:
+                req.decode_start_s = now_s
+            if req.first_token_s is None:
+                req.first_token_s = now_s  # the decode worker streams the output
+            req.enter(LatencyPart.DECODE, now_s)
             self.running.append(req)
             self.log.add(now_s, self.name, "join", req.call_id)
         self._loaded.clear()
@@ -125,12 +185,68 @@ class DecodeWorker:
             if not self.running:
                 await self._interrupt.wait()
                 continue
-            steps = min(r.remaining for r in self.running) if self.jump else 1
+            steps = self._plan_run(now_s)
             mean_context = sum(r.context_tokens for r in self.running) / len(self.running)
             ends = now_s + np.cumsum(self.pricer.decode_steps_s(len(self.running), mean_context,
                                                                 steps))
             done = await self._run_steps(ends)
             self._advance(done, now_s, loop.time())
+
+    def _loading_bytes(self) -> float:
+        return sum(self._footprint(r) for r in (*self._loading.values(), *self._loaded))
+
+    def _plan_run(self, now_s: float) -> int:
+        """Steps of the next run: to the next retirement (the plant decides when a
+        sequence stops), or to the step where KV would overflow. When not even one step
+        fits, the most recently admitted sequences are preempted first."""
+        self._replan = False
+        until_retire = min(r.remaining for r in self.running) if self.jump else 1
+        contexts = np.array([r.context_tokens for r in self.running], dtype=np.float64)
+        other = self._loading_bytes()
+        fit = steps_that_fit(self.kv, contexts, other, until_retire)
+        if fit == 0 and len(self.running) > 1:
+            drop = preemption_count(self.kv, contexts, other)
+            self._preempt(self.running[len(self.running) - drop:], now_s)
+            self._reserve.after_preemption([r.generated for r in self.running])
+            until_retire = min(r.remaining for r in self.running) if self.jump else 1
+            contexts = contexts[:len(self.running)]
+            fit = steps_that_fit(self.kv, contexts, other, until_retire)
+        # A lone sequence larger than the instance runs anyway: nothing else to free.
+        steps = min(until_retire, fit) if fit > 0 else until_retire
+        return min(steps, self._steps_until_admission(contexts, steps))
+
+    def _steps_until_admission(self, contexts: np.ndarray, horizon: int) -> int:
+        """The run also ends where the ready buffer's head, held back for KV, would be
+        admitted as the growth reserve decays (a worker checking every step would)."""
+        if (horizon <= 1 or not self.accepting or not len(self.ready)
+                or self._occupied() >= self.target_batch):
+            return horizon
+        waiting = np.array([r.context_tokens for r in (*self._loading.values(), *self._loaded)],
+                           dtype=np.float64)
+        head = self.ready.peek()[0].context_tokens
+        k = steps_until_admissible(self.kv, self._reserve, contexts, waiting, head, horizon)
+        return k if k > 0 else horizon
+
+    def _preempt(self, reqs: list[Request], now_s: float) -> None:
+        """Release their HBM and put them back at the head of the ready buffer, oldest
+        first, in front of the calls already waiting there."""
+        gone = {id(r) for r in reqs}
+        self.running = [r for r in self.running if id(r) not in gone]
+        for req in reqs:
+            release_fetch(self.store, self.hbm, self._fetches.pop(req.call_id))
+            req.preemptions += 1
+            req.decode_worker = None
+            req.enter(LatencyPart.DECODE_WAIT, now_s)
+            self.log.add(now_s, self.name, "preempt", req.call_id)
+        self.preempted += len(reqs)
+        waiting = list(self.ready.peek())
+        self._requeueing = True  # none of them comes straight back here
+        try:
+            self.ready.take(waiting)
+            for req in (*reqs, *waiting):
+                self.ready.put(req)
+        finally:
+            self._requeueing = False
 
     async def _run_steps(self, ends: np.ndarray) -> int:
         """Wait through priced steps ending at `ends`; return how many ran. An interrupt
@@ -146,13 +262,15 @@ class DecodeWorker:
             j = min(int(np.searchsorted(ends, t, side="left")), len(ends) - 1)
             if ends[j] > t:
                 await asyncio.sleep(ends[j] - t)
-            if self._loaded or self.target_batch < len(self.running) or j == len(ends) - 1:
+            if (self._loaded or self._replan or self.target_batch < len(self.running)
+                    or j == len(ends) - 1):
                 return j + 1
             self._interrupt.clear()
 
     def _advance(self, steps: int, start_s: float, now_s: float) -> None:
         self._busy_s += now_s - start_s
         self._tokens_done += steps * len(self.running)
+        self._reserve.decay(steps)
         still: list[Request] = []
         for req in self.running:
             req.generated += steps
@@ -167,8 +285,8 @@ class DecodeWorker:
         blocks = req.writeback_block_ids or req.block_ids
         req.kv_chain = write_and_offload(self.store, req.session_id, blocks, self.hbm,
                                          self.host, now_s)
-        req.state = RequestState.DONE
-        req.done_s = now_s
+        req.finish(now_s)
         self.log.add(now_s, self.name, "done", req.call_id)
         if self.on_done is not None:
             self.on_done(req, now_s)
+

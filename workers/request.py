@@ -6,6 +6,21 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 
+class LatencyPart(IntEnum):
+    """Where a call's time goes, arrival to done; each instant belongs to exactly one part
+    (docs/metrics.md defines them), so the parts sum to the end-to-end latency."""
+
+    ADMISSION_WAIT = 0  # arrival to fill start: admission queue and fill-worker queue
+    FILL = 1  # fill start to fill end (its prefix fetch included)
+    DECODE_WAIT = 2  # in the ready buffer, or loaded and waiting for a step boundary
+    TRANSFER = 3  # KV load into a decode worker's HBM (and any recompute after preemption)
+    DECODE = 4  # in a decode batch
+
+    @property
+    def key(self) -> str:
+        return self.name.lower()
+
+
 class RequestState(IntEnum):
     """Ordered, so "finished" is one comparison."""
 
@@ -47,6 +62,29 @@ class Request:
     fill_worker: str | None = None
     decode_worker: str | None = None
     kv_chain: tuple = field(default=(), repr=False)
+    preemptions: int = 0  # times a decode worker retracted it to free KV
+    recomputed_tokens: int = 0  # generated tokens whose KV was recomputed on a resume
+    parts_s: list[float] = field(default_factory=lambda: [0.0] * len(LatencyPart), repr=False)
+    _part: LatencyPart | None = field(default=None, repr=False)
+    _since_s: float = field(default=0.0, repr=False)
+
+    def enter(self, part: LatencyPart, now_s: float) -> None:
+        """The call's time from now on counts as `part`; the part it was in is closed. The
+        first call closes the admission wait, which runs from `arrival_s`."""
+        if self._part is None:
+            self._part, self._since_s = LatencyPart.ADMISSION_WAIT, self.arrival_s
+        self.parts_s[self._part] += now_s - self._since_s
+        self._part, self._since_s = part, now_s
+
+    def finish(self, now_s: float) -> None:
+        """Done at `now_s`: close the part the call was in."""
+        self.enter(self._part if self._part is not None else LatencyPart.ADMISSION_WAIT, now_s)
+        self.done_s = now_s
+        self.state = RequestState.DONE
+
+    @property
+    def latency_breakdown_s(self) -> dict[str, float]:
+        return {p.key: self.parts_s[p] for p in LatencyPart}
 
     @property
     def context_tokens(self) -> int:
@@ -59,10 +97,21 @@ class Request:
 
     @property
     def ttft_s(self) -> float | None:
+        """Arrival to the first token reaching the client: the decode worker streams the
+        output, so that is when the call joins a decode batch (the fill's end for a call
+        that needs no decode step)."""
         return None if self.first_token_s is None else self.first_token_s - self.arrival_s
 
     @property
-    def tpot_s(self) -> float | None:
-        if self.done_s is None or self.first_token_s is None or self.output_tokens < 2:
+    def itl_s(self) -> float | None:
+        """Inter-token latency: time in decode batches over the tokens decode produced (all
+        but the fill's first). Waits for decode, loads and preemptions are not in it; with
+        multi-token prediction a step's time is shared by the tokens it yields."""
+        if self.done_s is None or self.output_tokens < 2:
             return None
-        return (self.done_s - self.first_token_s) / (self.output_tokens - 1)
+        return self.parts_s[LatencyPart.DECODE] / (self.output_tokens - 1)
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Alias of `itl_s` (docs/metrics.md): the per-token figure without the waits."""
+        return self.itl_s

@@ -2,6 +2,7 @@
 time: completion times are exactly what the cost core predicts."""
 
 import asyncio
+import dataclasses
 
 import numpy as np
 import pytest
@@ -26,12 +27,25 @@ def predicted(phase, batch, new_tokens, context):
     return phase_cost(LLAMA, H200, cfg)
 
 
-def run(submissions, jump=True, keep_events=False):
+def squeezed(bound, decode_kv_tokens):
+    """`bound` with each decode worker's HBM holding only `decode_kv_tokens` of KV."""
+    workers = []
+    for w in bound.workers:
+        if w.phase is Phase.DECODE:
+            budget = decode_kv_tokens * w.kv.kv_bytes_per_token_per_gpu
+            w = dataclasses.replace(w, kv=dataclasses.replace(w.kv, budget_bytes_per_gpu=budget))
+        workers.append(w)
+    return dataclasses.replace(bound, workers=tuple(workers))
+
+
+def run(submissions, jump=True, keep_events=False, decode_kv_tokens=None):
     """submissions: (time_s, worker, Request). Returns the runtime after all are done."""
 
     async def main():
-        rt = ClusterRuntime(small_cluster().bind(LLAMA), block_tokens=64,
-                            keep_events=keep_events, jump=jump)
+        bound = small_cluster().bind(LLAMA)
+        if decode_kv_tokens is not None:
+            bound = squeezed(bound, decode_kv_tokens)
+        rt = ClusterRuntime(bound, block_tokens=64, keep_events=keep_events, jump=jump)
         rt.start()
         loop = asyncio.get_running_loop()
         for at_s, worker, req in submissions:
@@ -60,7 +74,15 @@ def test_prefill_then_decode_completes_when_the_cost_core_says():
     assert req.fill_end_s == pytest.approx(fill_s, abs=1e-9)
     assert req.decode_start_s == pytest.approx(fill_s + load_s, abs=1e-8)
     assert req.done_s == pytest.approx(fill_s + load_s + steps.sum(), abs=1e-7)
-    assert req.ttft_s == pytest.approx(fill_s, abs=1e-9)
+    # The decode worker streams the output: the first token reaches the user once the KV
+    # has arrived and the call joins a decode batch, not at the fill's end.
+    assert req.ttft_s == pytest.approx(fill_s + load_s, abs=1e-8)
+    assert req.itl_s == pytest.approx(steps.sum() / 49, rel=1e-6)
+    parts = req.latency_breakdown_s
+    assert parts["admission_wait"] == 0.0 and parts["decode_wait"] == pytest.approx(0, abs=1e-9)
+    assert parts["fill"] == pytest.approx(fill_s, abs=1e-9)
+    assert parts["transfer"] == pytest.approx(load_s, abs=1e-8)
+    assert parts["decode"] == pytest.approx(steps.sum(), abs=1e-7)
 
 
 def test_midfill_reuses_the_cached_prefix_and_computes_only_the_suffix():
@@ -97,3 +119,58 @@ def test_same_inputs_same_timeline_event_for_event():
 
     a, b = once(), once()
     assert a == b and len(a) > 40
+
+
+def _squeeze_run(jump=True):
+    reqs = [Request(i, f"s{i}", 1500 + 250 * i, 1000 + 50 * i, tuple(range(i * 1000, i * 1000 + 30)))
+            for i in range(8)]
+    rt = run([(1.0 * i, "prefill-0", r) for i, r in enumerate(reqs)], jump=jump,
+             decode_kv_tokens=8_000)
+    return rt, reqs
+
+
+def test_a_kv_squeeze_preempts_and_every_call_completes():
+    """Each decode worker holds 8,000 tokens: calls are admitted on their current KV plus
+    a growth reserve that shrinks as decode goes on; their KV grows as they generate until
+    the worker must preempt the latest admitted."""
+    rt, reqs = _squeeze_run()
+    assert len(rt.done) == len(reqs) and all(r.remaining == 0 for r in reqs)
+    preempted = [r for r in reqs if r.preemptions]
+    assert preempted, "the squeeze should force a preemption"
+    assert sum(w.preempted for w in rt.decode_workers.values()) == sum(
+        r.preemptions for r in reqs)
+    # A resumed call recomputes the KV of what it had generated (all but the fill's token).
+    assert all(r.recomputed_tokens > 0 for r in preempted)
+    assert sum(r.recomputed_tokens for r in reqs) == sum(
+        w.recomputed_tokens for w in rt.decode_workers.values())
+    # Every call's parts still add up to its end-to-end latency; ITL leaves the waits out.
+    for r in reqs:
+        assert sum(r.latency_breakdown_s.values()) == pytest.approx(r.done_s - r.arrival_s,
+                                                                    abs=1e-9)
+        assert r.itl_s * (r.output_tokens - 1) <= r.done_s - r.first_token_s + 1e-9
+    for r in preempted:  # its time out of the batch is not in its ITL
+        assert r.itl_s * (r.output_tokens - 1) < r.done_s - r.first_token_s - 1e-3
+
+
+@pytest.mark.slow  # stepping one token at a time through ~8,000 steps takes ~3 s
+def test_the_jump_stops_where_kv_would_overflow():
+    """Stepping token by token and jumping to the overflow step preempt the same calls
+    at the same steps: completion times agree to the jump's pricing tolerance."""
+    (_, jumped), (_, stepped) = _squeeze_run(True), _squeeze_run(False)
+    assert [r.preemptions for r in jumped] == [r.preemptions for r in stepped]
+    assert np.allclose([r.done_s for r in jumped], [r.done_s for r in stepped], rtol=1e-3)
+
+
+def test_breakdown_sums_to_end_to_end_latency_per_call():
+    reqs = [Request(i, f"s{i % 3}", 1000 + 300 * i, 1 + 9 * (i % 4), tuple(range(i, i + 15)))
+            for i in range(12)]
+    run([(0.1 * i, "prefill-0" if i % 2 else "midfill-0", r) for i, r in enumerate(reqs)])
+    for r in reqs:
+        parts = r.latency_breakdown_s
+        assert set(parts) == {"admission_wait", "fill", "transfer", "decode_wait", "decode"}
+        assert min(parts.values()) >= 0
+        assert sum(parts.values()) == pytest.approx(r.done_s - r.arrival_s, abs=1e-9)
+        if r.output_tokens == 1:  # no decode step: the fill's end is the first token
+            assert r.first_token_s == r.fill_end_s and parts["decode"] == 0
+        else:
+            assert r.first_token_s == r.decode_start_s > r.fill_end_s

@@ -1,0 +1,102 @@
+"""Decode's KV budget: the closed forms against a token-by-token count, preemption order,
+and no use of a call's true output length."""
+
+import numpy as np
+import pytest
+
+from costmodel.capacity import kv_capacity
+from costmodel.hardware import load_hardware
+from costmodel.layout import Layout
+from costmodel.model import load_model
+from tests.factories import small_cluster
+from workers.kv_budget import (
+    MIN_NEW_TOKEN_RATIO,
+    RESERVE_TOKENS,
+    RETRACT_STEPS,
+    GrowthReserve,
+    footprints,
+    preemption_count,
+    steps_that_fit,
+    steps_until_admissible,
+)
+from workers.request import Request
+from workers.runtime import ClusterRuntime
+
+H200 = load_hardware("h200")
+LLAMA = load_model("llama-3.1-70b")
+GPT_OSS = load_model("gpt-oss-120b")  # half its layers slide over a 128-token window
+
+
+def _squeezed(model, tokens, layout):
+    kv = kv_capacity(model, H200, layout)
+    per_token = kv.kv_bytes_per_token_per_gpu
+    return type(kv)(**{**kv.__dict__, "budget_bytes_per_gpu": tokens * per_token})
+
+
+def _count_steps(kv, contexts, other, horizon):
+    """Footprints after each step k, evaluated directly: the last k before the first
+    overflow."""
+    k = np.arange(1, horizon + 1, dtype=np.float64)
+    totals = other + footprints(kv, contexts[:, None] + k[None, :]).sum(axis=0)
+    over = np.flatnonzero(totals > kv.instance_bytes)
+    return int(over[0]) if len(over) else horizon
+
+
+@pytest.mark.parametrize("model", [LLAMA, GPT_OSS], ids=["gqa", "sliding"])
+def test_steps_that_fit_matches_a_token_by_token_count(model):
+    layout = Layout(tp=4, ep=4) if model is LLAMA else Layout(tp=2, ep=2)
+    kv = _squeezed(model, 20_000, layout)
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        contexts = rng.integers(1, 4000, size=rng.integers(1, 6)).astype(np.float64)
+        other = float(rng.uniform(0, 0.2)) * kv.instance_bytes
+        want = _count_steps(kv, contexts, other, 3000)
+        assert steps_that_fit(kv, contexts, other, 3000) == want
+    assert steps_that_fit(kv, np.array([30_000.0]), 0.0, 50) == 0  # already over
+
+
+def test_preemption_takes_the_latest_admitted_until_the_batch_can_run_on():
+    kv = _squeezed(LLAMA, 10_000, Layout(tp=4))
+    contexts = np.array([3000.0, 2000.0, 2500.0, 2490.0])  # admission order
+    assert steps_that_fit(kv, contexts, 0.0, 100) == 2
+    drop = preemption_count(kv, contexts, 0.0)
+    assert drop == 1  # the last one: then 2,500 tokens of room for 3 sequences
+    assert steps_that_fit(kv, contexts[:-drop], 0.0, 100) >= RETRACT_STEPS
+    # Never the first: alone over capacity, it still runs.
+    assert preemption_count(kv, np.array([12_000.0, 10.0]), 0.0) == 1
+
+
+def test_admission_step_as_the_reserve_decays_matches_checking_each_step():
+    kv = _squeezed(LLAMA, 12_000, Layout(tp=4))
+    reserve = GrowthReserve(0.5)
+    contexts, waiting, head = np.array([3000.0, 2500.0]), np.array([1000.0]), 1500.0
+
+    def need(ctx, ratio):
+        return footprints(kv, np.asarray(ctx) + ratio * RESERVE_TOKENS).sum()
+
+    want = 0
+    for k in range(1, 2000):
+        ratio = float(reserve.ratio_after(k))
+        if (need(contexts + k, ratio) + need(waiting, ratio) + need([head], ratio)
+                <= kv.instance_bytes):
+            want = k
+            break
+    assert want > 1
+    assert steps_until_admissible(kv, reserve, contexts, waiting, head, 2000) == want
+    assert steps_until_admissible(kv, reserve, contexts, waiting, head, want - 1) == 0
+
+
+def test_reserve_decays_to_its_floor_and_rises_after_a_retraction():
+    r = GrowthReserve()
+    r.decay(10_000)
+    assert r.ratio == pytest.approx(MIN_NEW_TOKEN_RATIO)
+    r.after_preemption([2000, 3000])
+    assert r.ratio == pytest.approx((5000 + 2 * RETRACT_STEPS) / (2 * RESERVE_TOKENS))
+
+
+def test_decode_admission_does_not_read_the_true_output_length():
+    rt = ClusterRuntime(small_cluster().bind(LLAMA), block_tokens=64)
+    worker = rt.decode_workers["decode-0"]
+    short, long = Request(1, "a", 5000, 10), Request(2, "b", 5000, 1_000_000)
+    assert worker._admission_need(short) == worker._admission_need(long)
+    assert worker._admission_need(short) > worker._footprint(short)  # a growth reserve
