@@ -38,12 +38,12 @@ class Slice(StrEnum):
 
     ADMISSION_WAIT = "admission wait"  # arrived, held by admission control
     FILL_QUEUE = "fill queue"  # admitted, queued at its fill worker
-    PREFILL = "prefill"
+    PREFILL = "prefill"  # also a mixed worker's fill, its chunks riding in decode steps
     MIDFILL = "midfill"
     READY_WAIT = "ready wait"  # KV written, waiting in the ready buffer for decode
     KV_LOAD = "KV load"  # a decode worker loads its KV, then waits for a step boundary
     DECODE = "decode"
-    PREEMPTED = "preempted"  # left its decode batch; waits on that worker to come back
+    PREEMPTED = "preempted"  # retracted from its decode batch; waits to resume
 
 
 # A track: (process, track name). Workers' tracks are (pool, worker name).
@@ -51,21 +51,21 @@ Track = tuple[str, str]
 ADMISSION: Track = (ORCHESTRATOR, "admission queue")
 READY: Track = (ORCHESTRATOR, "ready buffer")
 
-# What a worker event starts for each call it names (None: the fill worker's own phase);
-# the orchestrator's tracks hold the waits between workers.
+# What a worker event starts for each call it names (None: the fill worker's own phase).
 _STARTS: dict[str, Slice | None] = {"queued": Slice.FILL_QUEUE, "fill_start": None,
                                     "fill_done": Slice.READY_WAIT, "load": Slice.KV_LOAD,
-                                    "join": Slice.DECODE}
-_ON_ORCHESTRATOR = {Slice.READY_WAIT: READY}
+                                    "join": Slice.DECODE, "preempt": Slice.PREEMPTED}
+# Waits in the cluster's ready buffer sit on the orchestrator's track; a mixed worker's
+# calls wait in its own buffer, so on its track.
+_IN_READY_BUFFER = {Slice.READY_WAIT, Slice.PREEMPTED}
 
 
 def _ns(t_s: float) -> int:
     return round(t_s * 1e9)
 
 
-def _us(t_ns: int) -> float | int:
-    """Microseconds with at most three decimals, exact from integer nanoseconds."""
-    return t_ns // 1000 if t_ns % 1000 == 0 else t_ns / 1000
+def _us(t_ns: int) -> float:
+    return t_ns / 1000  # microseconds to the nanosecond: three decimals at most
 
 
 class SessionSample:
@@ -122,8 +122,8 @@ class SessionSample:
 @dataclass(eq=False)
 class _Call:
     req: Request
-    open: tuple[Slice | str, Track, int] | None  # the phase in progress: name, track, start
-    slices: list[tuple[Slice | str, Track, int, int]] = field(default_factory=list)
+    open: tuple[Slice, Track, int] | None  # the phase in progress: name, track, start
+    slices: list[tuple[Slice, Track, int, int]] = field(default_factory=list)
     instants: list[tuple[str, Track, int]] = field(default_factory=list)
     outcome: str = "in flight"
 
@@ -149,14 +149,12 @@ class TraceRecorder:
             self._calls.pop(call_id, None)
 
     def on_reject(self, orch, req: Request, now_s: float) -> None:
-        call = self._calls.get(req.call_id)
-        if call is not None:
+        if (call := self._calls.get(req.call_id)) is not None:
             call.instants.append(("rejected", ADMISSION, _ns(now_s)))
             self._end(call, _ns(now_s), "rejected")
 
     def on_done(self, orch, req: Request, now_s: float) -> None:
-        call = self._calls.get(req.call_id)
-        if call is not None:
+        if (call := self._calls.get(req.call_id)) is not None:
             self._end(call, _ns(now_s), "done")
 
     def _attach(self, orch) -> None:
@@ -173,20 +171,20 @@ class TraceRecorder:
         t_ns = _ns(now_s)
         track = self._track(worker)
         for call in calls:
+            if event == "done":
+                self._end(call, t_ns, "done")
+                continue
+            if event not in _STARTS or event == "preempt":
+                # Shown as a mark; an event this recorder does not know leaves the phase be.
+                call.instants.append((event, track, t_ns))
             if event in _STARTS:
                 name = _STARTS[event] or self._fill_slice(worker)
-                self._move(call, name, _ON_ORCHESTRATOR.get(name, track), t_ns)
-            elif event == "done":
-                self._end(call, t_ns, "done")
-            elif "preempt" in event:
-                call.instants.append((event, track, t_ns))
-                self._move(call, Slice.PREEMPTED, track, t_ns)
-            else:  # an event this recorder does not know: shown, the phase goes on
-                call.instants.append((event, track, t_ns))
+                mixed = self._workers[worker][1] == "mixed"
+                where = READY if name in _IN_READY_BUFFER and not mixed else track
+                self._move(call, name, where, t_ns)
 
-    def _fill_slice(self, worker: str) -> Slice | str:
-        phase = self._workers[worker][1]
-        return Slice(phase) if phase in iter(Slice) else phase
+    def _fill_slice(self, worker: str) -> Slice:
+        return Slice.MIDFILL if self._workers[worker][1] == "midfill" else Slice.PREFILL
 
     def _track(self, worker: str) -> Track:
         known = self._workers.get(worker)
@@ -207,7 +205,7 @@ class TraceRecorder:
                 call.slices.append((name, track, start_ns, t_ns))
             call.open = None
 
-    def _move(self, call: _Call, name: Slice | str, track: Track, t_ns: int) -> None:
+    def _move(self, call: _Call, name: Slice, track: Track, t_ns: int) -> None:
         if call.outcome == "in flight":  # a finished call's late event changes nothing
             self._close(call, t_ns)
             call.open = (name, track, t_ns)
@@ -267,7 +265,7 @@ class TraceRecorder:
         if s.kept_calls == s.seen_calls:
             return None
         return (f"trace events: {self._label()}, every call of a hash sample of sessions "
-                f"(--trace-events-max-calls {s.max_calls:,})")
+                f"(--trace-events-max-calls {s.max_calls})")
 
 
 def _natural(name: str) -> tuple:
@@ -284,14 +282,13 @@ def _spans(calls) -> dict[Track, list[tuple[int, int, int, list]]]:
     """Per track, each call's runs of consecutive slices there: (start, end, call, slices)."""
     spans: dict[Track, list[tuple[int, int, int, list]]] = {}
     for call, slices in calls:
-        run: list = []
+        runs: list[list] = []
         for piece in slices:
-            if run and run[-1][1] != piece[1]:
-                spans.setdefault(run[0][1], []).append((run[0][2], run[-1][3],
-                                                        call.req.call_id, run))
-                run = []
-            run.append(piece)
-        if run:
+            if runs and runs[-1][-1][1] == piece[1]:
+                runs[-1].append(piece)
+            else:
+                runs.append([piece])
+        for run in runs:
             spans.setdefault(run[0][1], []).append((run[0][2], run[-1][3], call.req.call_id, run))
     return spans
 

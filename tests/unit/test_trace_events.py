@@ -90,8 +90,9 @@ def test_a_batch_of_calls_gets_one_lane_each_and_phases_in_order():
     log.add(2.0, "prefill-0", "fill_done", 2)
     log.add(3.0, "decode-0", "load", 2)  # waited a second in the ready buffer
     log.add(3.1, "decode-0", "join", 1, 2)
-    log.add(4.0, "decode-0", "preempt", 2)
-    log.add(4.5, "decode-0", "join", 2)
+    log.add(4.0, "decode-0", "preempt", 2)  # back to the ready buffer
+    log.add(4.5, "decode-0", "load", 2)
+    log.add(4.6, "decode-0", "join", 2)
     log.add(5.0, "decode-0", "done", 1)
     rec.on_done(orch, a, 5.0)
     trace = rec.render(end_s=6.0)
@@ -101,7 +102,9 @@ def test_a_batch_of_calls_gets_one_lane_each_and_phases_in_order():
                                              "decode"]
     assert [e["name"] for e in calls[2]] == ["admission wait", "fill queue", "prefill",
                                              "ready wait", "KV load", "decode", "preempted",
-                                             "decode"]
+                                             "KV load", "decode"]
+    where = {e["name"]: e["pid"] for e in calls[2]}
+    assert where["preempted"] == where["ready wait"] == where["admission wait"] == 1
     assert_end_to_end(calls[1], 0.0, 5.0)
     assert_end_to_end(calls[2], 0.5, 6.0)  # still decoding when the run ended
     assert calls[2][-1]["args"]["unfinished"] and "unfinished" not in calls[1][-1]["args"]
@@ -118,6 +121,28 @@ def test_a_batch_of_calls_gets_one_lane_each_and_phases_in_order():
     processes = [e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"]
     assert processes == ["orchestrator", "prefill pool", "decode pool"]
     assert len(threads) == len(names)
+
+
+def test_a_mixed_worker_keeps_its_calls_waits_on_its_own_track():
+    orch, rec = fake_orchestrator(), TraceRecorder()
+    mixed = SimpleNamespace(name="MIXED")  # workers.cluster_toml.MIXED's name
+    orch.runtime.decode_workers["mixed-0"] = SimpleNamespace(
+        spec=SimpleNamespace(pool="agg", phase=mixed))
+    orch.cluster.spec.pools.append(SimpleNamespace(name="agg", phase=mixed))
+    req = request(3)
+    rec.on_submit(orch, req, 0.0)
+    for t, event in [(1, "queued"), (2, "fill_start"), (3, "fill_done"), (4, "join"),
+                     (5, "preempt"), (6, "load"), (7, "join"), (8, "done")]:
+        orch.runtime.log.add(float(t), "mixed-0", event, 3)
+    trace = rec.render(end_s=9.0)
+    check_trace(trace)
+    slices = by_call(trace)[3]
+    assert [e["name"] for e in slices] == ["admission wait", "fill queue", "prefill", "ready wait",
+                                           "decode", "preempted", "KV load", "decode"]
+    assert {e["pid"] for e in slices[1:]} == {4}  # the agg pool, after prefill and decode
+    assert_end_to_end(slices, 0.0, 8.0)
+    processes = [e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"]
+    assert processes[-1] == "agg pool (mixed)"
 
 
 def test_a_rejected_call_ends_with_an_instant_on_its_admission_lane():
