@@ -19,7 +19,6 @@ communication hide behind compute in a colocated stage.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
@@ -27,14 +26,14 @@ import numpy as np
 from costmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency, OverlapMode
 from costmodel.errors import CostModelError, LayoutError
 from costmodel.hardware import HardwareSpec, HardwareTable
-from costmodel.layout import Layout, check_layout
+from costmodel.layout import Layout, check_structure
 from costmodel.memory import expert_weight_bytes, weight_bytes_per_gpu
 from costmodel.model import ModelSpec
+from costmodel.mtp import expected_tokens_per_step
 from costmodel.phase import (
     ACT_BYTES,
     Configs,
     Phase,
-    _accepted_tokens,
     _distinct,
     _Kernels,
     _kv_bytes,
@@ -82,22 +81,28 @@ def expert_slice_bytes_per_gpu(model: ModelSpec, ep, precision):
         model, precision)
 
 
-def attention_weight_bytes_per_gpu(model: ModelSpec, tp, precision):
-    """Everything but the routed experts, on one GPU of a TP group (one stage)."""
-    full = weight_bytes_per_gpu(model, pp=1, tp=tp, ep=tp, precision=precision)
+def attention_weight_bytes_per_gpu(model: ModelSpec, tp, precision, attention_precision=None):
+    """Everything but the routed experts, on one GPU of a TP group (one stage).
+    `precision` is the routed experts'; `attention_precision` the rest's (None: the
+    default rule)."""
+    full = weight_bytes_per_gpu(model, pp=1, tp=tp, ep=tp, precision=precision,
+                                attention_precision=attention_precision)
     return full - expert_slice_bytes_per_gpu(model, tp, precision)
 
 
-def check_af_layout(model: ModelSpec, hw: HardwareSpec, layout: AFLayout) -> None:
-    """Raise LayoutError naming the broken rule and by how much; return if it can run."""
+def check_af_layout(model: ModelSpec, hw: HardwareSpec, layout: AFLayout,
+                    memory: bool = True) -> None:
+    """Raise LayoutError naming the broken rule and by how much; return if it can run.
+    `memory=False` leaves out the weight fit of either side (then `fits` reports it)."""
     if model.moe is None:
         raise LayoutError(f"{model.name} has no routed experts to put on an expert instance")
     if layout.pp != 1:
         raise LayoutError(f"pp={layout.pp}: an attention-FFN split instance has one stage")
     # The colocated rules, except the weight fit: routed experts are not on these GPUs.
-    check_layout(model, replace(hw, hbm_bytes=math.inf), layout)
-    att = float(attention_weight_bytes_per_gpu(model, layout.tp, int(layout.weights)))
-    if att > hw.hbm_bytes:
+    check_structure(model, hw, layout)
+    att = float(attention_weight_bytes_per_gpu(model, layout.tp, int(layout.weights),
+                                               int(layout.attention_precision)))
+    if memory and att > hw.hbm_bytes:
         raise LayoutError(
             f"the attention slice does not fit: {att / 1e9:.1f} GB per GPU > "
             f"{hw.hbm_bytes / 1e9:.1f} GB HBM of {hw.name}; raise tp")
@@ -106,7 +111,7 @@ def check_af_layout(model: ModelSpec, hw: HardwareSpec, layout: AFLayout) -> Non
         raise LayoutError(f"experts_ep={ep} is larger than the {model.moe.routed_experts} "
                           f"routed experts of {model.name}")
     exp = float(expert_slice_bytes_per_gpu(model, ep, int(layout.experts_weights)))
-    if exp > ehw.hbm_bytes:
+    if memory and exp > ehw.hbm_bytes:
         raise LayoutError(
             f"experts_ep={ep}: the expert slice does not fit: {exp / 1e9:.1f} GB per GPU > "
             f"{ehw.hbm_bytes / 1e9:.1f} GB HBM of {ehw.name} (over by "
@@ -161,7 +166,7 @@ def _sides(model, table, cfg, expert_hardware, expert_ep, expert_precision, eff,
         phase=cfg.phase, batch=tokens / (va.q_tok * expert_ep), new_tokens=cfg.new_tokens,
         context=np.zeros_like(cfg.context), pp=cfg.pp, tp=np.ones_like(cfg.tp), ep=expert_ep,
         precision=expert_precision, hardware=expert_hardware, kv_precision=cfg.kv_precision,
-        mtp=cfg.mtp)
+        mtp=cfg.mtp, attention_precision=cfg.attention_precision)
     ve = _Shape(model, table, exp_cfg, eff)
     return va, _Kernels(model, va, eff), ve, _Kernels(model, ve, eff), ranks, tokens
 
@@ -211,7 +216,7 @@ def af_decode_times(model: ModelSpec, table: HardwareTable, cfg: Configs, expert
         hidden_s = eff.overlap_fraction * (serial_s - longest)
     stage_s = serial_s - hidden_s + latency_s
     step_s = stage_s + eff.step_overhead_s
-    accepted = _accepted_tokens(cfg.mtp, eff)
+    accepted = expected_tokens_per_step(cfg.mtp, eff.mtp_acceptance)
     tpot_s = step_s / accepted
 
     width = va.tp * ranks
@@ -223,7 +228,8 @@ def af_decode_times(model: ModelSpec, table: HardwareTable, cfg: Configs, expert
     exp_w = e_ep * tdp[e_hw] * (idle + (1 - idle) * np.clip(t_exp / stage_s, 0, 1))
     energy_per_token_j = (att_w + exp_w / n_att) * step_s / tokens_per_step
 
-    att_weights = attention_weight_bytes_per_gpu(m, cfg.tp, cfg.precision)
+    att_weights = attention_weight_bytes_per_gpu(m, cfg.tp, cfg.precision,
+                                                 cfg.attention_precision)
     kv = _kv_bytes(va, va.n_seq)
     n_moe = np.maximum(va.n_moe, 1.0)
     att_hbm = att_weights + kv + va.t_rank * m.hidden_size * ACT_BYTES * 4.0 + (
@@ -254,13 +260,16 @@ def _broadcast(cost: AFCost) -> AFCost:
 
 
 def af_evaluate(model: ModelSpec, hardware: HardwareSpec, layout: AFLayout, batch: float,
-                context: float, eff: Efficiency = DEFAULT_EFFICIENCY) -> dict[str, float]:
-    """One split decode configuration, checked (LayoutError if it cannot run)."""
-    check_af_layout(model, hardware, layout)
+                context: float, eff: Efficiency = DEFAULT_EFFICIENCY,
+                memory: bool = True) -> dict[str, float]:
+    """One split decode configuration, checked (LayoutError if it cannot run; with
+    `memory=False` a side whose weights overflow HBM is reported by `fits` instead)."""
+    check_af_layout(model, hardware, layout, memory)
     table = HardwareTable((hardware, layout.experts_hardware))
     cfg = Configs.make(phase=int(Phase.DECODE), batch=batch, new_tokens=1, context=context,
                        tp=layout.tp, ep=layout.ep, precision=int(layout.weights),
-                       kv_precision=int(layout.kv), mtp=layout.mtp)
+                       kv_precision=int(layout.kv), mtp=layout.mtp,
+                       attention_precision=int(layout.attention_precision))
     _, _, parts = af_decode_times(model, table, cfg, 1, layout.experts_ep,
                                   int(layout.experts_weights), eff, layout.same_domain,
                                   layout.attention_per_expert)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 from enum import IntEnum
 
 from costmodel.errors import CostModelError
+from costmodel.mtp import DEEPSEEK_V3_ACCEPTANCE
 
 
 class OverlapMode(IntEnum):
@@ -61,8 +62,10 @@ class Efficiency:
     # Host and scheduler gap per step (batch formation, sampling, launch): ~1-3 ms in
     # vLLM/SGLang without overlapped scheduling.
     step_overhead_s: float = 1.5e-3
-    # Multi-token prediction: DeepSeek-V3 reports 85-90% acceptance of the second token.
-    mtp_acceptance: float = 0.85
+    # Multi-token prediction: conditional acceptance of each draft position (position 1 =
+    # the first draft), sourced in costmodel/mtp.py: DeepSeek-V3's 85-90% for the first,
+    # TensorRT-LLM's measured acceptance lengths of DeepSeek-R1 for the rest.
+    mtp_acceptance: tuple[float, ...] = DEEPSEEK_V3_ACCEPTANCE
     # Activation reads and writes per token per layer, in hidden-size vectors
     # (norms, residual adds, projections in and out).
     activation_passes_per_layer: float = 10.0
@@ -77,11 +80,16 @@ class Efficiency:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name == "overlap":
+            if f.name in ("overlap", "mtp_acceptance"):
                 continue
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise CostModelError(f"efficiency.{f.name}: expected a number >= 0, got {value!r}")
-        for name in ("compute", "hbm", "scale_up", "scale_out", "mtp_acceptance",
+        probs = self.mtp_acceptance
+        if not isinstance(probs, tuple) or not probs or not all(
+                isinstance(p, (int, float)) and 0 <= p <= 1 for p in probs):
+            raise CostModelError(f"efficiency.mtp_acceptance: expected a non-empty tuple of "
+                                 f"probabilities in [0, 1], got {probs!r}")
+        for name in ("compute", "hbm", "scale_up", "scale_out",
                      "idle_power_fraction", "overlap_fraction"):
             value = getattr(self, name)
             if name in ("compute", "hbm", "scale_up", "scale_out") and value == 0:

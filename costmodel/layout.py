@@ -3,16 +3,22 @@
 Inside one pipeline stage, `max(tp, ep)` GPUs work together: attention runs
 tensor-parallel over `tp` GPUs and data-parallel over the rest; routed experts
 spread over `ep` GPUs (and, where `tp > ep`, are tensor-split `tp / ep` ways).
+
+Two kinds of rule: structural ones (`check_structure`: heads, experts, layer
+groups, the scale-up domain) make a layout impossible to run at all; the memory
+one (`check_memory`: the weights of a GPU's slice within its HBM) makes it not
+fit on given hardware. `check_layout` applies both, for callers that must refuse
+(binding a cluster); `tokenfactory cost` applies the first and reports the second.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from costmodel.errors import LayoutError
 from costmodel.hardware import HardwareSpec
 from costmodel.model import ModelSpec
-from costmodel.precision import Precision
+from costmodel.precision import Precision, default_attention_precision
 
 
 @dataclass(frozen=True)
@@ -21,9 +27,15 @@ class Layout:
     tp: int = 1
     ep: int = 1
     dp: int = 1  # independent replicas of the whole PP x stage instance
-    weights: Precision = Precision.FP8
+    weights: Precision = Precision.FP8  # routed experts (unless the model fixes theirs)
     kv: Precision = Precision.BF16
     mtp: int = 0  # extra tokens drafted per decode step by multi-token prediction
+    # Attention, dense FFN, shared experts, router, embeddings and LM head. None: the
+    # routed experts' precision, but FP8 or wider (`default_attention_precision`).
+    attention_weights: Precision | None = None
+    # True: no `mtp` was chosen; binding to a model sets the model's shipped default
+    # (`Layout.with_model_defaults`), until then `mtp` is a placeholder.
+    mtp_from_model: bool = False
 
     @property
     def stage_gpus(self) -> int:
@@ -37,9 +49,31 @@ class Layout:
     def gpus(self) -> int:
         return self.dp * self.instance_gpus
 
+    @property
+    def attention_precision(self) -> Precision:
+        """The precision the non-expert weights are stored and computed in."""
+        if self.attention_weights is not None:
+            return Precision(self.attention_weights)
+        return Precision(int(default_attention_precision(int(self.weights))))
+
+    def with_model_defaults(self, model: ModelSpec) -> Layout:
+        """This layout with what it left to the model filled in: MTP drafts per step."""
+        if not self.mtp_from_model:
+            return self
+        from costmodel.mtp import default_mtp
+
+        return replace(self, mtp=default_mtp(model), mtp_from_model=False)
+
 
 def check_layout(model: ModelSpec, hw: HardwareSpec, layout: Layout) -> None:
-    """Raise LayoutError naming the broken rule and by how much; return if it can run."""
+    """Raise LayoutError naming the broken rule and by how much; return if it can run
+    and its weights fit in HBM."""
+    check_structure(model, hw, layout)
+    check_memory(model, hw, layout)
+
+
+def check_structure(model: ModelSpec, hw: HardwareSpec, layout: Layout) -> None:
+    """Raise LayoutError naming the broken structural rule and by how much."""
     for name in ("pp", "tp", "ep", "dp"):
         value = getattr(layout, name)
         if not isinstance(value, int) or value < 1:
@@ -72,9 +106,13 @@ def check_layout(model: ModelSpec, hw: HardwareSpec, layout: Layout) -> None:
             f"tp={tp} spans more than the scale-up domain of {hw.scale_up_domain_gpus} GPUs "
             f"of {hw.name} (by {tp - hw.scale_up_domain_gpus})"
         )
+
+
+def check_memory(model: ModelSpec, hw: HardwareSpec, layout: Layout) -> None:
+    """Raise LayoutError when one GPU's slice of the weights exceeds its HBM."""
     from costmodel.memory import weight_bytes_per_gpu
 
-    weights = weight_bytes_per_gpu(model, layout)
+    weights = float(weight_bytes_per_gpu(model, layout))
     if weights > hw.hbm_bytes:
         raise LayoutError(
             f"the model slice does not fit: {weights / 1e9:.1f} GB of weights per GPU "

@@ -5,15 +5,15 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel.model import ModelSpec
-from costmodel.precision import BYTES_PER_ELEMENT, Precision
+from costmodel.precision import BYTES_PER_ELEMENT, Precision, default_attention_precision
 
 _BYTES = np.array([BYTES_PER_ELEMENT[p] for p in Precision])
 
 
-def dense_weight_bytes(precision):
-    """Non-expert weights stay at FP8 or wider: MXFP4 is for routed experts only
-    (as gpt-oss and the K3-like preset ship them)."""
-    return np.maximum(_BYTES[np.asarray(precision)], BYTES_PER_ELEMENT[Precision.FP8])
+def dense_weight_bytes(attention_precision):
+    """Bytes per element of the non-expert weights, stored at `attention_precision`
+    (resolve a missing one with `precision.default_attention_precision`)."""
+    return _BYTES[np.asarray(attention_precision)]
 
 
 def expert_weight_bytes(model: ModelSpec, precision):
@@ -30,13 +30,18 @@ def stage_fraction(model: ModelSpec, pp):
 
 
 def weight_bytes_per_gpu(model: ModelSpec, layout=None, *, pp=None, tp=None, ep=None,
-                         precision=None):
-    """Weights one GPU of the heaviest stage holds (embedding or LM head included)."""
+                         precision=None, attention_precision=None):
+    """Weights one GPU of the heaviest stage holds (embedding or LM head included).
+    `precision` is the routed experts'; `attention_precision` the rest's (None: the
+    default rule of `precision.default_attention_precision`)."""
     if layout is not None:
         pp, tp, ep, precision = layout.pp, layout.tp, layout.ep, int(layout.weights)
+        attention_precision = int(layout.attention_precision)
+    if attention_precision is None:
+        attention_precision = default_attention_precision(precision)
     pp, tp, ep = (np.asarray(x, dtype=np.float64) for x in (pp, tp, ep))
     f = stage_fraction(model, pp)
-    wb = dense_weight_bytes(precision)
+    wb = dense_weight_bytes(attention_precision)
     attn = ((model.n_full_layers + model.n_sliding_layers) * model.attn_params
             + model.n_linear_layers * model.linear_params)
     dense = model.n_dense_layers * model.dense_ffn_params

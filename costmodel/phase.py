@@ -1,7 +1,7 @@
 """The vectorised phase cost: arrays of configurations in, arrays of costs out.
 
 For one model and a table of hardware, each configuration (phase, batch, new
-tokens, cached context, PP, TP, EP, precision, hardware) gets the time of one
+tokens, cached context, PP, TP, EP, precisions, hardware) gets the time of one
 forward step, its FLOPs, HBM traffic, scale-up and scale-out traffic, energy,
 resident HBM per GPU, and the bound that dominated. Everything is numpy
 broadcasting: no Python loop over configurations.
@@ -29,7 +29,8 @@ from costmodel.memory import (
     weight_bytes_per_gpu,
 )
 from costmodel.model import ModelSpec
-from costmodel.precision import BYTES_PER_ELEMENT, Precision
+from costmodel.mtp import expected_tokens_per_step
+from costmodel.precision import BYTES_PER_ELEMENT, Precision, default_attention_precision
 
 ACT_BYTES = 2.0  # activations travel and rest in BF16
 
@@ -51,7 +52,10 @@ class Bound(IntEnum):
 class Configs:
     """Configuration arrays (broadcast together). `batch` is sequences per attention
     data-parallel rank per micro-batch; `new_tokens` per sequence (decode: ignored, one
-    token plus `mtp` drafts); `context` the cached tokens each sequence already holds."""
+    token plus `mtp` drafts); `context` the cached tokens each sequence already holds.
+    `precision` is the routed experts'; `attention_precision` that of every other weight
+    (attention, dense FFN, shared experts, router, LM head): None gives the default rule,
+    `precision.default_attention_precision`."""
 
     phase: np.ndarray
     batch: np.ndarray
@@ -64,17 +68,26 @@ class Configs:
     hardware: np.ndarray
     kv_precision: np.ndarray
     mtp: np.ndarray
+    attention_precision: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.attention_precision is None:
+            object.__setattr__(self, "attention_precision",
+                               default_attention_precision(self.precision))
 
     @classmethod
     def make(cls, *, phase, batch, new_tokens, context, pp=1, tp=1, ep=1,
-             precision=Precision.FP8, hardware=0, kv_precision=Precision.BF16, mtp=0):
+             precision=Precision.FP8, hardware=0, kv_precision=Precision.BF16, mtp=0,
+             attention_precision=None):
+        if attention_precision is None:
+            attention_precision = default_attention_precision(precision)
         arrays = np.broadcast_arrays(
             np.asarray(phase, dtype=np.int64), np.asarray(batch, dtype=np.float64),
             np.asarray(new_tokens, dtype=np.float64), np.asarray(context, dtype=np.float64),
             np.asarray(pp, dtype=np.float64), np.asarray(tp, dtype=np.float64),
             np.asarray(ep, dtype=np.float64), np.asarray(precision, dtype=np.int64),
             np.asarray(hardware, dtype=np.int64), np.asarray(kv_precision, dtype=np.int64),
-            np.asarray(mtp, dtype=np.float64),
+            np.asarray(mtp, dtype=np.float64), np.asarray(attention_precision, dtype=np.int64),
         )
         return cls(*(np.ravel(a) for a in arrays))
 
@@ -171,11 +184,11 @@ class _Shape:
         self.n_moe = f * m.n_moe_layers
         self.n_layers = self.n_full + self.n_slide + self.n_lin
         self.wprec = wprec = cfg.precision
-        self.wb_dense = dense_weight_bytes(wprec)
+        self.aprec = aprec = cfg.attention_precision
+        self.wb_dense = dense_weight_bytes(aprec)
         self.wb_exp = expert_weight_bytes(m, wprec)
         peak = hardware.flops_column()
-        dense_prec = np.where(wprec == Precision.FP4, Precision.FP8, wprec)
-        self.peak_dense = peak[hw, dense_prec] * eff.compute
+        self.peak_dense = peak[hw, aprec] * eff.compute
         self.peak_exp = peak[hw, wprec] * eff.compute
         self.peak_attn = peak[hw, Precision.BF16] * eff.compute
         kvb = np.array([BYTES_PER_ELEMENT[p] for p in Precision])[cfg.kv_precision]
@@ -296,13 +309,6 @@ def _latency(m: ModelSpec, v: _Shape, eff: Efficiency) -> np.ndarray:
     return latency_s + np.where(v.pp > 1, eff.pp_hop_s, 0.0)
 
 
-def _accepted_tokens(mtp, eff: Efficiency):
-    """Tokens a decode step yields per sequence: one plus the accepted MTP drafts (up to
-    four). Terms past the largest draft count are zeros, so they are skipped."""
-    drafts = min(int(np.max(mtp)), 4) if np.size(mtp) else 0
-    return 1.0 + sum(eff.mtp_acceptance ** (i + 1) * (mtp > i) for i in range(drafts))
-
-
 def _kv_bytes(v: _Shape, sequences):
     """KV and recurrent state one GPU holds for `sequences` after the step."""
     kv = sequences * v.kv_layer * (
@@ -319,7 +325,8 @@ def _times(m: ModelSpec, hardware: HardwareTable, cfg: Configs, eff: Efficiency)
     if eff.overlap == OverlapMode.OVERLAP:
         stage_s = stage_s - eff.overlap_fraction * np.minimum(k.t_cm, network_s)
     step_s = v.pp * stage_s + eff.step_overhead_s
-    accepted = _accepted_tokens(cfg.mtp, eff)
+    # Tokens a decode step yields per sequence: one plus the accepted MTP drafts.
+    accepted = expected_tokens_per_step(cfg.mtp, eff.mtp_acceptance)
     tpot_s = np.where(v.decode, step_s / accepted, step_s)
     return v, k, su_bytes, so_bytes, network_s, latency_s, stage_s, step_s, accepted, tpot_s
 
@@ -350,7 +357,8 @@ def _phase_cost_block(model: ModelSpec, hardware: HardwareTable, cfg: Configs,
     energy_j = power_w * step_s
     energy_per_token_j = power_w / (tokens_per_s_per_gpu * gpus)
 
-    weights = weight_bytes_per_gpu(m, pp=pp, tp=v.tp, ep=v.ep, precision=v.wprec)
+    weights = weight_bytes_per_gpu(m, pp=pp, tp=v.tp, ep=v.ep, precision=v.wprec,
+                                   attention_precision=v.aprec)
     # Each stage holds KV for the pp micro-batches in flight: flat in pp (the crossover).
     kv = _kv_bytes(v, pp * v.n_seq)
     acts = v.t_rank * d * ACT_BYTES * 4.0 + k.exp_act
@@ -379,12 +387,14 @@ def _phase_cost_block(model: ModelSpec, hardware: HardwareTable, cfg: Configs,
 
 def evaluate(model: ModelSpec, hardware, phase: Phase, batch: float, new_tokens: float,
              context: float, layout, eff: Efficiency = DEFAULT_EFFICIENCY) -> dict[str, float]:
-    """One configuration, checked: the layout must be possible (LayoutError otherwise)."""
-    from costmodel.layout import check_layout
+    """One configuration, checked: the layout must be possible (LayoutError otherwise).
+    Whether it fits in HBM is a figure (`fits`), not a refusal."""
+    from costmodel.layout import check_structure
 
-    check_layout(model, hardware, layout)
+    check_structure(model, hardware, layout)
     table = HardwareTable((hardware,))
     cfg = Configs.make(phase=int(phase), batch=batch, new_tokens=new_tokens, context=context,
                        pp=layout.pp, tp=layout.tp, ep=layout.ep, precision=int(layout.weights),
-                       kv_precision=int(layout.kv), mtp=layout.mtp)
+                       kv_precision=int(layout.kv), mtp=layout.mtp,
+                       attention_precision=int(layout.attention_precision))
     return phase_cost(model, table, cfg, eff).row(0)

@@ -57,9 +57,10 @@ class Grid:
     fill_batch: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
     min_gpus: int = 16
     max_gpus: int = 64
-    precision: Precision = Precision.FP4
+    precision: Precision = Precision.FP4  # routed experts
     kv_precision: Precision = Precision.FP8
     mtp: int = 0
+    attention_precision: Precision | None = None  # the rest; None: FP8 or wider
 
 
 def build_configs(workloads: tuple[Workload, ...], n_hardware: int,
@@ -81,7 +82,9 @@ def build_configs(workloads: tuple[Workload, ...], n_hardware: int,
     hw, pp, tp, ep, batch, phase, new_tokens, context = cols
     cfg = Configs.make(phase=phase, batch=batch, new_tokens=new_tokens, context=context,
                        pp=pp, tp=tp, ep=ep, precision=int(grid.precision), hardware=hw,
-                       kv_precision=int(grid.kv_precision), mtp=grid.mtp)
+                       kv_precision=int(grid.kv_precision), mtp=grid.mtp,
+                       attention_precision=None if grid.attention_precision is None
+                       else int(grid.attention_precision))
     return cfg, np.concatenate(owner)
 
 
@@ -98,7 +101,8 @@ def valid_mask(model: ModelSpec, hardware: HardwareTable, cfg: Configs) -> np.nd
     ok &= pp <= model.n_layer_groups
     ok &= tp <= domain
     weights = weight_bytes_per_gpu(model, pp=np.maximum(pp, 1), tp=np.maximum(tp, 1),
-                                   ep=np.maximum(ep, 1), precision=cfg.precision)
+                                   ep=np.maximum(ep, 1), precision=cfg.precision,
+                                   attention_precision=cfg.attention_precision)
     return ok & (weights <= hbm)
 
 

@@ -4,7 +4,8 @@ essay's findings against what our cost model says.
 
 Choices the essay leaves open, fixed here:
 - Weights FP4: the K3-like preset's routed experts are MXFP4; dense and attention
-  weights stay FP8 (costmodel.memory.dense_weight_bytes).
+  weights stay FP8 (`Grid.attention_precision` None: the default rule of
+  costmodel.precision.default_attention_precision).
 - KV cache FP8: MLA latents in FP8 are what FlashMLA serves on Blackwell; it halves
   the resident KV that the "under 80 GB" check is about.
 - Decode context is the stated prompt length (8k/32k/128k); a query's energy counts

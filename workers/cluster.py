@@ -184,6 +184,8 @@ class BoundCluster:
         workers: list[WorkerSpec] = []
         expert_workers: list[ExpertWorkerSpec] = []
         for pool in spec.pools:
+            # A decode pool that did not choose `mtp` runs the model's shipped default.
+            pool = replace(pool, layout=pool.layout.with_model_defaults(model))
             layout, pairs = pool.layout, {}
             weights = float(weight_bytes_per_gpu(model, layout))
             if pool.experts_pool is not None:
