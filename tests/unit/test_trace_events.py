@@ -296,3 +296,39 @@ def test_write_leaves_nothing_when_it_fails(tmp_path):
     with pytest.raises(TypeError):
         write(tmp_path / "t.json", {"traceEvents": [{"ts": object()}], "otherData": {}})
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture
+def traffic(tmp_path):
+    from tests.factories import short_agent_sessions
+    from traces.native import write_native_file
+
+    path = tmp_path / "calls.jsonl"
+    write_native_file(short_agent_sessions(3, 2, seed=3), path)
+    return [str(path), "--think-scale", "0.01", "--no-progress", "--json"]
+
+
+def test_replay_writes_the_file(tmp_path, capsys, traffic):
+    path = tmp_path / "run.json"
+    code, out, err = run_cli(["replay", *traffic, "--trace-events", str(path)], capsys)
+    assert code == 0
+    trace = json.loads(path.read_text())
+    check_trace(trace)
+    assert trace["otherData"]["calls_traced"] == json.loads(out)["requests"]["submitted"] == 6
+    assert "trace events" not in err  # nothing was left out
+
+
+@pytest.mark.slow  # compare's HTML report takes seconds
+def test_compare_writes_a_file_per_controller_and_reports_the_cut(tmp_path, capsys, traffic):
+    path = tmp_path / "run.json"
+    code, _, err = run_cli(["compare", *traffic, "--controllers", "retire,buffered", "--out",
+                            str(tmp_path / "cmp"), "--trace-events", str(path),
+                            "--trace-events-max-calls", "3"], capsys)
+    assert code == 0 and not path.exists()
+    for name in ("retire", "buffered"):
+        trace = json.loads((tmp_path / f"{name}-run.json").read_text())
+        check_trace(trace)
+        assert trace["otherData"]["run"] == f"{name}-seed0"
+        assert 0 < trace["otherData"]["calls_traced"] <= 3 and trace["otherData"]["sampled"]
+    notes = [line for line in err.splitlines() if line.startswith("trace events:")]
+    assert len(notes) == 2 and notes[0].endswith("retire-run.json")
