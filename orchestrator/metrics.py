@@ -88,8 +88,18 @@ def _families() -> list[Family]:
          "relative RMS of decode occupancy's fast fluctuations over the trailing "
          f"{OSCILLATION_WINDOW_SLOW_PERIODS} slow-loop periods"),
         (f"{p}request_ttft_seconds", "histogram", RUN, "seconds", "time to first token"),
+        (f"{p}request_itl_seconds", "histogram", RUN, "seconds",
+         "inter-token latency of a call: its time in decode batches over the tokens decode "
+         "produced (waits and preemptions left out)"),
         (f"{p}request_tpot_seconds", "histogram", RUN, "seconds",
-         "time per output token after the first"),
+         "alias of request_itl_seconds (same observations)"),
+        (f"{p}request_latency_part_seconds", "histogram", (*RUN, "part"), "seconds",
+         "a completed call's time in one part: admission_wait, fill, decode_wait, transfer, "
+         "decode (the parts sum to request_e2e_seconds)"),
+        (f"{p}requests_preempted_total", "counter", RUN, "requests",
+         "preemptions of completed calls by decode workers short of KV"),
+        (f"{p}recomputed_tokens_total", "counter", RUN, "tokens",
+         "generated tokens whose KV was recomputed when a preempted call resumed"),
         (f"{p}request_e2e_seconds", "histogram", RUN, "seconds",
          "submission to last token"),
         (f"{p}input_tokens_total", "counter", RUN, "tokens", "input tokens of completed calls"),

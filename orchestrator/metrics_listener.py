@@ -24,6 +24,7 @@ from orchestrator.metrics import (
 )
 from orchestrator.policies.base import AdmissionReason
 from storage.tiers import Tier
+from workers.request import LatencyPart
 
 
 def _tier(t: Tier) -> str:
@@ -72,10 +73,14 @@ class MetricsListener:
         for name in ("admitted_requests_total", "requests_submitted_total",
                      "requests_completed_total", "requests_rejected_total",
                      "input_tokens_total", "output_tokens_total", "energy_joules_total",
-                     "decode_starved_seconds_total"):
+                     "decode_starved_seconds_total", "requests_preempted_total",
+                     "recomputed_tokens_total"):
             self._c(name)
-        for name in ("request_ttft_seconds", "request_tpot_seconds", "request_e2e_seconds"):
+        for name in ("request_ttft_seconds", "request_itl_seconds", "request_tpot_seconds",
+                     "request_e2e_seconds"):
             self._c(name)
+        for part in LatencyPart:
+            self._c("request_latency_part_seconds", part.key)
 
     def _workers(self, orch):
         rt = orch.runtime
@@ -118,9 +123,16 @@ class MetricsListener:
         self._c("output_tokens_total").inc(req.output_tokens)
         if req.ttft_s is not None:
             self._c("request_ttft_seconds").observe(req.ttft_s)
-        if req.tpot_s is not None:
-            self._c("request_tpot_seconds").observe(req.tpot_s)
+        if req.itl_s is not None:
+            self._c("request_itl_seconds").observe(req.itl_s)
+            self._c("request_tpot_seconds").observe(req.itl_s)  # the alias
         self._c("request_e2e_seconds").observe(now_s - req.arrival_s)
+        for part in LatencyPart:
+            self._c("request_latency_part_seconds", part.key).observe(req.parts_s[part])
+        if req.preemptions:
+            self._c("requests_preempted_total").inc(req.preemptions)
+        if req.recomputed_tokens:
+            self._c("recomputed_tokens_total").inc(req.recomputed_tokens)
         if self.m.compat is Compat.VLLM:
             self._vllm_done(orch, req)
 
@@ -229,6 +241,6 @@ class MetricsListener:
         worker = req.decode_worker or req.fill_worker
         if worker is not None and worker in self._seen:
             labels = (model, *self.base, *self._seen[worker], worker)
-            if req.tpot_s is not None:
-                self.m["vllm:inter_token_latency_seconds"].labels(*labels).observe(req.tpot_s)
+            if req.itl_s is not None:
+                self.m["vllm:inter_token_latency_seconds"].labels(*labels).observe(req.itl_s)
             self.m["vllm:generation_tokens_total"].labels(*labels).inc(req.output_tokens)

@@ -21,7 +21,7 @@ from orchestrator.observe import ObservationLag
 from orchestrator.policies.base import AdmissionDecision, AdmissionPolicy
 from orchestrator.realloc import Reallocator, ReallocDecision
 from orchestrator.reconfig import Reconfigurer
-from orchestrator.result import ReplayResult
+from orchestrator.result import ReplayResult, decode_slots
 from orchestrator.router import FillCandidate, PrefixAffinityRouter
 from orchestrator.series import Series
 from orchestrator.sessions import Outcome, Pending, run_session
@@ -221,6 +221,7 @@ class Orchestrator:
         s.completed.append(len(self._period_done))
         ttfts = [r.ttft_s for r in self._period_done if r.ttft_s is not None]
         s.ttft_mean_s.append(float(np.mean(ttfts)) if ttfts else float("nan"))
+        s.add_breakdown(self._period_done)
         s.in_flight.append(in_flight)
         s.submitted_total.append(c["submitted"])
         s.completed_total.append(c["completed"])
@@ -396,4 +397,5 @@ class Orchestrator:
             last_session_s=getattr(self, "last_session_s", 0.0),
             predicted_fill_latency_s=self.predictor.fill_latency_s(rt),
             predicted_decode_calls_per_s=self.predictor.decode_calls_per_s(rt),
-            rejected_arrivals_s=self._rejected_arrivals_s)
+            rejected_arrivals_s=self._rejected_arrivals_s,
+            decode_slots=decode_slots(self.cluster))

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from costmodel.phase import Phase
 from orchestrator.config import ControlConfig
 from orchestrator.realloc import ReallocDecision
 from orchestrator.series import Series
+from workers.cluster import BoundCluster
 from workers.request import Request
 
 
@@ -35,3 +37,11 @@ class ReplayResult:
     predicted_fill_latency_s: float = 0.0  # the cost core's typical fill, at the end
     predicted_decode_calls_per_s: float = 0.0  # the cost core's decode rate, at the end
     rejected_arrivals_s: list[float] = field(default_factory=list)
+    decode_slots: int = 0  # of the cluster as built (`decode_slots`)
+
+
+def decode_slots(cluster: BoundCluster) -> int:
+    """Sequences the cluster's decoding workers aim to batch, as built: the pool's target
+    batch per attention rank x attention ranks x pipeline stages, summed over workers."""
+    return sum(w.batch.target_batch * w.kv.ranks * w.layout.pp for w in cluster.workers
+               if w.phase not in (Phase.PREFILL, Phase.MIDFILL))

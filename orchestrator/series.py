@@ -6,6 +6,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from workers.request import LatencyPart, Request
+
+QUANTILES = (50, 90, 99)
+
 
 @dataclass
 class Series:
@@ -26,8 +30,21 @@ class Series:
     completed_total: list[int] = field(default_factory=list)
     rejected_total: list[int] = field(default_factory=list)
     workers_by_pool: list[dict[str, int]] = field(default_factory=list)
+    # Per period, over the calls completed in it: "<part>_<p50|p90|p99>_s" -> values (NaN
+    # when none completed), parts as in the summary's latency_breakdown_s.
+    latency_breakdown_s: dict[str, list[float]] = field(default_factory=dict)
+
+    def add_breakdown(self, done: list[Request]) -> None:
+        """One period's latency parts over the calls `done` in it."""
+        for part in LatencyPart:
+            values = np.array([r.parts_s[part] for r in done], dtype=np.float64)
+            for q in QUANTILES:
+                col = self.latency_breakdown_s.setdefault(f"{part.key}_p{q}_s", [])
+                col.append(float(np.percentile(values, q)) if len(values) else float("nan"))
 
     def array(self, name: str) -> np.ndarray:
+        if name in self.latency_breakdown_s:
+            return np.asarray(self.latency_breakdown_s[name], dtype=np.float64)
         return np.asarray(getattr(self, name), dtype=np.float64)
 
     def __len__(self) -> int:

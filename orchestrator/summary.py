@@ -16,7 +16,11 @@ Definitions (docs/metrics.md states them for users; keep the two in step):
   below half its slots while work it could run waits upstream (the admission
   queue or the ready buffer is not empty);
 - goodput: output tokens per simulated second of calls that met both their TTFT
-  and their TPOT targets.
+  target and their inter-token latency target (`tpot_target_s`: the target keeps the
+  option's name, `--tpot-target`);
+- latency parts: each call's time from arrival to done split into admission_wait,
+  fill, decode_wait, transfer and decode (`workers.request.LatencyPart`); per call they
+  sum to its end-to-end latency.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import numpy as np
 from scipy import signal
 
 from orchestrator.replay import ReplayResult
+from workers.request import LatencyPart, Request
 
 WARMUP = 0.10
 
@@ -102,16 +107,21 @@ def starvation(result: ReplayResult) -> float:
     return float(np.mean((running < 0.5 * slots) & (waiting > 0)))
 
 
+def latency_breakdown(reqs: list[Request]) -> dict[str, dict[str, float | None]]:
+    """p50/p90/p99 of each latency part over the calls given."""
+    return {p.key: _pct([r.parts_s[p] for r in reqs]) for p in LatencyPart}
+
+
 def summarize(result: ReplayResult, ttft_target_s: float, tpot_target_s: float,
               run: str = "", controller: str = "") -> dict:
     reqs, c = result.requests, result.counters
     duration = max(result.simulated_s, 1e-9)
     ttft = [r.ttft_s for r in reqs if r.ttft_s is not None]
-    tpot = [r.tpot_s for r in reqs if r.tpot_s is not None]
+    itl = [r.itl_s for r in reqs if r.itl_s is not None]
     out_tokens = sum(r.output_tokens for r in reqs)
     good = sum(r.output_tokens for r in reqs
                if r.ttft_s is not None and r.ttft_s <= ttft_target_s
-               and (r.tpot_s is None or r.tpot_s <= tpot_target_s))
+               and (r.itl_s is None or r.itl_s <= tpot_target_s))
     in_flight = c["submitted"] - c["completed"] - c["rejected"]
     s, w = result.series, _window(result)
     occ = s.array("decode_occupancy")[w]
@@ -128,9 +138,15 @@ def summarize(result: ReplayResult, ttft_target_s: float, tpot_target_s: float,
             "lost": c["submitted"] - c["completed"] - c["rejected"] - in_flight,
             # calls handed to another worker after theirs was lost (live mode)
             "redispatched": c.get("redispatched", 0),
+            # completed calls a decode worker preempted at least once, and times in all
+            "preempted": sum(1 for r in reqs if r.preemptions),
+            "preemptions": sum(r.preemptions for r in reqs),
         },
+        "tokens": {"recomputed": sum(r.recomputed_tokens for r in reqs)},
         "ttft_s": _pct(ttft),
-        "tpot_s": _pct(tpot),
+        "itl_s": _pct(itl),
+        "tpot_s": _pct(itl),  # alias of itl_s (docs/metrics.md)
+        "latency_breakdown_s": latency_breakdown(reqs),
         "throughput": {
             "output_tokens_per_s": out_tokens / duration,
             "output_tokens_per_s_per_gpu": out_tokens / duration / result.gpus,
@@ -154,6 +170,7 @@ def summarize(result: ReplayResult, ttft_target_s: float, tpot_target_s: float,
         },
         "resources": {
             "gpus": result.gpus,
+            "decode_slots": result.decode_slots,
             "peak_hbm_bytes_per_gpu": result.peak_hbm_bytes_per_gpu,
             "kv_bytes_moved": result.kv_bytes_moved,
         },

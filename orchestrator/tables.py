@@ -11,7 +11,12 @@ ROWS = (
     ("calls rejected", ("requests", "rejected"), "{:,.0f}"),
     ("calls lost", ("requests", "lost"), "{:,.0f}"),
     ("TTFT p50 / p99 (s)", (("ttft_s", "p50"), ("ttft_s", "p99")), "{:.2f}"),
-    ("TPOT p50 / p99 (ms)", (("tpot_s", "p50"), ("tpot_s", "p99")), "ms"),
+    ("calls preempted", ("requests", "preempted"), "{:,.0f}"),
+    ("ITL p50 / p99 (ms)", (("itl_s", "p50"), ("itl_s", "p99")), "ms"),
+    ("decode wait p50 / p99 (s)", (("latency_breakdown_s", "decode_wait", "p50"),
+                                   ("latency_breakdown_s", "decode_wait", "p99")), "{:.2f}"),
+    ("KV transfer p50 / p99 (s)", (("latency_breakdown_s", "transfer", "p50"),
+                                   ("latency_breakdown_s", "transfer", "p99")), "{:.3f}"),
     ("output tokens/s", ("throughput", "output_tokens_per_s"), "{:,.1f}"),
     ("output tokens/s per GPU", ("throughput", "output_tokens_per_s_per_gpu"), "{:,.2f}"),
     ("goodput tokens/s", ("goodput", "output_tokens_per_s"), "{:,.1f}"),
@@ -22,6 +27,7 @@ ROWS = (
     ("admission rate variation", ("control", "admission_rate_variation"), "{:.3f}"),
     ("reconfigurations (/h)", (("control", "reconfigurations"),
                                ("control", "reconfigurations_per_hour")), "{:.1f}"),
+    ("decode slots", ("resources", "decode_slots"), "{:,.0f}"),
     ("peak HBM per GPU (GB)", ("resources", "peak_hbm_bytes_per_gpu"), "GB"),
     ("KV moved (GB)", ("resources", "kv_bytes_moved"), "GB"),
     ("energy per call (kJ)", ("energy", "joules_per_call"), "kJ"),
@@ -29,8 +35,11 @@ ROWS = (
 )
 
 
-def _get(summary: dict, path: tuple[str, str]):
-    return summary[path[0]][path[1]]
+def _get(summary: dict, path: tuple[str, ...]):
+    value = summary
+    for key in path:
+        value = value[key]
+    return value
 
 
 def _fmt(value, fmt: str) -> str:
