@@ -7,6 +7,7 @@ value. The description's types and its binding to a model live in `workers.clust
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -101,10 +102,20 @@ def _pool(t: _Table, nodes: dict[str, NodeSpec]) -> PoolSpec:
             precisions[key] = Precision.parse(t.text(key, default))
         except CostModelError as exc:
             raise ClusterError(f"{t.where}.{key}: {exc}") from None
+    attention = None
+    if "attention_precision" in t.data:
+        attention = Precision.parse(t.text("attention_precision")) \
+            if t.data["attention_precision"] in ("bf16", "fp8") else None
+        if attention is None:
+            raise ClusterError(f"{t.where}.attention_precision: expected bf16 or fp8, got "
+                               f"{t.data['attention_precision']!r}")
+    # A decode pool that leaves `mtp` out runs the model's shipped default, set at bind.
+    mtp_from_model = "mtp" not in t.data and phase is Phase.DECODE
     layout = Layout(pp=int(t.number("pp", 1, integer=True)), tp=int(t.number("tp", 1, integer=True)),
                     ep=int(t.number("ep", 1, integer=True)), weights=precisions["precision"],
                     kv=precisions["kv_precision"], mtp=int(t.number("mtp", 0, integer=True,
-                                                                      allow_zero=True)))
+                                                                      allow_zero=True)),
+                    attention_weights=attention, mtp_from_model=mtp_from_model)
     gpus = int(t.number("gpus", integer=True))
     if gpus % layout.instance_gpus:
         raise ClusterError(
@@ -241,3 +252,12 @@ def load_cluster(name_or_path: str) -> ClusterSpec:
 def load_cluster_file(path: Path) -> ClusterSpec:
     path = Path(path)
     return cluster_from_dict(read_toml(path, ClusterError), str(path))
+
+
+def with_decode_mtp(spec: ClusterSpec, mtp: int) -> ClusterSpec:
+    """`spec` with every pool that decodes drafting `mtp` tokens per step (0: MTP off)."""
+    if isinstance(mtp, bool) or not isinstance(mtp, int) or mtp < 0:
+        raise ClusterError(f"mtp: expected an integer >= 0, got {mtp!r}")
+    pools = tuple(replace(p, layout=replace(p.layout, mtp=mtp, mtp_from_model=False))
+                  if p.phase not in (Phase.PREFILL, Phase.MIDFILL) else p for p in spec.pools)
+    return replace(spec, pools=pools)

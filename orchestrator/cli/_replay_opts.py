@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from orchestrator.cli._common import UserError, non_negative_int, positive_float, positive_int
 from orchestrator.cli._load import add_load_options, load_options_from_args
@@ -11,6 +12,14 @@ from orchestrator.config import ControlConfig, ControlConfigError, TimeScales
 from orchestrator.run import DEFAULT_CLUSTER, DEFAULT_CONTROLLER, DEFAULT_MODEL, RunSettings
 
 FORMATS = ("auto", "weka", "mooncake", "azure", "native")
+
+
+@dataclass(frozen=True)
+class CliRunSettings(RunSettings):
+    """RunSettings plus what the command line changes in the cluster before it is bound:
+    `mtp`, MTP drafts per step for every decode pool (None: as the cluster says)."""
+
+    mtp: int | None = None
 
 
 def add_trace_args(p: argparse.ArgumentParser) -> None:
@@ -44,6 +53,9 @@ def add_run_options(p: argparse.ArgumentParser, controller: bool = True) -> None
                        help=f"admission policy: retire, buffered or predictive "
                             f"(default: {DEFAULT_CONTROLLER})")
     p.add_argument("--seed", type=non_negative_int, default=0, help="random seed (default 0)")
+    p.add_argument("--mtp", type=non_negative_int, metavar="N",
+                   help="MTP drafts per decode step for every decode pool; 0: MTP off "
+                        "(default: each pool's mtp, else the model's shipped head)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--clock", choices=("virtual", "live"), default="virtual",
                    help="virtual time (default) or live time scaled by --speed")
@@ -77,7 +89,7 @@ def add_trace_events_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("trace events (docs/trace-events.md)")
     g.add_argument("--trace-events", metavar="FILE",
                    help="write the run's timeline as Chrome/Perfetto trace-event JSON "
-                        "(compare: one file per controller, named CONTROLLER-FILE)")
+                        "(compare, demo: one file per controller, CONTROLLER-FILE)")
     g.add_argument("--trace-events-max-calls", type=positive_int, default=DEFAULT_MAX_CALLS,
                    metavar="N", help="trace every call of a hash sample of sessions, at most "
                                      "N calls (default %(default)s)")
@@ -151,12 +163,12 @@ def settings_from_args(args: argparse.Namespace, controller: str | None = None) 
             ttft_target_s=args.ttft_target, tpot_target_s=args.tpot_target)
     except ControlConfigError as exc:
         raise UserError(f"control configuration refused: {exc}") from None
-    return RunSettings(model=args.model, cluster=args.cluster,
-                       reallocator=getattr(args, "reallocator", "hysteresis"),
-                       router=getattr(args, "router", "prefix-affinity"),
-                       controller=controller or args.controller, seed=args.seed, load=load,
-                       control=control, clock=args.clock, speed=args.speed,
-                       live=live_options_from_args(args))
+    return CliRunSettings(model=args.model, cluster=args.cluster, mtp=getattr(args, "mtp", None),
+                          reallocator=getattr(args, "reallocator", "hysteresis"),
+                          router=getattr(args, "router", "prefix-affinity"),
+                          controller=controller or args.controller, seed=args.seed, load=load,
+                          control=control, clock=args.clock, speed=args.speed,
+                          live=live_options_from_args(args))
 
 
 def trace_paths(args: argparse.Namespace) -> list:

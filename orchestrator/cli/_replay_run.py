@@ -21,13 +21,21 @@ from orchestrator.run import Prepared, RunSettings, prepare, progress_bar, run_r
 
 def prepare_or_fail(paths, trace_format: str, settings: RunSettings) -> Prepared:
     try:
-        return prepare(paths, trace_format, settings)
+        prepared = prepare(paths, trace_format, settings)
     except UnknownPolicyError as exc:
         raise UserError(str(exc)) from None
     except ValueError as exc:
         if "no sessions" in str(exc):
             raise UserError(str(exc)) from None
         raise
+    mtp = getattr(settings, "mtp", None)  # --mtp (CliRunSettings): every decode pool
+    if mtp is not None:
+        from dataclasses import replace
+
+        from workers.cluster_toml import with_decode_mtp
+
+        prepared = replace(prepared, cluster=with_decode_mtp(prepared.cluster, mtp))
+    return prepared
 
 
 def out_dir_or_fail(out: str | None) -> Path | None:

@@ -1,8 +1,14 @@
-"""`tokenfactory cost`: the cost core's figures for one phase configuration."""
+"""`tokenfactory cost`: the cost core's figures for one phase configuration.
+
+A layout that cannot run (heads, experts, layer groups, scale-up domain) is an
+error; one that runs but does not fit in HBM at the given batch and context is
+priced all the same, with `fits` false and one warning line on stderr.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from orchestrator.cli._common import non_negative_int, positive_int, print_json
 
@@ -47,10 +53,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pp", type=positive_int, default=1, help="pipeline stages (default 1)")
     p.add_argument("--tp", type=positive_int, default=1, help="tensor parallel (default 1)")
     p.add_argument("--ep", type=positive_int, default=1, help="expert parallel (default 1)")
-    p.add_argument("--precision", default="fp8", help="weights: bf16, fp8 or fp4 (default fp8)")
+    p.add_argument("--precision", default="fp8",
+                   help="routed-expert weights: bf16, fp8 or fp4 (default fp8)")
+    p.add_argument("--attention-precision", choices=("bf16", "fp8"),
+                   help="every other weight (attention, dense FFN, shared experts, router, "
+                        "LM head) (default: --precision, but fp8 for fp4)")
     p.add_argument("--kv-precision", default="bf16", help="KV cache: bf16 or fp8 (default bf16)")
-    p.add_argument("--mtp", type=non_negative_int, default=0,
-                   help="decode: tokens drafted per step by multi-token prediction (default 0)")
+    p.add_argument("--mtp", type=non_negative_int,
+                   help="decode: tokens drafted per step by multi-token prediction (default: "
+                        "one per MTP module the model ships, 0 for none)")
     af = p.add_argument_group(
         "attention-FFN split (decode only)",
         "Routed experts on a separate expert instance; --tp/--ep then set the attention "
@@ -89,6 +100,43 @@ _AF_FIGURES = (
 )
 
 
+def _capacity(model, hw, layout, context: int, weight_bytes=None) -> dict[str, int]:
+    """KV one instance holds beside its weights, replication across TP ranks counted."""
+    from costmodel.capacity import kv_capacity
+
+    cap = kv_capacity(model, hw, layout, weight_bytes=weight_bytes)
+    return {"kv_capacity_tokens": cap.kv_capacity_tokens,
+            "kv_capacity_sequences": cap.sequences_at(context)}
+
+
+def _warn_unfit(resident_bytes: float, hw, what: str, args: argparse.Namespace) -> None:
+    """One line on stderr: the layout's figures stand, but it does not fit."""
+    sys.stderr.write(
+        f"warning: does not fit: {resident_bytes / 1e9:.1f} GB per GPU > "
+        f"{hw.hbm_bytes / 1e9:.1f} GB HBM of {hw.name} ({what}; batch {args.batch}, "
+        f"context {args.context})\n")
+
+
+def _print_table(title: str, figures, row: dict, extra: list[tuple[str, str]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for key, label, scale, unit in figures:
+        table.add_row(label, f"{row[key] * scale:,.3f} {unit}".rstrip())
+    for label, value in extra:
+        table.add_row(label, value)
+    table.add_row("fits in HBM", "yes" if row["fits"] else "NO")
+    Console().print(table)
+
+
+def _capacity_rows(row: dict, context: int) -> list[tuple[str, str]]:
+    return [("KV capacity per instance", f"{row['kv_capacity_tokens']:,} tokens"),
+            (f"  sequences of {context:,} tokens", f"{row['kv_capacity_sequences']:,}")]
+
+
 def _run_split(args: argparse.Namespace, model, hw, layout) -> int:
     from costmodel.disagg import AFLayout, af_evaluate
     from costmodel.hardware import load_hardware
@@ -106,44 +154,57 @@ def _run_split(args: argparse.Namespace, model, hw, layout) -> int:
         split_gpus <= min(hw.scale_up_domain_gpus, ehw.scale_up_domain_gpus)))
     eprec = Precision.parse(args.af_experts_precision or args.precision)
     split = AFLayout(pp=layout.pp, tp=layout.tp, ep=layout.ep, weights=layout.weights,
-                     kv=layout.kv, mtp=layout.mtp, experts_hardware=ehw, experts_ep=ep,
-                     experts_weights=eprec, attention_per_expert=n, same_domain=same)
+                     kv=layout.kv, mtp=layout.mtp, attention_weights=layout.attention_weights,
+                     experts_hardware=ehw, experts_ep=ep, experts_weights=eprec,
+                     attention_per_expert=n, same_domain=same)
+    # A side whose weights alone overflow is still refused here (its one-line error names
+    # the side); resident HBM over capacity at this batch and context is reported.
     row = af_evaluate(model, hw, split, args.batch, args.context)
     row["fits"] = bool(row["fits"])
+    row |= _capacity(model, hw, layout, args.context,
+                     weight_bytes=row["attention_weight_bytes_per_gpu"])
     head = {"model": model.name, "hardware": hw.name, "phase": "decode", "batch": args.batch,
-            "context": args.context, "tp": args.tp, "ep": args.ep,
+            "context": args.context, "tp": args.tp, "ep": args.ep, "mtp": layout.mtp,
+            "precision": layout.weights.name.lower(),
+            "attention_precision": layout.attention_precision.name.lower(),
             "experts_hardware": ehw.name, "experts_ep": ep, "attention_per_expert": n,
             "network": "scale-up" if same else "scale-out"}
+    for resident, side_hw, what in ((row["attention_hbm_bytes_per_gpu"], hw, "attention GPUs"),
+                                    (row["expert_hbm_bytes_per_gpu"], ehw, "expert GPUs")):
+        if resident > side_hw.hbm_bytes:
+            _warn_unfit(resident, side_hw, what, args)
     if args.json:
         print_json({**head, **row})
         return 0
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"{model.name} decode, attention on {hw.name} TP{args.tp} "
-                        f"({layout.stage_gpus // args.tp} DP ranks) x{n}, experts on "
-                        f"{ehw.name} EP{ep} over {head['network']}: batch {args.batch}, "
-                        f"{args.context} cached tokens")
-    table.add_column("figure")
-    table.add_column("value", justify="right")
-    for key, label, scale, unit in _AF_FIGURES:
-        table.add_row(label, f"{row[key] * scale:,.3f} {unit}".rstrip())
-    table.add_row("fits in HBM", "yes" if row["fits"] else "NO")
-    Console().print(table)
+    _print_table(f"{model.name} decode, attention on {hw.name} TP{args.tp} "
+                 f"({layout.stage_gpus // args.tp} DP ranks) x{n}, experts on "
+                 f"{ehw.name} EP{ep} over {head['network']}: batch {args.batch}, "
+                 f"{args.context} cached tokens, MTP {layout.mtp}",
+                 _AF_FIGURES, row, _capacity_rows(row, args.context))
     return 0
+
+
+def _layout(args: argparse.Namespace, model):
+    from costmodel.layout import Layout
+    from costmodel.mtp import default_mtp
+    from costmodel.precision import Precision
+
+    attention = (None if args.attention_precision is None
+                 else Precision.parse(args.attention_precision))
+    mtp = args.mtp if args.mtp is not None else (
+        default_mtp(model) if args.phase == "decode" else 0)
+    return Layout(pp=args.pp, tp=args.tp, ep=args.ep, weights=Precision.parse(args.precision),
+                  kv=Precision.parse(args.kv_precision), mtp=mtp, attention_weights=attention)
 
 
 def run(args: argparse.Namespace) -> int:
     from costmodel.hardware import load_hardware
-    from costmodel.layout import Layout
     from costmodel.model import load_model
     from costmodel.phase import Bound, Phase, evaluate
-    from costmodel.precision import Precision
 
     model = load_model(args.model)
     hw = load_hardware(args.hardware)
-    layout = Layout(pp=args.pp, tp=args.tp, ep=args.ep, weights=Precision.parse(args.precision),
-                    kv=Precision.parse(args.kv_precision), mtp=args.mtp)
+    layout = _layout(args, model)
     if args.af_experts_hardware is not None:
         return _run_split(args, model, hw, layout)
     if args.af_experts_ep is not None:
@@ -155,22 +216,23 @@ def run(args: argparse.Namespace) -> int:
     row = evaluate(model, hw, phase, args.batch, new_tokens, args.context, layout)
     row["bound"] = Bound(int(row["bound"])).name.lower()
     row["fits"] = bool(row["fits"])
+    row |= _capacity(model, hw, layout, args.context)
+    if not row["fits"]:
+        _warn_unfit(row["hbm_bytes_per_gpu"], hw,
+                    f"{row['weight_bytes_per_gpu'] / 1e9:.1f} GB of it weights", args)
     if args.json:
         print_json({"model": model.name, "hardware": hw.name, "phase": args.phase,
                     "batch": args.batch, "new_tokens": new_tokens, "context": args.context,
-                    "pp": args.pp, "tp": args.tp, "ep": args.ep, **row})
+                    "pp": args.pp, "tp": args.tp, "ep": args.ep, "mtp": layout.mtp,
+                    "precision": layout.weights.name.lower(),
+                    "attention_precision": layout.attention_precision.name.lower(),
+                    "kv_precision": layout.kv.name.lower(), **row})
         return 0
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"{model.name} {args.phase} on {hw.name}: batch {args.batch}, "
-                        f"{new_tokens} new + {args.context} cached tokens, "
-                        f"PP{args.pp} TP{args.tp} EP{args.ep}")
-    table.add_column("figure")
-    table.add_column("value", justify="right")
-    for key, label, scale, unit in _FIGURES:
-        table.add_row(label, f"{row[key] * scale:,.3f} {unit}".rstrip())
-    table.add_row("bound", row["bound"])
-    table.add_row("fits in HBM", "yes" if row["fits"] else "NO")
-    Console().print(table)
+    _print_table(f"{model.name} {args.phase} on {hw.name}: batch {args.batch}, "
+                 f"{new_tokens} new + {args.context} cached tokens, "
+                 f"PP{args.pp} TP{args.tp} EP{args.ep}, experts "
+                 f"{layout.weights.name.lower()}, rest "
+                 f"{layout.attention_precision.name.lower()}"
+                 + (f", MTP {layout.mtp}" if phase is Phase.DECODE else ""),
+                 _FIGURES, row, [("bound", row["bound"]), *_capacity_rows(row, args.context)])
     return 0

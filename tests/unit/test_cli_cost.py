@@ -43,3 +43,87 @@ def test_bad_input_is_one_line_and_exit_2(capsys, change, message):
     err = capsys.readouterr().err
     assert code == 2
     assert err.count("\n") == 1 and message in err
+
+
+def _cost_json(capsys, *extra):
+    assert main([*BASE, *extra, "--json"]) == 0
+    captured = capsys.readouterr()
+    return json.loads(captured.out), captured.err
+
+
+def test_a_layout_that_does_not_fit_is_priced_with_one_warning(capsys):
+    # All of DeepSeek-V3 on one H200: 671 GB of weights on a 141 GB GPU.
+    out, err = _cost_json(capsys, "--tp", "1", "--ep", "1")
+    assert out["fits"] is False and out["step_time_s"] > 0
+    assert out["kv_capacity_tokens"] == 0 and out["kv_capacity_sequences"] == 0
+    assert err.count("\n") == 1
+    assert err.startswith("warning: does not fit: 673.3 GB per GPU > 141.0 GB HBM of h200")
+    # The text form prints its figures too, with the same one warning.
+    assert main([*BASE, "--tp", "1", "--ep", "1"]) == 0
+    captured = capsys.readouterr()
+    assert "fits in HBM" in captured.out and "NO" in captured.out
+    assert captured.err.count("warning: does not fit") == 1
+
+
+def test_a_batch_whose_kv_overflows_is_reported_not_refused(capsys):
+    out, err = _cost_json(capsys, "--batch", "400")
+    assert out["fits"] is False and out["weight_bytes_per_gpu"] < 141e9
+    assert "does not fit" in err and "batch 400, context 8192" in err
+
+
+def test_a_layout_that_fits_warns_nothing_and_reports_kv_capacity(capsys):
+    out, err = _cost_json(capsys)
+    assert out["fits"] is True and err == ""
+    # MLA's latent is on every TP rank: TP8 holds one copy per 8 GPUs; TP1 x 8 DP ranks
+    # hold eight, less TP1's larger share of the non-expert weights: ~6x for DeepSeek-V3.
+    dp, _ = _cost_json(capsys, "--tp", "1")
+    assert 5.5 < dp["kv_capacity_tokens"] / out["kv_capacity_tokens"] < 6.5
+    # One attention rank, no per-sequence state: whole sequences of the --context length.
+    assert out["kv_capacity_sequences"] == out["kv_capacity_tokens"] // 8192 == 84
+    assert main(BASE) == 0
+    text = capsys.readouterr().out
+    assert "KV capacity per instance" in text and f"{out['kv_capacity_tokens']:,} tokens" in text
+
+
+def test_attention_precision_is_separate_from_the_experts(capsys):
+    fp8, _ = _cost_json(capsys)
+    bf16, _ = _cost_json(capsys, "--attention-precision", "bf16")
+    assert fp8["precision"] == bf16["precision"] == "fp8"
+    assert (fp8["attention_precision"], bf16["attention_precision"]) == ("fp8", "bf16")
+    assert bf16["weight_bytes_per_gpu"] > fp8["weight_bytes_per_gpu"]
+    fp4, _ = _cost_json(capsys, "--precision", "fp4")
+    assert fp4["attention_precision"] == "fp8"  # the default rule: FP8 or wider
+
+
+def test_mtp_defaults_to_the_models_shipped_head(capsys):
+    ds, _ = _cost_json(capsys)
+    off, _ = _cost_json(capsys, "--mtp", "0")
+    assert ds["mtp"] == 1 and off["mtp"] == 0
+    assert ds["tpot_s"] == pytest.approx(ds["step_time_s"] / 1.85)
+    assert off["tpot_s"] == off["step_time_s"]
+    k3 = ["cost", "--model", "kimi-k3-like", "--hardware", "gb200", "--phase", "decode",
+          "--batch", "4", "--context", "8192", "--tp", "8", "--ep", "64", "--precision", "fp4",
+          "--json"]
+    assert main(k3) == 0
+    assert json.loads(capsys.readouterr().out)["mtp"] == 0
+
+
+def test_bad_attention_precision_is_one_line_and_exit_2(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([*BASE, "--attention-precision", "fp4"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1 and "--attention-precision" in err
+
+
+def test_split_decode_reports_resident_overflow_of_a_side(capsys):
+    k3 = ["cost", "--model", "kimi-k3-like", "--hardware", "gb200", "--phase", "decode",
+          "--context", "131072", "--tp", "8", "--ep", "8", "--precision", "fp4",
+          "--af-experts-hardware", "gb200", "--af-experts-ep", "32", "--json"]
+    assert main([*k3, "--batch", "4"]) == 0
+    small = capsys.readouterr()
+    assert json.loads(small.out)["fits"] is True and small.err == ""
+    assert main([*k3, "--batch", "200"]) == 0
+    big = capsys.readouterr()
+    out = json.loads(big.out)
+    assert out["fits"] is False and out["kv_capacity_tokens"] > 0
+    assert big.err.count("\n") == 1 and "of gb200 (attention GPUs; batch 200" in big.err
