@@ -132,7 +132,7 @@ class Orchestrator:
     # -- the fast loop ---------------------------------------------------------------
     def _candidates(self) -> list[FillCandidate]:
         out = []
-        for w in self.runtime.fill_workers.values():
+        for w in self.runtime.intake_workers():  # fill workers and mixed workers
             queued = sum(r.input_tokens - r.prefix_tokens for r in w.queue)
             out.append(FillCandidate(w.name, w.spec.phase.name.lower(), w.spec.node, queued,
                                      w.accepting))

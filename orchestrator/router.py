@@ -1,7 +1,8 @@
 """The router: which fill worker takes a call.
 
-A call whose cached prefix is long goes to midfill (when there is a midfill
-pool), otherwise to prefill. Within the pool, workers whose node already holds
+A call goes to a mixed worker when the cluster has them (an aggregated pool fills
+and decodes each call where it lands). Otherwise a call whose cached prefix is
+long goes to midfill (when there is a midfill pool), else to prefill. Within the pool, workers whose node already holds
 the prefix in host memory come first, then the one with the least queued work;
 names break ties so routing is deterministic.
 """
@@ -19,7 +20,7 @@ MIDFILL_MIN_PREFIX_TOKENS = 4096
 @dataclass(frozen=True)
 class FillCandidate:
     name: str
-    phase: str  # "prefill" or "midfill"
+    phase: str  # "prefill", "midfill" or "mixed"
     node: str
     queued_tokens: int
     accepting: bool
@@ -33,7 +34,8 @@ def choose_fill_worker(prefix_tokens: int, candidates: list[FillCandidate],
     if not open_:
         return None
     want = "midfill" if prefix_tokens >= MIDFILL_MIN_PREFIX_TOKENS else "prefill"
-    pool = [c for c in open_ if c.phase == want] or open_
+    pool = ([c for c in open_ if c.phase == "mixed"] or [c for c in open_ if c.phase == want]
+            or open_)
     best = min(pool, key=lambda c: (c.node not in prefix_nodes, c.queued_tokens, c.name))
     return best.name
 

@@ -68,7 +68,7 @@ def run_replay(prepared: Prepared, settings: RunSettings,
                logger=None, listeners: Sequence[object] = ()) -> tuple[ReplayResult, dict]:
     bound = prepared.cluster.bind(prepared.model)
     decode_targets = [p.batch.target_batch for p in prepared.cluster.pools
-                      if p.phase.name == "DECODE"]
+                      if p.phase.name in ("DECODE", "MIXED")]
     policy = make_policy(settings.controller, settings.control, decode_targets[0])
     backend = None
     if settings.clock == "live" and settings.live is not None:

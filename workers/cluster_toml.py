@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,16 @@ def _hardware(t: _Table) -> HardwareSpec:
 EXPERTS_PHASE = "decode-experts"  # a pool of routed experts serving a decode pool
 
 
+class PoolPhase(IntEnum):
+    """A pool kind beyond the cost core's phases (`costmodel.phase.Phase`, whose values
+    it continues): `MIXED` workers both fill and decode (an aggregated pool)."""
+
+    MIXED = 3
+
+
+MIXED = PoolPhase.MIXED
+
+
 def _node_names(t: _Table, nodes: dict[str, NodeSpec]) -> list[str]:
     names = t.data.get("nodes", [t.data["node"]] if "node" in t.data else None)
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
@@ -91,9 +102,9 @@ def _node_names(t: _Table, nodes: dict[str, NodeSpec]) -> list[str]:
 def _pool(t: _Table, nodes: dict[str, NodeSpec]) -> PoolSpec:
     phase_name = t.text("phase")
     try:
-        phase = Phase[phase_name.upper()]
+        phase = MIXED if phase_name == "mixed" else Phase[phase_name.upper()]
     except KeyError:
-        raise ClusterError(f"{t.where}.phase: expected prefill, midfill or decode (or "
+        raise ClusterError(f"{t.where}.phase: expected prefill, midfill, decode or mixed (or "
                            f"{EXPERTS_PHASE}), got {phase_name!r}") from None
     names = _node_names(t, nodes)
     precisions = {}
@@ -110,7 +121,7 @@ def _pool(t: _Table, nodes: dict[str, NodeSpec]) -> PoolSpec:
             raise ClusterError(f"{t.where}.attention_precision: expected bf16 or fp8, got "
                                f"{t.data['attention_precision']!r}")
     # A decode pool that leaves `mtp` out runs the model's shipped default, set at bind.
-    mtp_from_model = "mtp" not in t.data and phase is Phase.DECODE
+    mtp_from_model = "mtp" not in t.data and phase in (Phase.DECODE, MIXED)
     layout = Layout(pp=int(t.number("pp", 1, integer=True)), tp=int(t.number("tp", 1, integer=True)),
                     ep=int(t.number("ep", 1, integer=True)), weights=precisions["precision"],
                     kv=precisions["kv_precision"], mtp=int(t.number("mtp", 0, integer=True,
@@ -183,6 +194,24 @@ def _check_pairing(pools: list[PoolSpec], experts: list[ExpertPoolSpec],
                                f"decode pool's experts_pool")
 
 
+def _check_phases(pools: list[PoolSpec], where_of: dict[str, str], where: str) -> None:
+    """Disaggregated (prefill and decode pools, midfill optional) or aggregated (mixed
+    pools alone): mixed workers take every call, so beside them the others would idle."""
+    mixed = [p for p in pools if p.phase is MIXED]
+    if mixed:
+        other = next((p for p in pools if p.phase is not MIXED), None)
+        if other is not None:
+            raise ClusterError(
+                f"{where_of[other.name]}.phase: {other.phase.name.lower()} beside mixed pool "
+                f"{mixed[0].name}; mixed pools take every call, so a cluster has mixed pools "
+                f"or prefill and decode pools, not both")
+        return
+    for phase in (Phase.PREFILL, Phase.DECODE):
+        if not any(p.phase is phase for p in pools):
+            raise ClusterError(f"{where}: needs at least one {phase.name.lower()} pool "
+                               f"(or only mixed pools)")
+
+
 def cluster_from_dict(data: dict[str, Any], where: str) -> ClusterSpec:
     top = _Table(data, where)
     racks = tuple(RackSpec(t.text("name"), int(t.number("cache_gb", 0, allow_zero=True) * GB),
@@ -221,9 +250,7 @@ def cluster_from_dict(data: dict[str, Any], where: str) -> ClusterSpec:
     if len(where_of) != len(pools) + len(experts):
         raise ClusterError(f"{where}: pool names must be unique")
     _check_pairing(pools_list, experts, where_of)
-    for phase in (Phase.PREFILL, Phase.DECODE):
-        if not any(p.phase is phase for p in pools):
-            raise ClusterError(f"{where}: needs at least one {phase.name.lower()} pool")
+    _check_phases(pools_list, where_of, where)
     total_free = sum(n.gpus for n in nodes_list)
     asked = sum(p.gpus for p in pools) + sum(e.gpus for e in experts)
     if asked > total_free:

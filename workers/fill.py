@@ -39,10 +39,13 @@ class ChunkedFills:
         self.fetched: dict[int, FetchResult] = {}
         self.planned: dict[int, int] = {}
 
-    def prepare(self, hbm: Location, now_s: float,
-                budget_tokens: int | None = None) -> list[FillChunk]:
+    def prepare(self, hbm: Location, now_s: float, budget_tokens: int | None = None,
+                may_start: Callable[[Request, list[Request]], bool] | None = None,
+                ) -> list[FillChunk]:
         """The next step's chunks; fetches the prefixes of the queue's head as far as
-        the plan reaches."""
+        the plan reaches. `may_start(req, starting)`: whether a request whose fill has
+        not begun may begin now beside `starting` (a mixed worker's room); the queue
+        stays in order, so the first refused request ends the plan."""
         if len({id(r) for r in self.queue}) != len(self.queue):
             # A lost step's requests were handed back to the queue's front (live mode).
             unique = list(dict.fromkeys(self.queue))
@@ -50,7 +53,11 @@ class ChunkedFills:
             self.queue.extend(unique)
         reqs: list[Request] = []
         chunks: list[FillChunk] = []
+        starting: list[Request] = []
         for req in list(self.queue):
+            fresh = not self.planned.get(req.call_id, 0)
+            if fresh and may_start is not None and not may_start(req, starting):
+                break
             if req.call_id not in self.fetched:
                 result = fetch(self.store, req.block_ids, hbm, now_s, self.recompute_s)
                 self.fetched[req.call_id] = result
@@ -60,6 +67,8 @@ class ChunkedFills:
             if len(candidate) <= len(chunks):
                 break
             reqs.append(req)
+            if fresh:
+                starting.append(req)
             chunks = candidate
         return chunks
 

@@ -10,19 +10,28 @@ from costmodel.phase import Phase
 from costmodel.precision import BYTES_PER_ELEMENT
 from storage.store import BlobStore
 from storage.tiers import Location, Tier
-from workers.cluster import BoundCluster, WorkerSpec
+from workers.cluster import BoundCluster, ClusterError, WorkerSpec
+from workers.cluster_toml import MIXED
 from workers.decode import DecodeWorker
 from workers.events import EventLog
 from workers.fill import FillWorker
+from workers.mixed import MixedWorker
 from workers.pricing import StepPricer
 from workers.ready import ReadyBuffer
 from workers.request import Request
 from workers.state import WorkerState
 
+# Pools whose workers decode: the control plane steers their batch (decode_workers).
+DECODING = (Phase.DECODE, MIXED)
+
 
 class ClusterRuntime:
     """Builds one worker per model instance of each pool. `start()` runs them as tasks on
-    the current loop; `submit_fill` hands a request to a named fill worker."""
+    the current loop; `submit_fill` hands a request to a named fill or mixed worker.
+
+    Mixed workers (aggregated pools) fill and decode: they are in `decode_workers`, where
+    the control plane steers decode batches, and take calls like fill workers
+    (`intake_workers`)."""
 
     def __init__(self, cluster: BoundCluster, block_tokens: int,
                  eff: Efficiency = DEFAULT_EFFICIENCY,
@@ -33,7 +42,7 @@ class ClusterRuntime:
         # where it says (live mode: worker processes).
         self.executor, self.jump = executor, jump
         self.log = EventLog(keep=keep_events)
-        decode_kv = next((w.layout.kv for w in cluster.workers if w.phase is Phase.DECODE),
+        decode_kv = next((w.layout.kv for w in cluster.workers if w.phase in DECODING),
                          cluster.workers[0].layout.kv)
         kv_per_token = cluster.model.kv_bytes_per_token(BYTES_PER_ELEMENT[decode_kv])
         self.store = BlobStore(cluster.store_layout, block_tokens, round(kv_per_token))
@@ -47,7 +56,7 @@ class ClusterRuntime:
             pricer = pricers.setdefault(w.pool, StepPricer(cluster.model, w.hardware, w.layout,
                                                            eff))
             worker = self._make_worker(w, pricer)
-            workers = self.decode_workers if w.phase is Phase.DECODE else self.fill_workers
+            workers = self.decode_workers if w.phase in DECODING else self.fill_workers
             workers[w.name] = worker
         self.pricers = pricers
         self.eff, self.jump = eff, jump
@@ -56,6 +65,11 @@ class ClusterRuntime:
 
     def _make_worker(self, spec: WorkerSpec, pricer: StepPricer) -> FillWorker | DecodeWorker:
         args = (spec, pricer, self.store, self.ready, self.log, self._finished)
+        if spec.phase is MIXED:
+            if self.executor is not None:
+                raise ClusterError(f"pool {spec.pool}: mixed pools run in virtual time or "
+                                   f"in-process only, not on worker processes")
+            return MixedWorker(*args, jump=self.jump)
         if self.executor is not None:
             from workers.executor import ExecutedDecodeWorker, ExecutedFillWorker
 
@@ -89,7 +103,7 @@ class ClusterRuntime:
                                                            spec.layout, self.eff)
         self.pricers.setdefault(spec.pool, pricer)
         worker = self._make_worker(spec, pricer)
-        if spec.phase is Phase.DECODE:
+        if spec.phase in DECODING:
             self.decode_workers[spec.name] = worker
         else:
             self.fill_workers[spec.name] = worker
@@ -104,14 +118,24 @@ class ClusterRuntime:
         """Stop a drained worker (it holds no request)."""
         worker = self.fill_workers.pop(name, None) or self.decode_workers.pop(name)
         if isinstance(worker, DecodeWorker):
-            self.ready.unsubscribe(worker._on_ready)
+            worker.ready.unsubscribe(worker._on_ready)  # a mixed worker's is its own
         self._task_of.pop(name).cancel()
 
     def fill_workers_of(self, phase: Phase) -> list[FillWorker]:
         return [w for w in self.fill_workers.values() if w.spec.phase is phase]
 
+    def intake_workers(self) -> list[FillWorker | MixedWorker]:
+        """The workers a call can be routed to: fill workers and mixed workers."""
+        return [*self.fill_workers.values(),
+                *(w for w in self.decode_workers.values() if isinstance(w, MixedWorker))]
+
     def submit_fill(self, worker: str, req: Request, now_s: float) -> None:
-        self.fill_workers[worker].submit(req, now_s)
+        target = self.fill_workers.get(worker)
+        if target is None:
+            target = self.decode_workers[worker]
+            if not isinstance(target, MixedWorker):
+                raise KeyError(f"{worker} is a decode worker: it takes no calls")
+        target.submit(req, now_s)
 
     def states(self) -> list[WorkerState]:
         return [w.state() for w in (*self.fill_workers.values(), *self.decode_workers.values())]

@@ -1,10 +1,12 @@
-"""`tokenfactory compare`: the same sessions and seed under several controllers, side by side."""
+"""`tokenfactory compare`: the same sessions and seed under several controllers, or on
+several clusters (`--clusters`, e.g. aggregated against disaggregated), side by side."""
 
 from __future__ import annotations
 
 import argparse
 from contextlib import nullcontext
 from dataclasses import replace
+from pathlib import Path
 
 from orchestrator.cli._common import UserError, print_json
 from orchestrator.cli._replay_opts import (
@@ -18,15 +20,23 @@ from orchestrator.config import ControlConfig
 from orchestrator.output import run_dir, write_json
 from orchestrator.plugins import load_policy
 from orchestrator.policies import PluginError
+from orchestrator.run import DEFAULT_CONTROLLER, RunSettings
+
+DEFAULT_CONTROLLERS = "retire,buffered"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("compare", help="replay under several controllers and compare",
-                       description="Replay the same sessions and seed under each controller; "
-                                   "print them side by side and write an HTML report.")
+    p = sub.add_parser("compare", help="replay under several controllers or clusters and compare",
+                       description="Replay the same sessions and seed under each controller, or "
+                                   "with one controller on each cluster (--clusters); print "
+                                   "them side by side and write an HTML report.")
     add_trace_args(p)
-    p.add_argument("--controllers", default="retire,buffered",
-                   help="comma-separated controllers (default: retire,buffered)")
+    p.add_argument("--controllers", default=None,
+                   help=f"comma-separated controllers (default: {DEFAULT_CONTROLLERS}; with "
+                        f"--clusters one controller, default: {DEFAULT_CONTROLLER})")
+    p.add_argument("--clusters", default=None, metavar="A,B",
+                   help="comma-separated cluster presets or TOML files: run the trace and "
+                        "controller on each (replaces --cluster)")
     add_run_options(p, controller=False)
     p.add_argument("--out", default="compare-out",
                    help="directory for report.html and each run's files (default: compare-out)")
@@ -47,16 +57,49 @@ def parse_controllers(text: str) -> list[str]:
     return names
 
 
-def compare(args: argparse.Namespace, names: list[str], title: str, notes: str = "") -> dict:
-    base = settings_from_args(args, controller=names[0])
+def parse_clusters(text: str, model: str) -> dict[str, str]:
+    """label -> preset or file, each read and bound to `model` before anything runs.
+    A label is the preset's name or the file's stem (its path if two stems clash)."""
+    from costmodel.errors import CostModelError
+    from costmodel.model import load_model
+    from workers.cluster import load_cluster
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if len(names) < 2:
+        raise UserError(f"--clusters: expected two or more comma-separated clusters, got {text!r}")
+    if len(set(names)) != len(names):
+        raise UserError(f"--clusters: {text!r} names a cluster twice")
+    try:
+        spec_model = load_model(model)
+    except CostModelError:
+        spec_model = None  # reported with its option by the first run's preparation
+    for name in names:
+        try:
+            spec = load_cluster(name)
+            if spec_model is not None:
+                spec.bind(spec_model)
+        except CostModelError as exc:
+            raise UserError(f"--clusters: {exc}") from None
+    stems = [Path(n).stem for n in names]
+    unique = len(set(stems)) == len(stems)
+    return {(stem if unique else name): name for stem, name in zip(stems, names, strict=True)}
+
+
+def _run_all(args: argparse.Namespace, runs: dict[str, RunSettings], title: str,
+             notes: str = "") -> dict:
+    """Replay each labelled setting on the same sessions; write the report when asked."""
     out = out_dir_or_fail(args.out)
-    prepared = prepare_or_fail(trace_paths(args), args.format, base)
+    by_cluster: dict[str, object] = {}  # the sessions are read once per cluster
+    for settings in runs.values():
+        if settings.cluster not in by_cluster:
+            by_cluster[settings.cluster] = prepare_or_fail(trace_paths(args), args.format,
+                                                           settings)
+    prepared = {label: by_cluster[s.cluster] for label, s in runs.items()}
     results, summaries = {}, {}
     with run_dir(out) if out is not None else nullcontext(None) as directory:
-        for name in names:
-            settings = replace(base, controller=name)
-            results[name], summaries[name] = replay_into(prepared, settings, directory, args,
-                                                         prefix=f"{name}-")
+        for label, settings in runs.items():
+            results[label], summaries[label] = replay_into(prepared[label], settings, directory,
+                                                           args, prefix=f"{label}-")
         if directory is not None:
             from orchestrator.report import write_report
 
@@ -65,15 +108,92 @@ def compare(args: argparse.Namespace, names: list[str], title: str, notes: str =
     return summaries
 
 
+def compare(args: argparse.Namespace, names: list[str], title: str, notes: str = "") -> dict:
+    """The same sessions and seed under each controller in `names`."""
+    base = settings_from_args(args, controller=names[0])
+    return _run_all(args, {name: replace(base, controller=name) for name in names}, title,
+                    notes)
+
+
+def compare_clusters(args: argparse.Namespace, clusters: dict[str, str], controller: str,
+                     title: str) -> dict:
+    """The same sessions, seed and controller on each cluster in `clusters`."""
+    base = settings_from_args(args, controller=controller)
+    return _run_all(args, {label: replace(base, cluster=path)
+                           for label, path in clusters.items()}, title)
+
+
+# The side-by-side of clusters: (label, summary paths, format); ITL is the summary's
+# `itl_s` where it has one, else `tpot_s`.
+CLUSTER_ROWS = (
+    ("calls completed", (("requests", "completed"),), "{:,.0f}"),
+    ("GPUs", (("resources", "gpus"),), "{:,.0f}"),
+    ("goodput tokens/s", (("goodput", "output_tokens_per_s"),), "{:,.1f}"),
+    ("TTFT p50 / p99 (s)", (("ttft_s", "p50"), ("ttft_s", "p99")), "{:.2f}"),
+    ("ITL p50 / p99 (ms)", (("itl_s", "p50"), ("itl_s", "p99")), "ms"),
+    ("output tokens/s per GPU", (("throughput", "output_tokens_per_s_per_gpu"),), "{:,.2f}"),
+    ("energy per call (kJ)", (("energy", "joules_per_call"),), "kJ"),
+)
+
+
+def _figure(summary: dict, section: str, key: str):
+    if section == "itl_s" and "itl_s" not in summary:
+        section = "tpot_s"
+    value = summary.get(section, {}).get(key)
+    return None if value is None else float(value)
+
+
+def cluster_rows(summaries: dict[str, dict]) -> list[tuple[str, list[str]]]:
+    rows = []
+    for label, paths, fmt in CLUSTER_ROWS:
+        cells = []
+        for s in summaries.values():
+            parts = []
+            for section, key in paths:
+                v = _figure(s, section, key)
+                parts.append("-" if v is None else (f"{v * 1e3:.1f}" if fmt == "ms" else
+                                                    f"{v / 1e3:,.2f}" if fmt == "kJ" else
+                                                    fmt.format(v)))
+            cells.append(" / ".join(parts))
+        rows.append((label, cells))
+    return rows
+
+
+def print_cluster_table(summaries: dict[str, dict], title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("figure")
+    for name in summaries:
+        table.add_column(name, justify="right")
+    for label, cells in cluster_rows(summaries):
+        table.add_row(label, *cells)
+    Console().print(table)
+
+
 def run(args: argparse.Namespace) -> int:
-    names = parse_controllers(args.controllers)
-    summaries = compare(args, names, "tokenfactory compare: " + " vs ".join(names))
+    if args.clusters is not None:
+        controllers = parse_controllers(args.controllers or DEFAULT_CONTROLLER)
+        if len(controllers) != 1:
+            raise UserError(f"--controllers: with --clusters, name one controller, got "
+                            f"{args.controllers!r}")
+        clusters = parse_clusters(args.clusters, args.model)
+        title = f"tokenfactory compare ({controllers[0]}): " + " vs ".join(clusters)
+        summaries = compare_clusters(args, clusters, controllers[0], title)
+    else:
+        names = parse_controllers(args.controllers or DEFAULT_CONTROLLERS)
+        title = "tokenfactory compare: " + " vs ".join(names)
+        summaries = compare(args, names, title)
     if args.json:
         print_json({"runs": summaries})
+        return 0
+    if args.clusters is not None:
+        print_cluster_table(summaries, title="compare clusters")
     else:
         from orchestrator.tables import summary_table
 
         summary_table(summaries, title="compare")
-        if args.out:
-            print(f"report: {args.out}/report.html")
+    if args.out:
+        print(f"report: {args.out}/report.html")
     return 0

@@ -1,0 +1,133 @@
+"""Mixed (aggregated) workers in virtual time: prefill chunks ride in decode steps, a call's
+KV stays on the worker from its fill to its decode, and a trace runs to completion on an
+aggregated cluster as on a disaggregated one of the same GPUs."""
+
+import asyncio
+import copy
+
+import numpy as np
+import pytest
+
+from costmodel.batch import batch_step_cost
+from costmodel.hardware import HardwareTable, load_hardware
+from costmodel.model import load_model
+from costmodel.precision import Precision
+from orchestrator.config import ControlConfig
+from orchestrator.kit.scenario import KIT_CLUSTER
+from orchestrator.policies import make_policy
+from orchestrator.replay import Orchestrator
+from tests.factories import short_agent_sessions, single_call_sessions
+from traces.replay import LoadOptions
+from workers.clock import VirtualClock
+from workers.cluster import cluster_from_dict
+from workers.mixed import MixedWorker
+from workers.request import Request
+from workers.runtime import ClusterRuntime
+
+LLAMA = load_model("llama-3.1-70b")
+H200 = HardwareTable((load_hardware("h200"),))
+CHUNK = 2048
+
+
+def mixed_cluster(chunk=CHUNK, target_batch=8):
+    """The kit's 16 H200 GPUs as four mixed TP4 workers."""
+    data = copy.deepcopy(KIT_CLUSTER)
+    data["pools"] = [{"name": "mixed", "phase": "mixed", "nodes": ["n0", "n1"], "gpus": 16,
+                      "tp": 4, "precision": "bf16", "target_batch": target_batch,
+                      "max_batch_sequences": target_batch, "max_batch_tokens": chunk}]
+    return cluster_from_dict(data, "mixed.toml")
+
+
+def step_s(new, cached, decoding=False):
+    return batch_step_cost(LLAMA, H200, new, cached, decoding, tp=4,
+                           precision=Precision.BF16).step_time_s
+
+
+def run_worker(submissions, until_done):
+    async def main():
+        rt = ClusterRuntime(mixed_cluster().bind(LLAMA), block_tokens=64, keep_events=True)
+        rt.start()
+        loop = asyncio.get_running_loop()
+        for at_s, req in submissions:
+            await asyncio.sleep(at_s - loop.time())
+            req.arrival_s = loop.time()
+            rt.submit_fill("mixed-0", req, loop.time())
+        while len(rt.done) < until_done:
+            await asyncio.sleep(0.05)
+        await rt.stop()
+        return rt
+
+    return VirtualClock().run(main())
+
+
+def test_a_call_fills_in_chunks_then_decodes_on_the_same_worker_with_no_transfer():
+    req = Request(1, "s1", input_tokens=5_000, output_tokens=3, block_ids=tuple(range(78)))
+    rt = run_worker([(0.0, req)], 1)
+    fill_s = step_s([2048], [0]) + step_s([2048], [2048]) + step_s([904], [4096])
+    assert req.fill_end_s == pytest.approx(fill_s, abs=1e-8)
+    # The fill's last chunk gives the first token; the call joins the batch at once.
+    assert req.first_token_s == req.decode_start_s == req.fill_end_s
+    parts = req.latency_breakdown_s
+    assert parts["transfer"] == 0.0 and parts["decode_wait"] == 0.0
+    assert req.fill_worker == req.decode_worker == "mixed-0"
+    assert isinstance(rt.decode_workers["mixed-0"], MixedWorker)
+    # Two decode steps, alone: the decode pricer's run at contexts 5001 and 5002.
+    steps = rt.pricers["mixed"].decode_steps_s(1, 5_001, 2)
+    assert req.done_s == pytest.approx(fill_s + steps.sum(), abs=1e-7)
+
+
+def test_an_arrival_ends_a_decode_run_and_its_chunk_rides_with_the_decode():
+    first = Request(1, "s1", input_tokens=1_000, output_tokens=400)
+    second = Request(2, "s2", input_tokens=1_500, output_tokens=2)
+    rt = run_worker([(0.0, first), (1.0, second)], 2)
+    events = [(t / 1e9, kind, ids) for t, _, kind, ids in rt.log.events]
+    start = next(t for t, kind, ids in events if kind == "fill_start" and ids == (2,))
+    # The second call starts at the end of the decode step in progress at 1.0 s, not at
+    # the first call's retirement.
+    assert 1.0 <= start < 1.0 + 0.1 and start < first.done_s
+    # The first call's decode run, from its fill's end: the second starts at a step end.
+    ends = first.fill_end_s + np.cumsum(rt.pricers["mixed"].decode_steps_s(
+        1, first.input_tokens + 1, first.output_tokens - 1))
+    k = int(np.searchsorted(ends, 1.0)) + 1  # steps run by then
+    assert start == pytest.approx(ends[k - 1], abs=1e-8)
+    # Its fill is one step: its chunk beside the first call's decode token, priced together.
+    context = first.input_tokens + 1 + k
+    together = step_s([1500, 1], [0, context], [False, True])
+    assert second.fill_end_s - start == pytest.approx(together, abs=1e-8)
+    assert together > step_s([1500], [0])
+    assert first.remaining == 0 and second.remaining == 0
+
+
+def _replay(cluster, sessions, controller="buffered"):
+    control = ControlConfig()
+    target = next(p.batch.target_batch for p in cluster.pools)
+    orch = Orchestrator(cluster.bind(LLAMA), sessions, make_policy(controller, control, target),
+                        control, LoadOptions(think_scale=0.05), seed=0, deadline_s=3600.0)
+    return VirtualClock().run(orch.run())
+
+
+@pytest.mark.parametrize("controller", ["buffered", "retire"])
+def test_a_trace_completes_every_call_aggregated_and_disaggregated(controller):
+    sessions = short_agent_sessions(3, 6, seed=2)
+    calls = sum(len(s.calls) for s in sessions)
+    agg = _replay(mixed_cluster(), sessions, controller)
+    disagg = _replay(cluster_from_dict(KIT_CLUSTER, "kit.toml"), sessions, controller)
+    for result in (agg, disagg):
+        assert result.counters["completed"] == calls and result.counters["rejected"] == 0
+        assert result.gpus == 16
+    # Aggregated: every call filled and decoded where it landed.
+    assert all(r.fill_worker == r.decode_worker for r in agg.requests if r.output_tokens > 1)
+    assert all(r.latency_breakdown_s["transfer"] == 0.0 for r in agg.requests)
+    assert any(r.latency_breakdown_s["transfer"] > 0.0 for r in disagg.requests
+               if r.output_tokens > 1)
+
+
+def test_same_inputs_same_timeline():
+    sessions = single_call_sessions(np.arange(12) * 0.2, input_tokens=3000, output_tokens=40)
+
+    def once():
+        result = _replay(mixed_cluster(chunk=1024, target_batch=4), sessions)
+        return [(r.call_id, r.first_token_s, r.done_s) for r in result.requests]
+
+    a, b = once(), once()
+    assert a == b and len(a) == 12

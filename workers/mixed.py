@@ -1,0 +1,201 @@
+"""Mixed (aggregated) workers: one instance fills and decodes, prefill chunks riding in
+decode steps.
+
+Each step is the running decodes plus up to a token budget (`max_batch_tokens`, decodes
+counted in it) of prefill chunks, priced as one step request by request
+(`costmodel.batch`): Sarathi-Serve's stall-free batching
+(https://arxiv.org/abs/2403.02310) as vLLM v1 schedules it (running requests first,
+then waiting ones into the remaining token budget) and SGLang's
+`--enable-mixed-chunk`. A call's KV never leaves the worker between its fill and its
+decode: the fill's last chunk gives the first token and the call joins the decode batch
+at that step's end. Between turns the KV leaves HBM as the store does, when the call
+retires.
+
+The decode side is `DecodeWorker`'s: KV budget, preemption (a preempted sequence waits
+in the worker's own buffer and resumes here), runs of steps priced as one vector when no
+fill can start, retirement. The fill side is `ChunkedFills` (`workers.fill`). A call
+starts its fill only when the decode batch has a slot and KV room for it, so calls wait
+in this worker's queue, not inside a batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
+
+from storage.store import BlobStore
+from workers.batching import FillChunk
+from workers.cluster import WorkerSpec
+from workers.decode import DecodeWorker
+from workers.events import EventLog
+from workers.fill import ChunkedFills
+from workers.kv_io import FetchResult, release_fetch, write_and_offload
+from workers.pricing import StepPricer
+from workers.ready import ReadyBuffer
+from workers.request import LatencyPart, Request, RequestState
+from workers.state import WorkerState
+
+
+class MixedWorker(DecodeWorker):
+    def __init__(self, spec: WorkerSpec, pricer: StepPricer, store: BlobStore,
+                 ready: ReadyBuffer, log: EventLog,
+                 on_done: Callable[[Request, float], None] | None = None, jump: bool = True):
+        # Its decode batch is fed by its own fills: the cluster's ready buffer is not its;
+        # its own holds the sequences it preempted until they resume.
+        super().__init__(spec, pricer, store, ReadyBuffer(f"{spec.name}-resume"), log,
+                         on_done, jump)
+        self.fills = ChunkedFills(store, pricer.recompute_s, spec.batch)
+        self.queue = self.fills.queue  # calls waiting to start or finish their fill
+        self._filling: dict[int, Request] = {}
+        self._arrival = asyncio.Event()
+
+    # -- intake: the router hands calls here as to a fill worker -------------------
+    def submit(self, req: Request, now_s: float) -> None:
+        req.state = RequestState.QUEUED
+        req.fill_worker = self.name
+        self.queue.append(req)
+        self.log.add(now_s, self.name, "queued", req.call_id)
+        self._arrival.set()
+        self._poke()
+
+    def state(self) -> WorkerState:
+        base = super().state()
+        return replace(base, phase="mixed", queue_depth=base.queue_depth + len(self.queue),
+                       running=base.running + len(self._filling))
+
+    # -- KV: sequences being filled hold their prompt's KV ---------------------------
+    def _held(self) -> list[Request]:
+        return [*super()._held(), *self._filling.values()]
+
+    def _loading_bytes(self) -> float:
+        return super()._loading_bytes() + sum(
+            self.kv.sequence_bytes_per_gpu(r.prefix_tokens + self.fills.planned.get(r.call_id, 0))
+            for r in self._filling.values())
+
+    def _may_start(self, req: Request, starting: list[Request]) -> bool:
+        """A slot in the decode batch and KV room (its prompt plus the growth reserve)
+        beside everything held; a lone call always starts."""
+        held = [*self._held(), *starting]
+        if not held:
+            return True
+        if len(held) >= self.target_batch:
+            return False
+        used = sum(self._admission_need(r) for r in held)
+        return used + self._admission_need(req) <= self.kv.instance_bytes
+
+    # -- the loop ---------------------------------------------------------------------
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._interrupt = asyncio.Event()
+        while True:
+            now_s = loop.time()
+            self._admit(now_s)  # sequences it preempted, resuming
+            self._join(now_s)
+            self._interrupt.clear()
+            budget = self.spec.batch.max_batch_tokens - len(self.running) * (1 + self.spec.layout.mtp)
+            chunks = self.fills.prepare(self.hbm, now_s, budget, self._may_start)
+            if chunks:
+                await self._mixed_step(chunks, now_s)
+            elif self.running:
+                await self._decode_run(now_s)
+            else:
+                await self._interrupt.wait()
+
+    async def _decode_run(self, now_s: float) -> None:
+        """No fill can start: the decode worker's run of steps, to the next retirement."""
+        steps = self._plan_run(now_s)
+        mean_context = sum(r.context_tokens for r in self.running) / len(self.running)
+        ends = now_s + np.cumsum(self.pricer.decode_steps_s(len(self.running), mean_context,
+                                                            steps))
+        done = await self._run_steps(ends)
+        self._advance(done, now_s, asyncio.get_running_loop().time())
+
+    async def _run_steps(self, ends: np.ndarray) -> int:
+        """The decode worker's run, also ended at the end of the step in progress when a
+        call arrives (its first chunk rides in the next step)."""
+        loop = asyncio.get_running_loop()
+        self._arrival.clear()
+        run = asyncio.ensure_future(super()._run_steps(ends))
+        arrival = asyncio.ensure_future(self._arrival.wait())
+        try:
+            await asyncio.wait({run, arrival}, return_when=asyncio.FIRST_COMPLETED)
+            if run.done():
+                return run.result()
+            run.cancel()
+            t = loop.time()
+            j = min(int(np.searchsorted(ends, t, side="left")), len(ends) - 1)
+            if ends[j] > t:
+                await asyncio.sleep(ends[j] - t)
+            return j + 1
+        finally:
+            for fut in (run, arrival):
+                if not fut.done():
+                    fut.cancel()
+
+    async def _mixed_step(self, chunks: list[FillChunk], now_s: float) -> None:
+        """One step: the running decodes (one token each) and the chunks, priced together.
+        A step that starts a fill waits for that call's cached prefix to load first."""
+        loop = asyncio.get_running_loop()
+        if self.running:
+            self._plan_run(now_s)  # preempts first if the decodes' KV would overflow
+        transfer_s, starting = self.fills.begin(chunks, now_s)
+        for req in starting:
+            self._filling[req.call_id] = req
+            req.enter(LatencyPart.FILL, now_s)
+        if starting:
+            self.log.add(now_s, self.name, "fill_start", *(r.call_id for r in starting))
+        decodes = len(self.running)
+        latency_s, _ = self.pricer.fill_step_s(
+            [c.tokens for c in chunks] + [1] * decodes,
+            [c.cached_tokens for c in chunks] + [r.context_tokens for r in self.running],
+            [False] * len(chunks) + [True] * decodes)
+        await asyncio.sleep(now_s + transfer_s + latency_s - loop.time())
+        end_s = loop.time()
+        self._advance(1 if decodes else 0, now_s, end_s)
+        for c in chunks:
+            self._tokens_done += c.tokens
+            if c.last:
+                self._filled(c.request, end_s)
+
+    def _filled(self, req: Request, now_s: float) -> None:
+        """Its last chunk ran: its KV is written where it is, in this worker's HBM, and
+        stays pinned there for its decode; it joins the batch at this step boundary."""
+        release_fetch(self.store, self.hbm, self.fills.end(req))
+        del self._filling[req.call_id]
+        req.fill_end_s = now_s
+        self.log.add(now_s, self.name, "fill_done", req.call_id)
+        if req.output_tokens >= 1:
+            req.generated = 1  # the fill's last logits give the first token
+        if req.remaining <= 0:
+            req.kv_chain = write_and_offload(self.store, req.session_id, req.block_ids,
+                                             self.hbm, self.host, now_s)
+            req.first_token_s = now_s
+            req.finish(now_s)
+            if self.on_done is not None:
+                self.on_done(req, now_s)
+            return
+        req.kv_chain, pinned = self._write_resident(req, now_s)
+        req.state = RequestState.LOADING
+        req.decode_worker = self.name
+        req.enter(LatencyPart.DECODE_WAIT, now_s)
+        self._fetches[req.call_id] = FetchResult(req.prefix_tokens, 0, 0.0, pinned)
+        self._loaded.append(req)
+
+    def _write_resident(self, req: Request, now_s: float) -> tuple[tuple, tuple]:
+        """The new KV as blobs at this worker's HBM, pinned (no offload): (chain, pinned).
+        No room: written to host memory as a fill worker would, nothing pinned."""
+        if not req.block_ids:
+            return (), ()
+        plan = self.store.plan_write(req.block_ids, self.hbm, now_s)
+        if not plan.fits:
+            return write_and_offload(self.store, req.session_id, req.block_ids, self.hbm,
+                                     self.host, now_s), ()
+        self.store.apply(plan)
+        self.store.ref(req.session_id, plan.chain)
+        here = self.store.placement.at[self.hbm]
+        pinned = tuple(b for b in plan.chain if b in here)
+        self.store.pin(self.hbm, pinned)
+        return plan.chain, pinned
