@@ -231,7 +231,9 @@ def print_plan(plan: Plan, out: Path | None) -> None:
     for p in plan.pools:
         c = p.choice
         decode = c.phase is Phase.DECODE
-        kv_at = p.shape.check_context if decode else p.shape.typical_context
+        # The cost core's KV is at the step's end: a fill's prefix plus its new tokens.
+        kv_at = (p.shape.check_context if decode
+                 else p.shape.typical_context + p.shape.typical_new_tokens)
         lat = (f"TPOT {c.latency_s * 1e3:.1f} ms at {p.shape.check_context:,.0f} tokens"
                if decode else f"step {c.latency_s:.2f} s for {c.slots} x "
                f"{p.shape.typical_new_tokens:,.0f} new on {p.shape.typical_context:,.0f} cached")

@@ -8,7 +8,11 @@ import socket
 import pytest
 
 from orchestrator.cli import main
+from orchestrator.run import DEFAULT_CLUSTER
+from workers.cluster import load_cluster
 
+# The default preset's workers, one process each at --workers-per-process 1.
+WORKERS = sum(p.workers for p in load_cluster(DEFAULT_CLUSTER).pools)
 BASE = ["replay", "--clock", "live", "--max-sessions", "1", "--think-scale", "0.01",
         "--no-progress", "--json"]
 
@@ -37,7 +41,9 @@ def test_workers_per_process_must_be_positive(capsys):
 
 def test_more_worker_processes_than_allowed_is_refused(capsys):
     code = main([*BASE, "--max-worker-procs", "3"])
-    one_error_line(capsys, code, "8 workers need 8 worker processes", "--max-worker-procs 3")
+    assert WORKERS > 3
+    one_error_line(capsys, code, f"{WORKERS} workers need {WORKERS} worker processes",
+                   "--max-worker-procs 3")
 
 
 def test_a_live_port_in_use_is_refused(capsys):
@@ -72,7 +78,8 @@ def test_a_process_that_cannot_start_stops_those_already_started(capsys, monkeyp
 
     monkeypatch.setattr(asyncio, "create_subprocess_exec", spawn)
     code = main([*BASE, "--speed", "10"])
-    one_error_line(capsys, code, "cannot start worker process 3 of 8", "temporarily unavailable")
+    one_error_line(capsys, code, f"cannot start worker process 3 of {WORKERS}",
+                   "temporarily unavailable")
     assert len(started) == 2
     for pid in started:
         with pytest.raises(ProcessLookupError):

@@ -98,7 +98,9 @@ def test_presets_bind_the_default_model():
 def test_a_worker_larger_than_a_node_takes_whole_consecutive_nodes():
     bound = load_cluster("b200x8").bind(load_model("kimi-k3-like"))
     homes = [w.node for w in bound.workers]
-    assert homes == ["n0", "n2", "n4", "n6"]  # 16-GPU workers on pairs of 8-GPU nodes
+    # The 32-GPU decode worker (pp 2 x 16) on four 8-GPU nodes, 16-GPU fills on pairs.
+    assert homes == ["n0", "n4", "n6"]
+    assert [w.layout.instance_gpus for w in bound.workers] == [32, 16, 16]
 
 
 def _one_decode_pool(model_gpus=8, hardware="h200", **layout):
