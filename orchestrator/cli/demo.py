@@ -20,6 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="demo-out", help="report directory (default: demo-out)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    from orchestrator.cli._replay_opts import add_trace_events_options
+
+    add_trace_events_options(p)
     p.set_defaults(run=run)
 
 
@@ -43,6 +46,9 @@ def run(args: argparse.Namespace) -> int:
             "--duration", str(DEMO_LOAD.duration_s)]
     if args.no_progress:
         argv.append("--no-progress")
+    if args.trace_events is not None:
+        argv += ["--trace-events", args.trace_events,
+                 "--trace-events-max-calls", str(args.trace_events_max_calls)]
     ns = build_parser().parse_args(argv)
     notes = ("Admission on decode retirements (retire) against ready buffers with admission on "
              "a smoothed backlog and the cost core's predicted service rate (buffered), on the "
