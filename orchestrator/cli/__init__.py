@@ -16,7 +16,7 @@ from orchestrator.cli._common import EXIT_USAGE, Parser, UserError
 
 # Subcommand modules are discovered: every public module in this package that
 # defines `register`. Listed in `--help` in this order first, then alphabetically.
-_FIRST = ("demo", "replay", "compare", "cost", "sweep", "trace")
+_FIRST = ("demo", "replay", "compare", "plan", "cost", "sweep", "trace")
 
 
 def _command_modules() -> list[str]:
