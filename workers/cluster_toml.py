@@ -104,8 +104,8 @@ def _pool(t: _Table, nodes: dict[str, NodeSpec]) -> PoolSpec:
     try:
         phase = MIXED if phase_name == "mixed" else Phase[phase_name.upper()]
     except KeyError:
-        raise ClusterError(f"{t.where}.phase: expected prefill, midfill or decode (or mixed, "
-                           f"or {EXPERTS_PHASE}), got {phase_name!r}") from None
+        raise ClusterError(f"{t.where}.phase: expected prefill, midfill or decode (or "
+                           f"{EXPERTS_PHASE}), or mixed, got {phase_name!r}") from None
     names = _node_names(t, nodes)
     precisions = {}
     for key, default in (("precision", "fp8"), ("kv_precision", "bf16")):

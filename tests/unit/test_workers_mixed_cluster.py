@@ -38,7 +38,7 @@ def test_a_cluster_without_mixed_still_needs_prefill_and_decode():
 
 def test_an_unknown_phase_lists_mixed():
     with pytest.raises(ClusterError, match=r"pools\[0\]\.phase: expected prefill, midfill or "
-                                           r"decode \(or mixed, .*got 'aggregated'"):
+                                           r"decode \(or decode-experts\), or mixed, got 'aggregated'"):
         cluster_from_dict(with_pools({**MIXED_POOL, "phase": "aggregated"}), "bad.toml")
 
 
