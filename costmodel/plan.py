@@ -19,6 +19,7 @@ import numpy as np
 from costmodel.errors import CostModelError
 from costmodel.hardware import HardwareSpec
 from costmodel.model import ModelSpec
+from costmodel.mtp import default_mtp
 from costmodel.phase import Phase
 from costmodel.plan_candidates import Candidate, PlanGrid, PoolShape, pool_candidates
 from costmodel.plan_sizing import Nodes, Sizing, size_pools
@@ -165,7 +166,7 @@ def plan_cluster(model: ModelSpec, hw: HardwareSpec, gpus: int, workload: Worklo
         shape = shapes[name]
         target = targets.tpot_s if shape.phase is Phase.DECODE else targets.ttft_s
         found, best = pool_candidates(model, hw, shape, target, sizes, grid, precision,
-                                      kv_precision)
+                                      kv_precision, default_mtp(model))
         if best is None:
             raise PlanError(
                 f"--gpus {gpus}: no {name} worker of at most {gpus} {hw.name} GPUs (whole "

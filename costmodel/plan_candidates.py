@@ -79,6 +79,7 @@ class Candidate:
     kv_capacity_tokens: int  # full-attention tokens one worker holds
     precision: Precision
     kv_precision: Precision
+    mtp: int = 0  # decode: tokens drafted per step (the model's shipped MTP head)
 
     @property
     def slots(self) -> int:
@@ -89,7 +90,7 @@ class Candidate:
     @property
     def layout(self) -> Layout:
         return Layout(pp=self.pp, tp=self.tp, ep=self.ep, weights=self.precision,
-                      kv=self.kv_precision)
+                      kv=self.kv_precision, mtp=self.mtp)
 
 
 @dataclass(frozen=True)
@@ -114,10 +115,11 @@ def _grid(model: ModelSpec, hw: HardwareSpec, grid: PlanGrid, sizes: frozenset[i
     return pp[keep], tp[keep], ep[keep], b[keep]
 
 
-def _configs(shape: PoolShape, pp, tp, ep, batch, new_tokens, context, precision, kv):
+def _configs(shape: PoolShape, pp, tp, ep, batch, new_tokens, context, precision, kv,
+             mtp: int = 0):
     return Configs.make(phase=int(shape.phase), batch=batch, new_tokens=new_tokens,
                         context=context, pp=pp, tp=tp, ep=ep, precision=int(precision),
-                        kv_precision=int(kv))
+                        kv_precision=int(kv), mtp=mtp if shape.phase is Phase.DECODE else 0)
 
 
 def _sequences_per_rank(model, hw, pp, tp, ep, precision, kv, context) -> np.ndarray:
@@ -134,15 +136,16 @@ def _sequences_per_rank(model, hw, pp, tp, ep, precision, kv, context) -> np.nda
 
 def pool_candidates(model: ModelSpec, hw: HardwareSpec, shape: PoolShape, target_s: float,
                     sizes: frozenset[int], grid: PlanGrid, precision: Precision,
-                    kv: Precision) -> tuple[list[Candidate], Best | None]:
+                    kv: Precision, mtp: int = 0) -> tuple[list[Candidate], Best | None]:
     """The best frontier candidate of each instance size that meets `target_s` and fits,
-    and the lowest latency any fitting layout reaches."""
+    and the lowest latency any fitting layout reaches. `mtp`: decode's drafts per step."""
     decode = shape.phase is Phase.DECODE
     table = HardwareTable((hw,))
     pp, tp, ep, b = _grid(model, hw, grid, sizes, grid.decode_batch if decode
                           else grid.fill_batch)
     cfg = _configs(shape, pp, tp, ep, b, 1 if decode else shape.typical_new_tokens,
-                   shape.check_context if decode else shape.typical_context, precision, kv)
+                   shape.check_context if decode else shape.typical_context, precision, kv,
+                   mtp)
     ok = valid_mask(model, table, cfg)
     pp, tp, ep, b = pp[ok], tp[ok], ep[ok], b[ok]
     cfg = Configs(*(a[ok] for a in vars(cfg).values()))
@@ -162,26 +165,28 @@ def pool_candidates(model: ModelSpec, hw: HardwareSpec, shape: PoolShape, target
     for g in np.unique(gpus[meets]):
         rows = np.flatnonzero(meets & (gpus == g))
         i = int(rows[np.argmax(cost.tokens_per_s_per_gpu[rows])])
-        out.append(_candidate(model, hw, shape, precision, kv, cost, i, int(pp[i]), int(tp[i]),
-                              int(ep[i]), int(b[i]), float(latency[i])))
+        out.append(_candidate(model, hw, shape, precision, kv, mtp if decode else 0, cost, i,
+                              int(pp[i]), int(tp[i]), int(ep[i]), int(b[i]), float(latency[i])))
     return out, best
 
 
-def _candidate(model, hw, shape, precision, kv, cost, i, pp, tp, ep, batch, latency_s):
+def _candidate(model, hw, shape, precision, kv, mtp, cost, i, pp, tp, ep, batch, latency_s):
     cap = kv_capacity(model, hw, Layout(pp=pp, tp=tp, ep=ep, weights=precision, kv=kv))
     return Candidate(
         phase=shape.phase, pp=pp, tp=tp, ep=ep, batch=batch, gpus=pp * max(tp, ep),
         ranks=max(tp, ep) // tp, latency_s=latency_s,
         tokens_per_s_per_gpu=float(cost.tokens_per_s_per_gpu[i]),
-        gpu_s_per_call=work_per_call(model, hw, shape, pp, tp, ep, batch, precision, kv),
+        gpu_s_per_call=work_per_call(model, hw, shape, pp, tp, ep, batch, precision, kv, mtp),
         weight_bytes_per_gpu=float(cost.weight_bytes_per_gpu[i]),
         kv_bytes_per_gpu=float(cost.kv_bytes_per_gpu[i]),
         hbm_bytes_per_gpu=float(cost.hbm_bytes_per_gpu[i]),
-        kv_capacity_tokens=cap.kv_capacity_tokens, precision=precision, kv_precision=kv)
+        kv_capacity_tokens=cap.kv_capacity_tokens, precision=precision, kv_precision=kv,
+        mtp=mtp)
 
 
 def work_per_call(model: ModelSpec, hw: HardwareSpec, shape: PoolShape, pp: int, tp: int,
-                  ep: int, batch: int, precision: Precision, kv: Precision) -> float:
+                  ep: int, batch: int, precision: Precision, kv: Precision,
+                  mtp: int = 0) -> float:
     """GPU-seconds the pool spends per call of the whole trace: each of its calls priced
     at its own shape in a full batch (tokens / tokens-per-s-per-GPU), summed, over all
     calls. Decode: the tokens after the first, at the call's mean KV length."""
@@ -189,6 +194,6 @@ def work_per_call(model: ModelSpec, hw: HardwareSpec, shape: PoolShape, pp: int,
         return 0.0
     new = np.maximum(shape.new_tokens, 1.0)
     cfg = _configs(shape, pp, tp, ep, batch, 1 if shape.phase is Phase.DECODE else new,
-                   shape.context_tokens, precision, kv)
+                   shape.context_tokens, precision, kv, mtp)
     tps = phase_cost(model, HardwareTable((hw,)), cfg).tokens_per_s_per_gpu
     return float(np.sum(shape.new_tokens / tps) / shape.total_calls)

@@ -58,7 +58,8 @@ def _pool_lines(p: PoolPlan, node_names: list[str]) -> list[str]:
         lines += [f"# {c.ranks} attention ranks x {c.batch} x pp {c.pp} = {c.slots} "
                   f"sequences a worker; TPOT {c.latency_s * 1e3:.1f} ms at "
                   f"{p.shape.check_context:,.0f} tokens",
-                  f"target_batch = {c.batch}", f"max_batch_sequences = {c.slots}"]
+                  f"target_batch = {c.batch}", f"max_batch_sequences = {c.slots}",
+                  f"mtp = {c.mtp}                        # as planned: the model's shipped head"]
     else:
         tokens = max(1024, math.ceil(c.slots * p.shape.typical_new_tokens / 1024) * 1024)
         lines += [f"# {c.slots} sequences of ~{p.shape.typical_new_tokens:,.0f} new tokens a "

@@ -185,6 +185,7 @@ def pool_dict(p: PoolPlan) -> dict[str, object]:
         "pp": c.pp, "tp": c.tp, "ep": c.ep, "attention_ranks": c.ranks,
         "batch_per_rank": c.batch, "slots_per_worker": c.slots, "slots": c.slots * p.workers,
         "precision": c.precision.name.lower(), "kv_precision": c.kv_precision.name.lower(),
+        "mtp": c.mtp,
         "tokens_per_s_per_gpu": _r(c.tokens_per_s_per_gpu, 1),
         "tpot_s" if decode else "ttft_s": _r(c.latency_s),
         "checked_at": {"new_tokens": _r(p.shape.typical_new_tokens, 0),
@@ -238,7 +239,8 @@ def print_plan(plan: Plan, out: Path | None) -> None:
                if decode else f"step {c.latency_s:.2f} s for {c.slots} x "
                f"{p.shape.typical_new_tokens:,.0f} new on {p.shape.typical_context:,.0f} cached")
         print(f"\n{p.name}: {p.workers} worker(s) x {c.gpus} GPUs = {p.gpus}  "
-              f"[pp {c.pp} tp {c.tp} ep {c.ep}: {c.ranks} attention rank(s)]")
+              f"[pp {c.pp} tp {c.tp} ep {c.ep}: {c.ranks} attention rank(s)"
+              + (f"; MTP {c.mtp}]" if c.mtp else "]"))
         print(f"  batch {c.batch} per rank, {c.slots} slots a worker, "
               f"{c.slots * p.workers} in all; {lat}")
         print(f"  {c.tokens_per_s_per_gpu:,.0f} tokens/s per GPU; HBM per GPU "
