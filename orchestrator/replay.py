@@ -317,7 +317,8 @@ class Orchestrator:
         self.weights_per_gpu = {p.name: float(weight_bytes_per_gpu(self.cluster.model, p.layout))
                                 for p in self.cluster.spec.pools}
         self.runtime = ClusterRuntime(self.cluster, self.block_tokens, on_done=self._on_done,
-                                      executor=getattr(self.backend, "executor", None))
+                                      executor=getattr(self.backend, "executor", None),
+                                      seed=self.seed)
         self.lag = ObservationLag(self.control.observation_lag_s)
         self.realloc = self._reallocator or Reallocator(self.control)
         self.reconfigurer = Reconfigurer(self.runtime, self.cluster, self.weights_per_gpu)

@@ -19,15 +19,18 @@ SGLang resume a retracted request by recompute.
 from __future__ import annotations
 
 import asyncio
+import zlib
 from collections.abc import Callable
 
 import numpy as np
 
+from costmodel.mtp import draw_tokens_per_step
 from costmodel.phase import Phase
 from storage.store import BlobStore
 from storage.tiers import Location, Tier
 from workers.batching import plan_decode_admission
 from workers.cluster import WorkerSpec
+from workers.decode_mtp import MTP_HORIZON_STEPS, MtpRun, plan_mtp_run
 from workers.events import EventLog
 from workers.kv_budget import (
     GrowthReserve,
@@ -45,11 +48,16 @@ from workers.state import WorkerState
 class DecodeWorker:
     def __init__(self, spec: WorkerSpec, pricer: StepPricer, store: BlobStore,
                  ready: ReadyBuffer, log: EventLog,
-                 on_done: Callable[[Request, float], None] | None = None, jump: bool = True):
+                 on_done: Callable[[Request, float], None] | None = None, jump: bool = True,
+                 seed: int = 0):
         self.spec, self.pricer, self.store, self.ready, self.log = spec, pricer, store, ready, log
         self.on_done = on_done
         self.jump = jump
         self.kv = spec.kv
+        # Multi-token prediction: tokens per step and sequence are drawn from this worker's
+        # own stream of the run's seed (the same seed and worker give the same draws).
+        self.mtp = int(spec.layout.mtp)
+        self.rng = np.random.default_rng([seed, zlib.crc32(spec.name.encode())])
         self.hbm = Location(Tier.HBM, spec.name)
         self.host = Location(Tier.DRAM, spec.node)
         # The pool's target is per attention rank per micro-batch; the worker holds all.
@@ -186,11 +194,38 @@ class DecodeWorker:
                 await self._interrupt.wait()
                 continue
             steps = self._plan_run(now_s)
+            if self.mtp > 0:
+                run = self._mtp_run(steps)
+                if run.steps == 0:  # the drafts' growth overflows at the first step
+                    self._preempt([self.running[-1]], now_s)
+                    self._reserve.after_preemption([r.generated for r in self.running])
+                    continue
+                ends = now_s + np.cumsum(self.pricer.decode_step_times_s(
+                    len(self.running), run.mean_contexts))
+                done = await self._run_steps(ends)
+                self._advance(done, now_s, loop.time(), run.gained[done - 1])
+                continue
             mean_context = sum(r.context_tokens for r in self.running) / len(self.running)
             ends = now_s + np.cumsum(self.pricer.decode_steps_s(len(self.running), mean_context,
                                                                 steps))
             done = await self._run_steps(ends)
             self._advance(done, now_s, loop.time())
+
+    def _mtp_run(self, horizon: int) -> MtpRun:
+        """Draw the next steps' tokens (1 + accepted drafts per sequence) and find where
+        the run ends; `horizon`, the one-token plan, bounds it (a step yields >= 1)."""
+        n = len(self.running)
+        h = max(1, min(horizon, MTP_HORIZON_STEPS))
+        tokens = draw_tokens_per_step(self.rng, self.mtp, (h, n), self.pricer.eff.mtp_acceptance)
+        contexts = np.array([r.context_tokens for r in self.running], dtype=np.float64)
+        remaining = np.array([r.remaining for r in self.running], dtype=np.float64)
+        admit = None
+        if self.accepting and len(self.ready) and self._occupied() < self.target_batch:
+            waiting = np.array([r.context_tokens for r in (*self._loading.values(),
+                                                           *self._loaded)], dtype=np.float64)
+            admit = (waiting, float(self.ready.peek()[0].context_tokens))
+        return plan_mtp_run(self.kv, self._reserve, tokens, contexts, remaining,
+                            self._loading_bytes(), admit)
 
     def _loading_bytes(self) -> float:
         return sum(self._footprint(r) for r in (*self._loading.values(), *self._loaded))
@@ -267,13 +302,18 @@ class DecodeWorker:
                 return j + 1
             self._interrupt.clear()
 
-    def _advance(self, steps: int, start_s: float, now_s: float) -> None:
+    def _advance(self, steps: int, start_s: float, now_s: float,
+                 gained: np.ndarray | None = None) -> None:
+        """`steps` ran; each sequence gained `steps` tokens, or `gained[i]` with MTP (a
+        sequence's last step may accept drafts past its end: they are not output)."""
         self._busy_s += now_s - start_s
-        self._tokens_done += steps * len(self.running)
         self._reserve.decay(steps)
         still: list[Request] = []
-        for req in self.running:
-            req.generated += steps
+        for i, req in enumerate(self.running):
+            gain = steps if gained is None else int(gained[i])
+            gain = min(gain, req.remaining)
+            req.generated += gain
+            self._tokens_done += gain
             if req.remaining > 0:
                 still.append(req)
                 continue

@@ -6,8 +6,9 @@ attention ranks, so the cost core's per-rank batch is the worker's batch over
 that (a mean, which is exact for the KV and attention terms, linear in
 sequences). A fill step (chunked prefill) and a mixed step (decodes with prefill
 chunks) are priced request by request (`costmodel.batch`). A decode worker's
-sequences all advance one token per step; the step time grows with context, so a
-run of steps is priced as one vector.
+sequences advance one token per step, or a drawn 1 + accepted drafts with
+multi-token prediction (then steps are priced as steps, `decode_step_times_s`);
+the step time grows with context, so a run of steps is priced as one vector.
 
 A decode layout whose routed experts live on an expert pool (`AFLayout`,
 attention-FFN disaggregation) is priced by `costmodel.disagg`: same interface,
@@ -110,16 +111,25 @@ class StepPricer:
         returned is per token (the cost core's TPOT)."""
         contexts = mean_context + np.arange(steps, dtype=np.float64)
         return self._decode_times(
-            self._configs(Phase.DECODE, self.per_rank(sequences), 1, contexts))
+            self._configs(Phase.DECODE, self.per_rank(sequences), 1, contexts))[1]
 
-    def _colocated_decode(self, cfg: Configs) -> np.ndarray:
-        return step_times(self.model, self._table, cfg, self.eff)[1]
+    def decode_step_times_s(self, sequences: int, mean_contexts) -> np.ndarray:
+        """Times of decode steps whose sequences start at `mean_contexts` (one per step).
+        With multi-token prediction each step verifies 1 + mtp tokens per sequence; this
+        is the step's time, however many tokens it yields (the worker draws those)."""
+        return self._decode_times(
+            self._configs(Phase.DECODE, self.per_rank(sequences), 1, mean_contexts))[0]
 
-    def _split_decode(self, cfg: Configs) -> np.ndarray:
+    def _colocated_decode(self, cfg: Configs) -> tuple[np.ndarray, np.ndarray]:
+        step, tpot = step_times(self.model, self._table, cfg, self.eff)[:2]
+        return step, tpot
+
+    def _split_decode(self, cfg: Configs) -> tuple[np.ndarray, np.ndarray]:
         lay = self.layout
-        return af_decode_times(self.model, self._table, cfg, 1, lay.experts_ep,
-                               int(lay.experts_weights), self.eff, lay.same_domain,
-                               lay.attention_per_expert)[1]
+        step, tpot, _ = af_decode_times(self.model, self._table, cfg, 1, lay.experts_ep,
+                                        int(lay.experts_weights), self.eff, lay.same_domain,
+                                        lay.attention_per_expert)
+        return step, tpot
 
     def kv_bytes(self, tokens: float) -> float:
         return tokens * self.kv_bytes_per_token + self.state_bytes_per_sequence

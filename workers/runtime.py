@@ -36,8 +36,9 @@ class ClusterRuntime:
     def __init__(self, cluster: BoundCluster, block_tokens: int,
                  eff: Efficiency = DEFAULT_EFFICIENCY,
                  on_done: Callable[[Request, float], None] | None = None,
-                 keep_events: bool = False, jump: bool = True, executor=None):
+                 keep_events: bool = False, jump: bool = True, executor=None, seed: int = 0):
         self.cluster = cluster
+        self.seed = seed  # decode workers draw multi-token-prediction acceptance from it
         # None: steps wait on this loop's clock; a StepExecutor (workers.executor): steps run
         # where it says (live mode: worker processes).
         self.executor, self.jump = executor, jump
@@ -74,10 +75,11 @@ class ClusterRuntime:
             from workers.executor import ExecutedDecodeWorker, ExecutedFillWorker
 
             if spec.phase is Phase.DECODE:
-                return ExecutedDecodeWorker(*args, jump=self.jump, executor=self.executor)
+                return ExecutedDecodeWorker(*args, jump=self.jump, executor=self.executor,
+                                            seed=self.seed)
             return ExecutedFillWorker(*args, executor=self.executor)
         if spec.phase is Phase.DECODE:
-            return DecodeWorker(*args, jump=self.jump)
+            return DecodeWorker(*args, jump=self.jump, seed=self.seed)
         return FillWorker(*args)
 
     def _finished(self, req: Request, now_s: float) -> None:
