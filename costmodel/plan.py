@@ -42,7 +42,8 @@ class PlanError(CostModelError):
 class WorkloadStats:
     """The trace as the planner sees it: per call input, cached and output tokens, the
     sessions' total active time (think gaps plus recorded service), and the router's
-    threshold between prefill and midfill."""
+    threshold between prefill and midfill. Decode and midfill are split from prefill
+    by cached prefix, as the router splits them."""
 
     sessions: int
     input_tokens: np.ndarray
@@ -50,6 +51,15 @@ class WorkloadStats:
     output_tokens: np.ndarray
     session_time_s: float
     midfill_min_prefix_tokens: int
+    arrival_span_s: float | None = None  # open-loop traces: first to last arrival
+
+    @property
+    def arrivals_per_s(self) -> float | None:
+        """An open-loop trace's own call rate (None for agent sessions, which carry no
+        clock: their rate is whatever session starts a replay chooses)."""
+        if self.arrival_span_s is None or self.arrival_span_s <= 0:
+            return None
+        return self.calls / self.arrival_span_s
 
     @property
     def calls(self) -> int:
@@ -139,7 +149,8 @@ class Plan:
     def concurrent_sessions(self) -> float:
         """Agent sessions whose calls arrive at the sustained rate (Little's law over the
         trace's own calls per active session-second)."""
-        return self.calls_per_s / self.workload.calls_per_session_s
+        rate = self.workload.calls_per_session_s
+        return self.calls_per_s / rate if rate > 0 else math.nan
 
     @property
     def sessions_per_hour(self) -> float:

@@ -96,7 +96,7 @@ def workload_from_traces(paths: list[Path], fmt: str):
     for path in paths:
         if not path.exists():
             raise UserError(f"--trace: {path} does not exist")
-    inp, cached, out = [], [], []
+    inp, cached, out, arrivals = [], [], [], []
     sessions, active_s = 0, 0.0
     for s in read_sessions(paths, fmt):
         sessions += 1
@@ -105,11 +105,14 @@ def workload_from_traces(paths: list[Path], fmt: str):
             inp.append(c.input_tokens)
             cached.append(c.cached_tokens)
             out.append(c.output_tokens)
+            if c.arrival_s is not None:
+                arrivals.append(c.arrival_s)
     if not inp:
         raise UserError(f"--trace: no calls in {', '.join(str(p) for p in paths)}")
     return WorkloadStats(sessions, np.array(inp, dtype=np.float64),
                          np.array(cached, dtype=np.float64), np.array(out, dtype=np.float64),
-                         active_s, MIDFILL_MIN_PREFIX_TOKENS)
+                         active_s, MIDFILL_MIN_PREFIX_TOKENS,
+                         max(arrivals) - min(arrivals) if len(arrivals) == len(inp) else None)
 
 
 def _precisions(args: argparse.Namespace, model):
@@ -210,7 +213,9 @@ def plan_dict(plan: Plan, out: str | None) -> dict[str, object]:
         "gpus_per_node": plan.nodes.gpus_each,
         "targets": {"ttft_s": plan.targets.ttft_s, "tpot_s": plan.targets.tpot_s},
         "trace": {"sessions": w.sessions, "calls": w.calls,
-                  "calls_per_session_hour": _r(w.calls_per_session_s * 3600, 2)},
+                  "calls_per_session_hour": _r(w.calls_per_session_s * 3600, 2),
+                  "arrivals_per_s": None if w.arrivals_per_s is None
+                  else _r(w.arrivals_per_s, 3)},
         "pools": [pool_dict(p) for p in plan.pools],
         "decode_slots": plan.decode_slots,
         "calls_per_s": _r(plan.calls_per_s, 3),
@@ -249,9 +254,13 @@ def print_plan(plan: Plan, out: Path | None) -> None:
         print(f"  {p.shape.calls:,} calls of the trace, {c.gpu_s_per_call:.3f} GPU-s per call "
               f"of the mix: sustains {p.calls_per_s:.2f} calls/s")
     spare = plan.gpus - plan.used_gpus
+    pace = (f", ~{plan.concurrent_sessions:,.0f} concurrent sessions at the trace's pace"
+            if math.isfinite(plan.concurrent_sessions) else "")
     print(f"\nsized for {plan.calls_per_s:.2f} calls/s (~{plan.sessions_per_hour:,.0f} sessions "
-          f"per hour, ~{plan.concurrent_sessions:,.0f} concurrent agent sessions at the "
-          f"trace's pace); {plan.decode_slots} decode slots"
+          f"per hour{pace}); {plan.decode_slots} decode slots"
           + (f"; {spare} GPU(s) spare" if spare else ""))
+    if w.arrivals_per_s is not None:
+        print(f"the trace's own arrivals: {w.arrivals_per_s:.2f} calls/s "
+              f"({plan.calls_per_s / w.arrivals_per_s:.1f}x headroom)")
     if out is not None:
         print(f"wrote {out}")

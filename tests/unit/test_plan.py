@@ -8,7 +8,8 @@ from costmodel.hardware import load_hardware
 from costmodel.model import load_model
 from costmodel.phase import Phase
 from costmodel.plan import PlanError, Targets, WorkloadStats, plan_cluster
-from costmodel.plan_sizing import Nodes, packs
+from costmodel.plan_candidates import Candidate
+from costmodel.plan_sizing import Nodes, packs, size_pools
 from costmodel.precision import Precision
 
 K3 = load_model("kimi-k3-like")
@@ -122,3 +123,31 @@ def test_packing_places_wide_workers_on_whole_nodes():
     assert 12 in Nodes.of(72, 72).worker_sizes(72)
     assert Nodes.of(64, 8).worker_sizes(64) >= {8, 16, 24, 64}
     assert 20 not in Nodes.of(64, 8).worker_sizes(64)
+
+
+def _candidate(phase, gpus, gpu_s_per_call):
+    return Candidate(phase=phase, pp=1, tp=1, ep=gpus, batch=1, gpus=gpus, ranks=gpus,
+                     latency_s=0.01, tokens_per_s_per_gpu=1.0, gpu_s_per_call=gpu_s_per_call,
+                     weight_bytes_per_gpu=0.0, kv_bytes_per_gpu=0.0, hbm_bytes_per_gpu=0.0,
+                     kv_capacity_tokens=1, precision=Precision.FP4, kv_precision=Precision.BF16)
+
+
+def test_sizing_takes_two_small_fill_workers_over_one_big_one_that_is_barely_faster():
+    fill = [_candidate(Phase.MIDFILL, 16, 0.50), _candidate(Phase.MIDFILL, 32, 0.48)]
+    decode = [_candidate(Phase.DECODE, 32, 1.0)]
+    s = size_pools([fill, decode], Nodes.of(64, 64))
+    assert [c.gpus for c in s.choice] == [16, 32] and s.workers == (2, 1)
+    # ... but not when the big one is much faster: the rate comes first beyond 15%.
+    fill = [_candidate(Phase.MIDFILL, 16, 0.50), _candidate(Phase.MIDFILL, 32, 0.20)]
+    decode = [_candidate(Phase.DECODE, 16, 0.2)]
+    s = size_pools([fill, decode], Nodes.of(48, 48))
+    assert [c.gpus for c in s.choice] == [32, 16]
+    assert s.calls_per_s == pytest.approx(min(32 / 0.20, 16 / 0.2))
+
+
+def test_an_open_loop_trace_reports_its_own_arrival_rate():
+    w = agent_like()
+    assert w.arrivals_per_s is None
+    timed = WorkloadStats(w.sessions, w.input_tokens, w.cached_tokens, w.output_tokens,
+                          w.session_time_s, 4096, arrival_span_s=100.0)
+    assert timed.arrivals_per_s == pytest.approx(w.calls / 100.0)
