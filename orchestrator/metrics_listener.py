@@ -23,6 +23,7 @@ from orchestrator.metrics import (
     oscillation_index,
 )
 from orchestrator.policies.base import AdmissionReason
+from orchestrator.snapshot import worker_hbm_per_gpu
 from storage.tiers import Tier
 from workers.request import LatencyPart
 
@@ -171,9 +172,7 @@ class MetricsListener:
             self._seen[s.name] = (s.pool, s.phase)
             labels = (s.pool, s.phase, s.name)
             now.add(labels)
-            gpus = w.spec.layout.instance_gpus
-            hbm = orch.weights_per_gpu[w.spec.pool] + (used.get(w.hbm, 0)
-                                                      + s.kv_resident_bytes) / gpus
+            hbm = worker_hbm_per_gpu(w, orch.weights_per_gpu[w.spec.pool], used.get(w.hbm, 0))
             self._c("worker_batch_requests", *labels).set(s.running)
             self._c("worker_queue_requests", *labels).set(s.queue_depth)
             self._c("worker_hbm_per_gpu_bytes", *labels).set(hbm)

@@ -88,18 +88,24 @@ def observe(rt: ClusterRuntime, now_s: float, counters: dict[str, int], queue_to
 
 
 def hbm_per_gpu(rt: ClusterRuntime, weights_per_gpu: dict[str, float]) -> float:
-    """The most any worker holds per GPU now: its slice's weights, the blobs in its HBM,
-    and (decode) the KV of the sequences it is running."""
+    """The most any worker holds per GPU now: its slice's weights and the KV in its HBM:
+    the blobs there or, for a decode worker, the KV of the sequences it runs, whichever
+    is more (a running sequence's input is among the blobs it pinned)."""
     used = rt.store.placement.used_bytes
-    most = 0.0
-    for w in (*rt.fill_workers.values(), *rt.decode_workers.values()):
-        gpus = w.spec.layout.instance_gpus
-        per_gpu = weights_per_gpu[w.spec.pool] + used.get(w.hbm, 0) / gpus
-        if hasattr(w, "kv_resident_bytes"):
-            # Footprints are per GPU of a rank group; sequences balance over the ranks.
-            per_gpu += w.kv_resident_bytes() / w.spec.kv.ranks
-        most = max(most, per_gpu)
-    return most
+    return max((worker_hbm_per_gpu(w, weights_per_gpu[w.spec.pool], used.get(w.hbm, 0))
+                for w in (*rt.fill_workers.values(), *rt.decode_workers.values())),
+               default=0.0)
+
+
+def worker_hbm_per_gpu(worker, weights_per_gpu: float, blob_bytes: float) -> float:
+    """One worker's HBM per GPU: weights, and its blobs' KV or its running sequences'."""
+    # Blobs count logical KV; MLA's latent (and GQA beyond its KV heads) is whole on
+    # every TP rank, so their bytes per GPU follow the worker's capacity figures.
+    kv = worker.spec.blob_bytes_per_gpu(blob_bytes)
+    if hasattr(worker, "kv_resident_bytes"):
+        # Footprints are per GPU of a rank group; sequences balance over the ranks.
+        kv = max(kv, worker.kv_resident_bytes() / worker.spec.kv.ranks)
+    return weights_per_gpu + kv
 
 
 def energy_j(rt: ClusterRuntime, end_s: float) -> float:

@@ -66,8 +66,10 @@ def plan_decode_admission(
     kv_bytes: Callable[[Request], float],
     target_batch: int | None = None,
 ) -> list[Request]:
-    """Which ready requests join the decode batch now: up to the target batch, and only
-    while their KV (at full length) fits beside what the batch holds. `target_batch`
+    """Which ready requests join the decode batch now: up to the target batch, oldest
+    first, and only while `kv_bytes(req)` fits beside `kv_used_bytes` (the decode worker
+    passes each sequence's KV now plus a growth reserve, never its true output length:
+    `workers.kv_budget`). The first request of an empty batch always joins. `target_batch`
     overrides the pool's default (a controller may set it)."""
     target = min(policy.target_batch if target_batch is None else target_batch,
                  policy.max_batch_sequences)

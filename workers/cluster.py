@@ -120,6 +120,14 @@ class WorkerSpec:
     kv_capacity_bytes: int
     experts_worker: str | None = None  # the expert worker this decode worker pairs with
 
+    def blob_bytes_per_gpu(self, logical_bytes: float) -> float:
+        """HBM per GPU that `logical_bytes` of blobs at this worker take: as many tokens,
+        each costing `kv.kv_bytes_per_token_per_gpu` on the GPUs of one rank group."""
+        if self.kv.kv_capacity_tokens <= 0:
+            return logical_bytes / self.layout.instance_gpus
+        tokens = logical_bytes * self.kv.kv_capacity_tokens / self.kv_capacity_bytes
+        return tokens * self.kv.kv_bytes_per_token_per_gpu / self.kv.ranks
+
 
 @dataclass(frozen=True)
 class ExpertWorkerSpec:

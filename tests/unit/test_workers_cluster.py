@@ -133,6 +133,11 @@ def test_mla_capacity_dp8_against_tp8_on_the_same_eight_gpus():
     old = KV_SHARE_OF_FREE_HBM * (load_hardware("h200").hbm_bytes
                                   - tp.kv.weight_bytes_per_gpu) * 8
     assert tp.kv_capacity_bytes == pytest.approx(old / 8, rel=1e-3)
+    # A full store tier at the worker is a full budget on each GPU (one latent per rank).
+    assert tp.blob_bytes_per_gpu(tp.kv_capacity_bytes) == pytest.approx(
+        tp.kv.budget_bytes_per_gpu, rel=1e-5)
+    assert dp.blob_bytes_per_gpu(dp.kv_capacity_bytes) == pytest.approx(
+        dp.kv.budget_bytes_per_gpu, rel=1e-5)
     # Decode admits in per-GPU footprint units: a 100k-token sequence's share of each.
     at_100k = tp.kv.sequence_bytes_per_gpu(100_000)
     assert int(tp.kv.instance_bytes // at_100k) == tp.kv.sequences_at(100_000)
