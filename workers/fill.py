@@ -25,12 +25,16 @@ from workers.ready import ReadyBuffer
 from workers.request import LatencyPart, Request, RequestState
 from workers.state import WorkerState
 
+# The run's clock keeps integer nanoseconds (workers.clock): a timer set for a float time
+# may fire up to a tick before it, which must count as on time.
+CLOCK_TICK_S = 1e-9
+
 
 class ChunkedFills:
     """A worker's fill work: requests waiting or part-filled (`queue`, oldest first),
-    their prefixes fetched into HBM (`fetched`) and the tokens of each already put in
-    steps (`planned`). Plans the chunks of the next step. A request leaves `queue` when
-    its last chunk is planned."""
+    their prefixes fetched into HBM (`fetched`, in HBM from `loaded_at`) and the tokens
+    of each already put in steps (`planned`). Plans the chunks of the next step. A
+    request leaves `queue` when its last chunk is planned."""
 
     def __init__(self, store: BlobStore, recompute_s: Callable[[int], float] | None,
                  policy: BatchPolicySpec):
@@ -38,14 +42,17 @@ class ChunkedFills:
         self.queue: deque[Request] = deque()
         self.fetched: dict[int, FetchResult] = {}
         self.planned: dict[int, int] = {}
+        self.loaded_at: dict[int, float] = {}
 
     def prepare(self, hbm: Location, now_s: float, budget_tokens: int | None = None,
                 may_start: Callable[[Request, list[Request]], bool] | None = None,
-                ) -> list[FillChunk]:
+                skip_loading: bool = False) -> list[FillChunk]:
         """The next step's chunks; fetches the prefixes of the queue's head as far as
         the plan reaches. `may_start(req, starting)`: whether a request whose fill has
         not begun may begin now beside `starting` (a mixed worker's room); the queue
-        stays in order, so the first refused request ends the plan."""
+        stays in order, so the first refused request ends the plan. `skip_loading`: a
+        request whose prefix is still on its way waits for a later step instead of
+        holding this one (its fill starts with the load)."""
         if len({id(r) for r in self.queue}) != len(self.queue):
             # A lost step's requests were handed back to the queue's front (live mode).
             unique = list(dict.fromkeys(self.queue))
@@ -61,8 +68,13 @@ class ChunkedFills:
             if req.call_id not in self.fetched:
                 result = fetch(self.store, req.block_ids, hbm, now_s, self.recompute_s)
                 self.fetched[req.call_id] = result
+                self.loaded_at[req.call_id] = now_s + result.transfer_s
                 self.planned.pop(req.call_id, None)  # a fresh start
                 req.prefix_tokens = result.prefix_tokens - result.recompute_tokens
+                if skip_loading and result.transfer_s > 0:
+                    self._start(req, now_s)
+            if skip_loading and self.loaded_at[req.call_id] > now_s + CLOCK_TICK_S:
+                continue
             candidate = plan_fill_batch([*reqs, req], self.policy, self.planned, budget_tokens)
             if len(candidate) <= len(chunks):
                 break
@@ -80,15 +92,26 @@ class ChunkedFills:
             req = c.request
             if not self.planned.get(req.call_id, 0):
                 starting.append(req)
-                req.state = RequestState.FILLING
-                req.fill_start_s = now_s
-                req.enter(LatencyPart.FILL, now_s)
-                req.computed_tokens = req.input_tokens - req.prefix_tokens
+                self._start(req, now_s)
             self.planned[req.call_id] = self.planned.get(req.call_id, 0) + c.tokens
             if c.last:
                 self.queue.popleft() if self.queue[0] is req else self.queue.remove(req)
-        transfer_s = max((self.fetched[r.call_id].transfer_s for r in starting), default=0.0)
-        return transfer_s, starting
+        transfer_s = max((self.loaded_at[r.call_id] - now_s for r in starting), default=0.0)
+        return max(transfer_s, 0.0), starting
+
+    @staticmethod
+    def _start(req: Request, now_s: float) -> None:
+        """The request's fill starts now (or started with its prefix's load)."""
+        req.state = RequestState.FILLING
+        if req.fill_start_s is None:
+            req.fill_start_s = now_s
+        req.enter(LatencyPart.FILL, now_s)
+        req.computed_tokens = req.input_tokens - req.prefix_tokens
+
+    def next_load_s(self, now_s: float) -> float | None:
+        """When the next prefix still on its way reaches HBM, or None."""
+        times = [t for t in self.loaded_at.values() if t > now_s + CLOCK_TICK_S]
+        return min(times) if times else None
 
     def current(self, req: Request) -> bool:
         """False for a chunk of a step lost and handed back (its fetch was released)."""
@@ -97,6 +120,7 @@ class ChunkedFills:
     def end(self, req: Request) -> FetchResult:
         """The request's fill is over: forget it; the caller releases the fetch."""
         self.planned.pop(req.call_id, None)
+        self.loaded_at.pop(req.call_id, None)
         return self.fetched.pop(req.call_id)
 
 

@@ -51,6 +51,7 @@ class MixedWorker(DecodeWorker):
         self.queue = self.fills.queue  # calls waiting to start or finish their fill
         self._filling: dict[int, Request] = {}
         self._arrival = asyncio.Event()
+        self._wake_at: asyncio.TimerHandle | None = None
 
     # -- intake: the router hands calls here as to a fill worker -------------------
     def submit(self, req: Request, now_s: float) -> None:
@@ -68,7 +69,10 @@ class MixedWorker(DecodeWorker):
 
     # -- KV: sequences being filled hold their prompt's KV ---------------------------
     def _held(self) -> list[Request]:
-        return [*super()._held(), *self._filling.values()]
+        """The decode side's, the calls filling, and those whose prefix is loading."""
+        loading = [r for r in self.queue
+                   if r.call_id in self.fills.fetched and r.call_id not in self._filling]
+        return [*super()._held(), *self._filling.values(), *loading]
 
     def _loading_bytes(self) -> float:
         return super()._loading_bytes() + sum(
@@ -78,7 +82,7 @@ class MixedWorker(DecodeWorker):
     def _may_start(self, req: Request, starting: list[Request]) -> bool:
         """A slot in the decode batch and KV room (its prompt plus the growth reserve)
         beside everything held; a lone call always starts."""
-        held = [*self._held(), *starting]
+        held = [r for r in (*self._held(), *starting) if r is not req]
         if not held:
             return True
         if len(held) >= self.target_batch:
@@ -96,13 +100,31 @@ class MixedWorker(DecodeWorker):
             self._join(now_s)
             self._interrupt.clear()
             budget = self.spec.batch.max_batch_tokens - len(self.running) * (1 + self.spec.layout.mtp)
-            chunks = self.fills.prepare(self.hbm, now_s, budget, self._may_start)
+            chunks = self.fills.prepare(self.hbm, now_s, budget, self._may_start,
+                                        skip_loading=True)
+            self._wake_when_loaded(now_s)
             if chunks:
                 await self._mixed_step(chunks, now_s)
             elif self.running:
                 await self._decode_run(now_s)
             else:
                 await self._interrupt.wait()
+
+    def _wake_when_loaded(self, now_s: float) -> None:
+        """A call's prefix still loading into HBM holds no step; its first chunk rides in
+        the first step after it arrives (vLLM's requests waiting for remote KV)."""
+        at_s = self.fills.next_load_s(now_s)
+        if at_s is None or (self._wake_at is not None and not self._wake_at.cancelled()
+                            and self._wake_at.when() <= at_s):
+            return
+        if self._wake_at is not None:
+            self._wake_at.cancel()
+        self._wake_at = asyncio.get_running_loop().call_at(at_s, self._loaded_prefix)
+
+    def _loaded_prefix(self) -> None:
+        self._wake_at = None
+        self._arrival.set()
+        self._poke()
 
     async def _decode_run(self, now_s: float) -> None:
         """No fill can start: the decode worker's run of steps, to the next retirement."""
@@ -137,7 +159,7 @@ class MixedWorker(DecodeWorker):
 
     async def _mixed_step(self, chunks: list[FillChunk], now_s: float) -> None:
         """One step: the running decodes (one token each) and the chunks, priced together.
-        A step that starts a fill waits for that call's cached prefix to load first."""
+        Chunks join only once their call's cached prefix is in HBM."""
         loop = asyncio.get_running_loop()
         if self.running:
             self._plan_run(now_s)  # preempts first if the decodes' KV would overflow

@@ -131,3 +131,23 @@ def test_same_inputs_same_timeline():
 
     a, b = once(), once()
     assert a == b and len(a) == 12
+
+
+def test_a_prefix_on_its_way_holds_no_step_its_chunk_rides_once_it_is_in_hbm():
+    """A second turn's cached prefix loads from host memory while the worker goes on
+    decoding; its chunk joins the first step after the load, priced without the load."""
+    turn1 = Request(1, "s", 3_000, 2, block_ids=tuple(range(100, 146)))
+    first = Request(2, "a", 1_000, 3_000)
+    turn2 = Request(3, "s", 4_000, 2, block_ids=tuple(range(100, 162)))
+    rt = run_worker([(0.0, turn1), (1.0, first), (5.0, turn2)], 3)
+    assert turn2.prefix_tokens == 46 * 64
+    ends = first.fill_end_s + np.cumsum(rt.pricers["mixed"].decode_steps_s(1, 1_001, 2_999))
+    arrived_s = ends[np.searchsorted(ends, 5.0)]  # the run is cut at that step's end
+    began_s = next(t / 1e9 for t, _, kind, ids in rt.log.events
+                   if kind == "fill_start" and ids == (3,))
+    assert began_s > arrived_s + 1e-6  # the load took time; decode steps went on meanwhile
+    j = int(np.searchsorted(ends, began_s - 1e-9))
+    assert began_s == pytest.approx(ends[j], abs=1e-8)  # at a decode step's end
+    step = step_s([4_000 - 46 * 64, 1], [46 * 64, 1_001 + j + 1], [False, True])
+    assert turn2.fill_end_s - began_s == pytest.approx(step, abs=1e-8)
+    assert turn2.fill_start_s == pytest.approx(arrived_s, abs=1e-8)  # its fill began with the load
