@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import math
 import shlex
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -67,6 +66,21 @@ def _gpus(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
     return value
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The command line that makes this plan again (options at their defaults left out)."""
+    words = ["tokenfactory", "plan", "--model", args.model, "--hardware", args.hardware,
+             "--gpus", str(args.gpus), "--trace", *(str(t) for t in args.trace)]
+    for option, value, default in (
+            ("--format", args.format, "auto"),
+            ("--ttft-target", args.ttft_target, DEFAULT_TTFT_TARGET_S),
+            ("--tpot-target", args.tpot_target, DEFAULT_TPOT_TARGET_S),
+            ("--precision", args.precision, None), ("--kv-precision", args.kv_precision, "bf16"),
+            ("--name", args.name, None), ("--out", args.out, None)):
+        if value != default:
+            words += [option, f"{value:g}" if isinstance(value, float) else str(value)]
+    return " ".join(shlex.quote(w) for w in words)
 
 
 def _check_out(out: Path | None) -> None:
@@ -159,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
                                                                 args.tpot_target),
                         weights, kv)
     name = args.name or (args.out.stem if args.out is not None else "planned")
-    command = "tokenfactory " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = _command(args)
     text = render_cluster_toml(plan, name, command, args.hardware)
     try:  # the file must be one replay runs: read it back and bind it as replay would
         cluster_from_dict(tomllib.loads(text), "planned cluster").bind(model)
