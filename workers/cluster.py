@@ -200,8 +200,8 @@ class BoundCluster:
                 e = next(x for x in spec.expert_pools if x.name == pool.experts_pool)
                 layout, pairs, paired = _split(pool, e, model, homes)
                 expert_workers += paired
-                weights = float(attention_weight_bytes_per_gpu(model, layout.tp,
-                                                               int(layout.weights)))
+                weights = float(attention_weight_bytes_per_gpu(
+                    model, layout.tp, int(layout.weights), int(layout.attention_precision)))
             kv = kv_capacity(model, pool.hardware, layout, weight_bytes=weights)
             for i, home in enumerate(homes[pool.name]):
                 name = f"{pool.name}-{i}"

@@ -60,7 +60,8 @@ class StepPricer:
         return Configs(phase=col(int(phase), np.int64), batch=col(batch), new_tokens=col(new_tokens),
                        context=context, pp=col(lay.pp), tp=col(lay.tp), ep=col(lay.ep),
                        precision=col(int(lay.weights), np.int64), hardware=col(0, np.int64),
-                       kv_precision=col(int(lay.kv), np.int64), mtp=col(lay.mtp))
+                       kv_precision=col(int(lay.kv), np.int64), mtp=col(lay.mtp),
+                       attention_precision=col(int(lay.attention_precision), np.int64))
 
     def per_rank(self, sequences: float) -> float:
         return sequences / self.attention_ranks

@@ -81,6 +81,7 @@ POOL_FIELDS: dict[str, Callable[[Any], Any]] = {
     "gpus": _integer(1), "pp": _integer(1), "tp": _integer(1), "ep": _integer(1),
     "mtp": _integer(0), "target_batch": _integer(1), "max_batch_sequences": _integer(1),
     "max_batch_tokens": _integer(1), "precision": _text, "kv_precision": _text,
+    "attention_precision": _text,
 }
 KNOWN_KEYS = (*RUN_KEYS, *GAIN_KEYS, *(f"pool.NAME.{f}" for f in POOL_FIELDS))
 
