@@ -98,7 +98,7 @@ class StepPricer:
             self.model, self._table, np.array(new_tokens, dtype=np.float64),
             np.array(cached_tokens, dtype=np.float64), np.array(decoding, dtype=bool),
             pp=lay.pp, tp=lay.tp, ep=lay.ep, precision=lay.weights, kv_precision=lay.kv,
-            mtp=lay.mtp, attention_precision=getattr(lay, "attention_weights", None),
+            mtp=lay.mtp, attention_precision=lay.attention_precision,
             eff=self.eff)
         return cost.step_time_s, cost.step_time_s / lay.pp
 
