@@ -23,6 +23,7 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
+from costmodel.draft import draft_passes
 from costmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency, OverlapMode
 from costmodel.errors import CostModelError, LayoutError
 from costmodel.hardware import HardwareSpec, HardwareTable
@@ -138,6 +139,7 @@ class AFCost:
     network_s: np.ndarray  # TP all-reduces plus attention <-> expert all-to-all
     a2a_s: np.ndarray  # of which attention <-> expert
     latency_s: np.ndarray
+    draft_s: np.ndarray  # the MTP draft passes of one step
     attention_a2a_bytes_per_gpu: np.ndarray  # dispatch sent + combine received
     expert_a2a_bytes_per_gpu: np.ndarray
     experts_read_per_gpu_per_layer: np.ndarray  # distinct experts whose weights load
@@ -215,8 +217,11 @@ def af_decode_times(model: ModelSpec, table: HardwareTable, cfg: Configs, expert
         longest = np.maximum(np.maximum(t_att, t_exp), network_s)
         hidden_s = eff.overlap_fraction * (serial_s - longest)
     stage_s = serial_s - hidden_s + latency_s
-    step_s = stage_s + eff.step_overhead_s
     accepted = expected_tokens_per_step(cfg.mtp, eff.mtp_acceptance)
+    # MTP drafts: the module priced as one colocated layer of the attention instance
+    # (its shape, its tp and ep), after the main pass.
+    draft_s = draft_passes(m, table, cfg, eff, accepted).time_s
+    step_s = stage_s + draft_s + eff.step_overhead_s
     tpot_s = step_s / accepted
 
     width = va.tp * ranks
@@ -240,7 +245,7 @@ def af_decode_times(model: ModelSpec, table: HardwareTable, cfg: Configs, expert
         step_time_s=step_s, tpot_s=tpot_s, tokens_per_step=tokens_per_step,
         tokens_per_s_per_gpu=tokens_per_step / (step_s * gpus), gpus=gpus,
         attention_s=t_att, expert_s=t_exp, network_s=network_s, a2a_s=a2a_s,
-        latency_s=latency_s, attention_a2a_bytes_per_gpu=att_bytes,
+        latency_s=latency_s, draft_s=draft_s, attention_a2a_bytes_per_gpu=att_bytes,
         expert_a2a_bytes_per_gpu=exp_bytes,
         experts_read_per_gpu_per_layer=ke.exp_bytes / (ve.n_moe * m.expert_params * ve.wb_exp),
         expert_hbm_read_bytes_per_gpu=ke.exp_bytes,

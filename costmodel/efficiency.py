@@ -29,7 +29,7 @@ class Efficiency:
     # Big FP8 GEMMs reach ~0.68 (DeepGEMM: 1,350+ TFLOPS on H800), but a step mixes
     # small grouped GEMMs, BF16 attention and glue kernels. The one calibrated factor,
     # set by hand on the six compute-bound cases of costmodel/validation.py (all within
-    # 0.97-1.34x at 0.40). The stated rule there (least squares in log ratio) gives 0.36
+    # 0.98-1.34x at 0.40). The stated rule there (least squares in log ratio) gives 0.36
     # on those six and 0.34 with the memory/latency-bound cases added (the 64k-context
     # one, whose MLA attention is FLOP-heavy, pulls it); batch-1 decode barely depends on
     # it. Per-case and leave-one-out figures: docs/costmodel.md.
@@ -47,7 +47,10 @@ class Efficiency:
     # leaves a residual imbalance; DeepSeek's EPLB reports balance within ~10-20%.
     ep_imbalance: float = 1.15
     # Per layer: kernel launches that are not hidden (CUDA graphs in decode leave
-    # ~1-2 us each, about 12 kernels a layer).
+    # ~1-2 us each, about 12 kernels a layer). Batch-1 decode steps measured by the
+    # validation cases imply ~4 us per small kernel and 13 kernels per MLA + MoE layer
+    # against ~6 per GQA + dense one (docs/costmodel.md, "Why the fixed latencies were
+    # left as they are"); no public source gives that floor apart from those cases.
     kernel_launch_s: float = 1.5e-6
     kernels_per_layer: float = 12.0
     # Per TP collective (NCCL all-reduce of a small message on NVLink: ~10-20 us).

@@ -97,8 +97,9 @@ _DS = "deepseek-v3"
 _FP4 = Layout(tp=8, ep=4, weights=Precision.FP4, attention_weights=Precision.BF16)
 # Figures behind each miss: docs/costmodel.md, "Calibration and validation".
 _SMALL_BATCH_MOE = ("the fixed latencies price an MLA + MoE layer at batch 1 like a GQA layer "
-                    "(~72 us against ~133 us measured on B200) and the MTP draft passes are "
-                    "not priced (+0.61 ms per step against +2.14 ms measured for 3 drafts)")
+                    "(~72 us against ~133 us measured on B200), and 3 MTP drafts, each priced "
+                    "as one pass of the MTP module, add 0.99 ms per step against 2.14 ms "
+                    "measured on B200")
 _NO_OVERLAP_64K = ("without overlap scheduling the host gap is >= 6.1 ms per step (51.0 -> 60.4 "
                    "tok/s per rank with it), not 1.5 ms; ~14 ms more per step is not "
                    "accounted for by the core's terms")
@@ -127,7 +128,7 @@ CASES = (
          batch=1, note="in the band, but short of the same per-layer latency as the MTP rows"),
     Case("TRT-LLM DeepSeek-R1 min latency, 8xB200 TP8 EP4 FP4, batch 1, 1k/2k, MTP 3",
          TRTLLM_B200_MIN_LATENCY, _DS, "b200", Phase.DECODE, replace(_FP4, mtp=3), 1, 2048,
-         253, _USER, _ML, batch=1, note=_MTP3 + "; at the band's edge, short of the same "
+         253, _USER, _ML, batch=1, note=_MTP3 + "; in the band, short of the same "
          "per-layer latency and MTP draft cost as the H200 row"),
     Case("TRT-LLM DeepSeek-R1 min latency, 8xH200 TP8 EP4 FP8, batch 1, 1k/2k, MTP 3",
          TRTLLM_DSR1_PRACTICE, _DS, "h200", Phase.DECODE, Layout(tp=8, ep=4, mtp=3), 1, 2048,
