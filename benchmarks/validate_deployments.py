@@ -9,11 +9,44 @@ memory/latency-bound ones; every case with its source URL.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from rich.console import Console
 from rich.table import Table
 
 from costmodel.efficiency import DEFAULT_EFFICIENCY
-from costmodel.validation import CASES, Regime, fit_compute, leave_one_out, predict_all, ratio_table
+from costmodel.mtp import expected_tokens_per_step
+from costmodel.validation import (
+    CASES,
+    Regime,
+    fit_compute,
+    leave_one_out,
+    predict,
+    predict_all,
+    ratio_table,
+)
+
+# TensorRT-LLM's DeepSeek-R1 on 8xB200 at batch 1 with 0-5 autoregressive MTP drafts:
+# tokens/s per user and mean tokens per step ("Autoregressive MTP Layers", the source of
+# the B200 cases).
+B200_MTP_LADDER = ((111, 1.00), (198, 1.92), (250, 2.58), (253, 2.82), (245, 2.99),
+                   (239, 3.01))
+
+
+def mtp_ladder(console: Console) -> None:
+    """The measured step with 0-5 drafts against the core's (drafts priced as passes of
+    the MTP module, costmodel/draft.py)."""
+    base = next(c for c in CASES if c.hardware == "b200" and c.layout.mtp == 0)
+    table = Table(title="8xB200 DeepSeek-R1 batch 1: step time by MTP drafts")
+    for col in ("drafts", "measured step ms", "predicted step ms", "predicted/measured tok/s"):
+        table.add_column(col, justify="right")
+    for drafts, (tps, per_step) in enumerate(B200_MTP_LADDER):
+        case = replace(base, layout=replace(base.layout, mtp=drafts), measured=tps)
+        p = predict(case)
+        step_ms = p.tpot_s * float(expected_tokens_per_step(drafts)) * 1e3
+        table.add_row(str(drafts), f"{per_step / tps * 1e3:.2f}", f"{step_ms:.2f}",
+                      f"{p.ratio:.2f}")
+    console.print(table)
 
 
 def _fmt(x: float) -> str:
@@ -42,6 +75,7 @@ def main() -> None:
     console.print(f"compute fitted on all {len(CASES)} cases: {all_fit:.2f}; on the "
                   f"{len(compute_only)} compute-bound cases alone: {fit_compute_bound:.2f}; "
                   f"shipped: {DEFAULT_EFFICIENCY.compute:.2f}")
+    mtp_ladder(console)
     for n, i in enumerate(order, 1):
         c = CASES[i]
         console.print(f"[{n}] {c.source}" + (f"\n    note: {c.note}" if c.note else "")
