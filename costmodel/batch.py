@@ -21,10 +21,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from costmodel.draft import draft_passes
 from costmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency, OverlapMode
 from costmodel.hardware import HardwareTable
+from costmodel.kernels import ACT_BYTES, Phase, _Kernels, _latency, _network, _Shape
 from costmodel.model import ModelSpec
-from costmodel.phase import ACT_BYTES, Configs, Phase, _Kernels, _latency, _network, _Shape
+from costmodel.mtp import expected_tokens_per_step
+from costmodel.phase import Configs
 from costmodel.precision import Precision
 
 
@@ -75,7 +78,9 @@ def batch_step_cost(model: ModelSpec, hardware: HardwareTable, new_tokens, cache
     `attention_precision`: that of the non-expert weights (None: the cost core's rule).
 
     A step with any fill chunk uses the fill kernels for the all-to-all (throughput
-    mode); a pure decode step the low-latency ones, as `phase_cost` does."""
+    mode); a pure decode step the low-latency ones, as `phase_cost` does. With `mtp`,
+    the MTP module's draft passes for the decoding requests follow the main pass
+    (`costmodel.draft`), at their mean context."""
     cached = np.asarray(cached_tokens, dtype=np.float64).ravel()
     n = cached.size
     if n == 0:
@@ -102,5 +107,15 @@ def batch_step_cost(model: ModelSpec, hardware: HardwareTable, new_tokens, cache
     if eff.overlap == OverlapMode.OVERLAP:
         stage_s = stage_s - eff.overlap_fraction * np.minimum(t_cm, network_s)
     stage = float(np.ravel(stage_s)[0])
-    return BatchStepCost(step_time_s=pp * stage + eff.step_overhead_s, stage_time_s=stage,
+    draft_s = 0.0
+    if mtp and decoding.any():
+        # The decoding requests' drafts, as a uniform decode batch of them prices them.
+        dcfg = Configs.make(phase=int(Phase.DECODE), batch=decoding.sum() / ranks,
+                            new_tokens=1, context=cached[decoding].mean(), pp=pp, tp=tp,
+                            ep=ep, precision=int(precision), hardware=hardware_index,
+                            kv_precision=int(kv_precision), mtp=mtp, **extra)
+        accepted = expected_tokens_per_step(dcfg.mtp, eff.mtp_acceptance)
+        draft_s = float(draft_passes(model, hardware, dcfg, eff, accepted).time_s[0])
+    return BatchStepCost(step_time_s=pp * stage + draft_s + eff.step_overhead_s,
+                         stage_time_s=stage,
                          attention_s=t_attn, tokens=float(q_tok.sum()), sequences=n)
