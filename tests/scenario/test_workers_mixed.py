@@ -98,19 +98,28 @@ def test_an_arrival_ends_a_decode_run_and_its_chunk_rides_with_the_decode():
     assert first.remaining == 0 and second.remaining == 0
 
 
-def _replay(cluster, sessions, controller="buffered"):
+def _replay(cluster, sessions, controller="buffered", pins=None):
+    """The replay's result; `pins` (a list) receives the blobs still pinned in any worker's
+    HBM once every call is done."""
     control = ControlConfig()
     target = next(p.batch.target_batch for p in cluster.pools)
     orch = Orchestrator(cluster.bind(LLAMA), sessions, make_policy(controller, control, target),
                         control, LoadOptions(think_scale=0.05), seed=0, deadline_s=3600.0)
-    return VirtualClock().run(orch.run())
+    result = VirtualClock().run(orch.run())
+    if pins is not None:
+        store = orch.runtime.store
+        pins.extend((loc, b) for loc, blobs in store.placement.at.items() for b in blobs
+                    if store.pinned(b, loc))
+    return result
 
 
 @pytest.mark.parametrize("controller", ["buffered", "retire"])
 def test_a_trace_completes_every_call_aggregated_and_disaggregated(controller):
     sessions = short_agent_sessions(3, 6, seed=2)
     calls = sum(len(s.calls) for s in sessions)
-    agg = _replay(mixed_cluster(), sessions, controller)
+    pins: list = []
+    agg = _replay(mixed_cluster(), sessions, controller, pins)
+    assert pins == []  # every fill's and every decode's pin released
     disagg = _replay(cluster_from_dict(KIT_CLUSTER, "kit.toml"), sessions, controller)
     for result in (agg, disagg):
         assert result.counters["completed"] == calls and result.counters["rejected"] == 0
