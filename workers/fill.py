@@ -34,7 +34,9 @@ class ChunkedFills:
     """A worker's fill work: requests waiting or part-filled (`queue`, oldest first),
     their prefixes fetched into HBM (`fetched`, in HBM from `loaded_at`) and the tokens
     of each already put in steps (`planned`). Plans the chunks of the next step. A
-    request leaves `queue` when its last chunk is planned."""
+    request is out of `queue` while a chunk of it runs (so a step handed back whole
+    holds each of its requests once); after a chunk that was not its last it goes back
+    to the queue's front (`resume`)."""
 
     def __init__(self, store: BlobStore, recompute_s: Callable[[int], float] | None,
                  policy: BatchPolicySpec):
@@ -94,8 +96,7 @@ class ChunkedFills:
                 starting.append(req)
                 self._start(req, now_s)
             self.planned[req.call_id] = self.planned.get(req.call_id, 0) + c.tokens
-            if c.last:
-                self.queue.popleft() if self.queue[0] is req else self.queue.remove(req)
+            self.queue.popleft() if self.queue[0] is req else self.queue.remove(req)
         transfer_s = max((self.loaded_at[r.call_id] - now_s for r in starting), default=0.0)
         return max(transfer_s, 0.0), starting
 
@@ -112,6 +113,13 @@ class ChunkedFills:
         """When the next prefix still on its way reaches HBM, or None."""
         times = [t for t in self.loaded_at.values() if t > now_s + CLOCK_TICK_S]
         return min(times) if times else None
+
+    def resume(self, chunks: tuple[FillChunk, ...] | list[FillChunk]) -> None:
+        """A step ended: the requests it left part-filled go back to the queue's front,
+        in their order."""
+        for c in reversed(chunks):
+            if not c.last and self.current(c.request):
+                self.queue.appendleft(c.request)
 
     def current(self, req: Request) -> bool:
         """False for a chunk of a step lost and handed back (its fetch was released)."""
@@ -204,6 +212,7 @@ class FillWorker:
     def _complete(self, batch: FillStep) -> None:
         now_s = asyncio.get_running_loop().time()
         self._in_flight -= len(batch)
+        self.fills.resume(batch.chunks)
         for c in batch.chunks:
             if not self.fills.current(c.request):
                 continue

@@ -176,6 +176,7 @@ class MixedWorker(DecodeWorker):
             [False] * len(chunks) + [True] * decodes)
         await asyncio.sleep(now_s + transfer_s + latency_s - loop.time())
         end_s = loop.time()
+        self.fills.resume(chunks)
         self._advance(1 if decodes else 0, now_s, end_s)
         for c in chunks:
             self._tokens_done += c.tokens

@@ -67,3 +67,34 @@ def test_short_requests_share_the_last_chunks_step():
     assert short.fill_start_s == pytest.approx(first, abs=1e-8)
     starts = [e[3] for e in rt.log.events if e[2] == "fill_start"]
     assert starts == [(1,), (2,)]
+
+
+class SlowSteps:
+    """A step executor whose steps never end within the test (a remote worker, stuck)."""
+
+    async def run(self, worker, duration_s, call_ids):
+        await asyncio.sleep(1e6)
+
+
+def test_an_evacuated_worker_hands_back_a_part_filled_call_once():
+    from collections import Counter
+
+    data = copy.deepcopy(KIT_CLUSTER)
+    data["pools"][0]["max_batch_tokens"] = CHUNK
+
+    async def main():
+        rt = ClusterRuntime(cluster_from_dict(data, "kit").bind(LLAMA), block_tokens=64,
+                            executor=SlowSteps())
+        rt.start()
+        long = Request(1, "s1", input_tokens=10_000, output_tokens=1)
+        short = Request(2, "s2", input_tokens=500, output_tokens=1)
+        for req in (long, short):
+            rt.submit_fill("prefill-0", req, 0.0)
+        await asyncio.sleep(5.0)  # several steps start; none ends
+        out = rt.fill_workers["prefill-0"].evacuate()
+        await rt.stop()
+        return out
+
+    out = VirtualClock().run(main())
+    assert Counter(r.call_id for r in out) == Counter({1: 1, 2: 1})
+    assert all(r.prefix_tokens == 0 and r.fill_start_s is None for r in out)
