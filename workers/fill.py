@@ -213,6 +213,8 @@ class FillWorker:
         now_s = asyncio.get_running_loop().time()
         self._in_flight -= len(batch)
         self.fills.resume(batch.chunks)
+        if self.queue and self._wake is not None:
+            self._wake.set()  # a part-filled request is back (the loop may be waiting)
         for c in batch.chunks:
             if not self.fills.current(c.request):
                 continue

@@ -98,3 +98,27 @@ def test_an_evacuated_worker_hands_back_a_part_filled_call_once():
     out = VirtualClock().run(main())
     assert Counter(r.call_id for r in out) == Counter({1: 1, 2: 1})
     assert all(r.prefix_tokens == 0 and r.fill_start_s is None for r in out)
+
+
+def test_with_pipeline_stages_the_next_chunk_starts_when_the_last_one_ends():
+    """pp=2: a step's stage time is half its latency, so the worker plans again before
+    the chunk in flight ends; the request comes back then and must wake the worker."""
+    data = copy.deepcopy(KIT_CLUSTER)
+    data["pools"][0].update(max_batch_tokens=CHUNK, pp=2, gpus=8)
+    data["pools"][1]["nodes"] = ["n1"]
+    data["pools"][2].update(gpus=4)
+    data["pools"][1]["gpus"] = 4
+
+    async def main():
+        rt = ClusterRuntime(cluster_from_dict(data, "pp2").bind(LLAMA), block_tokens=64)
+        rt.start()
+        loop = asyncio.get_running_loop()
+        req = Request(1, "s1", input_tokens=10_000, output_tokens=1)
+        rt.submit_fill("prefill-0", req, 0.0)
+        while not rt.done and loop.time() < 60.0:
+            await asyncio.sleep(0.5)
+        await rt.stop()
+        return req
+
+    req = VirtualClock().run(main())
+    assert req.done_s is not None and req.done_s < 10.0
