@@ -81,10 +81,14 @@ SERIES_COLUMNS = ("time_s", "decode_occupancy", "decode_running", "decode_slots"
 def write_series_csv(path: Path, series: Series) -> None:
     with path.open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(SERIES_COLUMNS)
+        parts = sorted(series.latency_breakdown_s)  # "<part>_<p50|p90|p99>_s", per period
+        w.writerow((*SERIES_COLUMNS, *parts))
         for i in range(len(series)):
-            w.writerow([getattr(series, c)[i] if i < len(getattr(series, c)) else ""
-                        for c in SERIES_COLUMNS])
+            row = [getattr(series, c)[i] if i < len(getattr(series, c)) else ""
+                   for c in SERIES_COLUMNS]
+            row += [series.latency_breakdown_s[c][i] if i < len(series.latency_breakdown_s[c])
+                    else "" for c in parts]
+            w.writerow(row)
 
 
 def decision_logger(path: Path):

@@ -1,5 +1,6 @@
 """replay / compare from the command line: output, and one-line errors with exit 2."""
 
+import csv
 import json
 
 import pytest
@@ -35,7 +36,10 @@ def test_replay_json_has_the_contract_keys_and_writes_its_directory(tmp_path, ca
         assert key in s[section]
     assert s["requests"]["lost"] == 0
     assert json.loads((out / "summary.json").read_text())["requests"] == s["requests"]
-    assert (out / "series.csv").read_text().startswith("time_s,")
+    with (out / "series.csv").open(newline="") as f:
+        columns, *rows = list(csv.reader(f))
+    assert columns[0] == "time_s" and "transfer_p99_s" in columns and "decode_p50_s" in columns
+    assert rows and all(len(r) == len(columns) for r in rows)
     first = json.loads((out / "decisions.jsonl").read_text().splitlines()[0])
     assert first["event"] == "admission" and "reason" in first
 
