@@ -1,9 +1,14 @@
-"""The essay's central claim on the development traces, at the load orchestrator.demo
-documents: admission on decode retirements rings, buffered admission holds decode steady."""
+"""Retire and buffered on the development traces, at the load orchestrator.demo documents.
+
+The control experiment (retire rings, buffered holds decode steady) is being rebuilt on
+the rack-scale presets. On `gb200-nvl72x1` (384 decode slots) at this load decode is
+nearly idle and neither controller's admission decision binds, so the two runs are the
+same run (docs/demo.md): this test holds that measured relation.
+"""
 
 import pytest
 
-from orchestrator.demo import DEV_CLUSTER, DEV_LOAD
+from orchestrator.demo import DEV_CLUSTER, DEV_LOAD, DecisionRecorder
 from orchestrator.run import RunSettings, prepare, run_replay
 from tests.conftest import SHARED
 
@@ -11,18 +16,25 @@ DEV = SHARED / "traces" / "weka-cc-dev"
 
 
 @pytest.mark.slow
-def test_retire_rings_and_buffered_holds_steady_on_the_dev_traces():
+def test_on_the_dev_traces_neither_controller_binds_and_the_runs_agree():
     base = RunSettings(cluster=DEV_CLUSTER, load=DEV_LOAD, seed=1)
     prepared = prepare([DEV], "weka", base)
-    runs = {}
+    runs, held = {}, {}
     for name in ("retire", "buffered"):
         settings = RunSettings(cluster=DEV_CLUSTER, load=DEV_LOAD, seed=1, controller=name)
-        runs[name] = run_replay(prepared, settings)[1]
+        recorder = DecisionRecorder()
+        runs[name] = run_replay(prepared, settings, listeners=[recorder])[1]
+        held[name] = recorder.binding()
     r, b = runs["retire"], runs["buffered"]
-    assert r["requests"]["lost"] == 0 and b["requests"]["lost"] == 0
-    assert r["requests"]["completed"] == b["requests"]["completed"] == r["requests"]["submitted"]
-    ratio = r["control"]["oscillation_index"] / b["control"]["oscillation_index"]
-    assert ratio >= 3.0, f"oscillation index ratio {ratio:.2f}"
-    assert b["control"]["decode_starvation_fraction"] < r["control"]["decode_starvation_fraction"]
-    assert b["goodput"]["output_tokens_per_s"] >= r["goodput"]["output_tokens_per_s"]
-    assert b["ttft_s"]["p99"] <= r["ttft_s"]["p99"]
+    for s in (r, b):
+        assert s["requests"]["lost"] == 0
+        assert s["requests"]["completed"] == s["requests"]["submitted"] > 0
+        # Decode is nearly idle at this load: the rack is sized for far more sessions.
+        assert s["control"]["decode_occupancy_mean"] < 0.1
+    assert held == {"retire": 0, "buffered": 0}
+    # Every control figure agrees but the phase margin, which is the linearised loop's
+    # (a property of each controller, not of the run).
+    for key in r["control"].keys() - {"phase_margin_deg"}:
+        assert r["control"][key] == b["control"][key], key
+    assert r["ttft_s"] == b["ttft_s"] and r["itl_s"] == b["itl_s"]
+    assert r["goodput"] == b["goodput"]
