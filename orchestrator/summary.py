@@ -43,16 +43,34 @@ def _pct(values: list[float]) -> dict[str, float | None]:
     return {f"p{q}": float(np.percentile(arr, q)) for q in (50, 90, 99)}
 
 
+def window_bounds_s(result: ReplayResult) -> tuple[float, float]:
+    """The measurement window's start and end (module docstring)."""
+    span = result.last_session_s - result.first_session_s
+    if span > 0:
+        return result.first_session_s + WARMUP * span, result.last_session_s
+    return WARMUP * result.simulated_s, (1 - WARMUP) * result.simulated_s
+
+
 def _window(result: ReplayResult) -> np.ndarray:
     t = result.series.array("time_s")
     if len(t) == 0:
         return np.zeros(0, dtype=bool)
-    span = result.last_session_s - result.first_session_s
-    if span > 0:
-        lo, hi = result.first_session_s + WARMUP * span, result.last_session_s
-    else:
-        lo, hi = WARMUP * result.simulated_s, (1 - WARMUP) * result.simulated_s
+    lo, hi = window_bounds_s(result)
     return (t >= lo) & (t <= hi)
+
+
+def window_throughput(result: ReplayResult) -> dict[str, float | None]:
+    """Output tokens per second of the calls that completed inside the measurement window:
+    the rate while the run is at the load it was set to, without the ramp-up and the drain
+    (which, at real think times, can last days of simulated time and dilute the run's
+    overall average). None when the window is empty."""
+    lo, hi = window_bounds_s(result)
+    if hi <= lo:
+        return {"output_tokens_per_s": None, "output_tokens_per_s_per_gpu": None}
+    tokens = sum(r.output_tokens for r in result.requests
+                 if r.done_s is not None and lo <= r.done_s <= hi)
+    rate = tokens / (hi - lo)
+    return {"output_tokens_per_s": rate, "output_tokens_per_s_per_gpu": rate / result.gpus}
 
 
 def _cv(values: np.ndarray) -> float:
@@ -151,6 +169,7 @@ def summarize(result: ReplayResult, ttft_target_s: float, tpot_target_s: float,
             "output_tokens_per_s": out_tokens / duration,
             "output_tokens_per_s_per_gpu": out_tokens / duration / result.gpus,
             "input_tokens_per_s": sum(r.input_tokens for r in reqs) / duration,
+            "window": window_throughput(result),
         },
         "goodput": {
             "output_tokens_per_s": good / duration,

@@ -104,3 +104,20 @@ def test_failed_run_leaves_no_directory(tmp_path, capsys):
 def test_compare_refuses_unknown_controllers(capsys):
     code, _, err = run(["compare", "--controllers", "retire,foo", *SMALL], capsys)
     assert code == 2 and "--controllers: unknown controller 'foo'" in err
+
+
+def test_window_throughput_counts_only_calls_done_inside_the_window():
+    from orchestrator.run import RunSettings, prepare, run_replay
+    from orchestrator.summary import window_bounds_s, window_throughput
+    from traces import sample_path
+    from traces.replay import LoadOptions
+
+    settings = RunSettings(load=LoadOptions(max_sessions=4, think_scale=0.01), seed=3)
+    result = run_replay(prepare([sample_path()], "auto", settings), settings)[0]
+    lo, hi = window_bounds_s(result)
+    inside = [r for r in result.requests if r.done_s is not None and lo <= r.done_s <= hi]
+    outside = [r for r in result.requests if r.done_s is not None and not lo <= r.done_s <= hi]
+    assert inside and outside  # the ramp-up and drain leave calls out
+    w = window_throughput(result)
+    assert w["output_tokens_per_s"] == sum(r.output_tokens for r in inside) / (hi - lo)
+    assert w["output_tokens_per_s_per_gpu"] == w["output_tokens_per_s"] / result.gpus
