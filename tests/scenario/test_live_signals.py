@@ -11,7 +11,13 @@ import time
 
 import pytest
 
+from orchestrator.run import DEFAULT_CLUSTER
+from workers.cluster import load_cluster
+
 pytestmark = pytest.mark.slow
+
+# The default preset's workers, one process each at the default --workers-per-process 1.
+WORKERS = sum(p.workers for p in load_cluster(DEFAULT_CLUSTER).pools)
 
 CLI = [sys.executable, "-m", "orchestrator.cli"]
 LIVE = ["--clock", "live", "--speed", "100", "--think-scale", "0.01", "--no-progress",
@@ -47,7 +53,7 @@ def gone(pids):
 def test_a_signal_stops_the_run_reports_calls_in_flight_and_leaves_no_process(command, sig):
     proc = subprocess.Popen([*CLI, *command, *LIVE], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    kids = wait_for_children(proc, 8)
+    kids = wait_for_children(proc, WORKERS)
     time.sleep(3.0)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=30)
@@ -65,9 +71,9 @@ def test_a_silent_worker_process_is_lost_by_its_heartbeats_and_replaced():
     proc = subprocess.Popen([*CLI, "replay", "--max-sessions", "2", *LIVE,
                              "--heartbeat-timeout", "0.5"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    kids = wait_for_children(proc, 8)
+    kids = wait_for_children(proc, WORKERS)
     time.sleep(1.0)
-    os.kill(kids[5], signal.SIGSTOP)  # alive, connected, silent
+    os.kill(kids[-1], signal.SIGSTOP)  # alive, connected, silent
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     summary = json.loads(out)
