@@ -4,7 +4,14 @@ A worker chosen to move stops taking work and finishes what it holds; then
 its GPUs read the new pool's weight slice from the parallel file system at
 the slower of their network link and their share of the file system's read
 bandwidth; then it serves in the new pool. Its GPUs keep their HBM location
-in the store under the new name.
+in the store under the new name, sized to the KV room the new weights leave.
+
+Pools may differ in worker size. A worker moves as it is when the new pool's workers
+have its GPU count and hardware; otherwise it takes the new pool's layout reshaped to
+its own GPUs (`workers.cluster.reshaped_worker`) when those weights fit and the KV room
+left holds the pool's decode batch on every attention rank (a decode pool) or one
+sequence (a fill pool) at `RESHAPE_CONTEXT_TOKENS`; a move that cannot be reshaped so is
+refused.
 """
 
 from __future__ import annotations
@@ -12,11 +19,16 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
+from costmodel.memory import weight_bytes_per_gpu
+from costmodel.phase import Phase
 from orchestrator.realloc import Move
-from workers.cluster import BoundCluster, WorkerSpec
+from workers.cluster import BoundCluster, WorkerSpec, reshaped_worker
 from workers.runtime import ClusterRuntime
 
 DRAIN_POLL_S = 0.1
+# The context at which a reshaped worker must hold its batch: a modest 32k tokens, so a
+# reshape that leaves room only for short calls is refused rather than admitted to thrash.
+RESHAPE_CONTEXT_TOKENS = 32_768
 
 
 class Reconfigurer:
@@ -37,22 +49,42 @@ class Reconfigurer:
         gpus = spec.layout.instance_gpus
         pfs = self.cluster.spec.pfs.read_bytes_per_s
         per_gpu = min(spec.hardware.scale_out_bytes_per_s, pfs / gpus)
-        return self.weights_per_gpu[spec.pool] / per_gpu
+        weights = self.weights_per_gpu[spec.pool]
+        if spec.layout != self._templates[spec.pool].layout:  # a reshaped slice
+            weights = float(weight_bytes_per_gpu(self.cluster.model, spec.layout))
+        return weights / per_gpu
+
+    def reshaped(self, target: WorkerSpec, donor: WorkerSpec) -> WorkerSpec | None:
+        """`target`'s pool at the donor's size, or None when it cannot serve there."""
+        spec = reshaped_worker(self.cluster, target, donor.layout.instance_gpus, donor.hardware)
+        if spec is None:
+            return None
+        need = 1
+        if spec.phase is Phase.DECODE:
+            need = spec.batch.target_batch * spec.kv.ranks * spec.layout.pp
+        return spec if spec.kv.sequences_at(RESHAPE_CONTEXT_TOKENS) >= need else None
 
     def start(self, move: Move, now_s: float) -> bool:
         """Begin moving one worker of `move.from_pool`; False when none can move."""
         target = self._templates.get(move.to_pool)
-        candidates = [w for w in self._workers().values()
-                      if w.spec.pool == move.from_pool and w.accepting and target is not None
-                      and w.spec.layout.instance_gpus == target.layout.instance_gpus
-                      and w.spec.hardware == target.hardware]
-        if not candidates or sum(w.accepting for w in self._workers().values()
-                                 if w.spec.pool == move.from_pool) <= 1:
+        donors = [w for w in self._workers().values()
+                  if w.spec.pool == move.from_pool and w.accepting]
+        if target is None or len(donors) <= 1:
             return False
-        worker = min(candidates, key=lambda w: (w.state().queue_depth + w.state().running,
-                                                w.name))
+        plans = {w.name: target for w in donors
+                 if w.spec.layout.instance_gpus == target.layout.instance_gpus
+                 and w.spec.hardware == target.hardware}
+        if not plans:
+            for w in donors:
+                spec = self.reshaped(target, w.spec)
+                if spec is not None:
+                    plans[w.name] = spec
+        if not plans:
+            return False
+        worker = min((w for w in donors if w.name in plans),
+                     key=lambda w: (w.state().queue_depth + w.state().running, w.name))
         worker.accepting = False
-        self._tasks.append(asyncio.create_task(self._move(worker, target, now_s)))
+        self._tasks.append(asyncio.create_task(self._move(worker, plans[worker.name], now_s)))
         return True
 
     async def _move(self, worker, target: WorkerSpec, start_s: float) -> None:
@@ -72,11 +104,28 @@ class Reconfigurer:
         self.retired_energy_j += power * (idle * (now_s - began)
                                           + (1 - idle) * worker.state().busy_s)
         self.runtime.remove_worker(old.name)
+        # The new weights leave another KV room: the HBM tier takes its size (blobs that no
+        # longer fit are demoted now, while the weights load).
+        self.runtime.store.resize(worker.hbm, spec.kv_capacity_bytes, now_s)
         self.log.append((start_s, old.name, old.pool, target.pool))
         await asyncio.sleep(self.load_time_s(spec))
         # Idle GPUs while the weights load are counted with the new worker's idle time.
         self.started_s[spec.name] = now_s
-        self.runtime.add_worker(spec, hbm_holder=worker.hbm.holder)
+        self._add(spec, worker.hbm.holder)
+
+    def _add(self, spec: WorkerSpec, hbm_holder: str) -> None:
+        """Start `spec`; a reshaped worker is priced at its own layout, not its pool's
+        (the runtime keeps one pricer a pool, which stays the pool's template's)."""
+        pricers = self.runtime.pricers
+        if spec.layout == self._templates[spec.pool].layout:
+            self.runtime.add_worker(spec, hbm_holder=hbm_holder)
+            return
+        pool_pricer = pricers.pop(spec.pool, None)
+        try:
+            self.runtime.add_worker(spec, hbm_holder=hbm_holder)
+        finally:
+            if pool_pricer is not None:
+                pricers[spec.pool] = pool_pricer
 
     def idle_energy_j(self, end_s: float, idle: float) -> float:
         """Energy of workers no longer running, and the correction for those that started

@@ -115,6 +115,26 @@ class BlobStore:
     def snapshot(self) -> CounterSnapshot:
         return self.counters.snapshot(dict(self.placement.used_bytes))
 
+    def resize(self, location: Location, capacity_bytes: int, now_s: float) -> TransferPlan | None:
+        """Give ``location`` a new capacity (a worker's GPUs reloaded with other weights
+        leave another KV room). When what it holds no longer fits, the least recently
+        used blobs are demoted first; the eviction plan is returned (None when none was
+        needed). Raises ValueError when pinned or last copies keep it from fitting."""
+        if capacity_bytes < 1:
+            raise ValueError(f"capacity_bytes must be >= 1, got {capacity_bytes}")
+        plan = None
+        if self.placement.used_bytes[location] > capacity_bytes:
+            # make_room frees bytes under the current capacity: free what the shrink takes.
+            shrink = self.placement.capacity_bytes[location] - capacity_bytes
+            plan = self.plan_evict(location, shrink, now_s)
+            if not plan.fits:
+                raise ValueError(f"{location} cannot shrink to {capacity_bytes} bytes: "
+                                 f"{self.placement.used_bytes[location]} are held")
+            self.apply(plan)
+        self.placement.capacity_bytes[location] = int(capacity_bytes)
+        self.version += 1
+        return plan
+
     # -- plans ------------------------------------------------------------
     def _draft(self, location: Location, now_s: float) -> Draft:
         if location not in self.layout:

@@ -215,6 +215,34 @@ class BoundCluster:
                    tuple(expert_workers))
 
 
+def reshaped_worker(bound: BoundCluster, template: WorkerSpec, gpus: int,
+                    hardware: HardwareSpec) -> WorkerSpec | None:
+    """`template`'s pool at `gpus` GPUs of `hardware`: the pool's precisions, MTP and batch
+    policy; its pp where it divides `gpus`, else 1; for a MoE model its tp where it divides
+    the stage, else 1, with ep filling the stage; for a dense one tp filling it. Its KV
+    capacity, store bytes and weights as `BoundCluster.build` computes them. None when no
+    such layout runs or its weights do not fit (`check_layout`), or the pool's experts
+    live on an expert pool (a split pool's pairing is fixed at build)."""
+    if template.experts_worker is not None or isinstance(template.layout, AFLayout):
+        return None
+    base = template.layout
+    for pp in dict.fromkeys(p for p in (base.pp, 1) if gpus % p == 0):
+        stage = gpus // pp
+        shapes = ([(t, stage) for t in dict.fromkeys((base.tp, 1)) if stage % t == 0]
+                  if bound.model.moe else [(stage, 1)])
+        for tp, ep in shapes:
+            layout = replace(base, pp=pp, tp=tp, ep=ep, dp=1)
+            try:
+                check_layout(bound.model, hardware, layout)
+            except CostModelError:
+                continue
+            kv = kv_capacity(bound.model, hardware, layout,
+                             weight_bytes=float(weight_bytes_per_gpu(bound.model, layout)))
+            return replace(template, hardware=hardware, layout=layout, kv=kv,
+                           kv_capacity_bytes=_logical_bytes(bound.model, layout, kv))
+    return None
+
+
 def _logical_bytes(model: ModelSpec, layout: Layout, kv: KVCapacity) -> int:
     """The store's view of an instance's KV room: blobs count the model's whole KV per
     token, however many TP ranks hold a copy. At least one byte (a tier has room)."""
@@ -321,4 +349,4 @@ from workers.cluster_toml import (  # noqa: E402
 )
 
 __all__ = ["DATA_DIR", "KV_SHARE_OF_FREE_HBM", "BoundCluster", "ClusterError", "ClusterSpec", "cluster_from_dict",
-           "cluster_names", "load_cluster", "load_cluster_file"]
+           "cluster_names", "load_cluster", "load_cluster_file", "reshaped_worker"]

@@ -114,6 +114,41 @@ def test_slow_loop_moves_a_worker_at_its_real_cost():
     assert workers[-1]["decode"] > workers[0]["decode"]
 
 
+def test_slow_loop_reshapes_a_worker_into_a_pool_of_another_size():
+    """The donor pool's workers have 4 GPUs at FP8, the decode pool's 8 at BF16: the moved
+    worker serves decode at TP4 BF16 on its own 4 GPUs, its HBM tier sized to that layout's KV room, and every
+    call completes."""
+    from tests.factories import single_call_sessions
+
+    control = ControlConfig(realloc_enabled=True, realloc_dwell_s=120.0,
+                            realloc_ewma_s=30.0, realloc_threshold=0.3)
+    sessions = single_call_sessions([0.5 * i for i in range(400)], input_tokens=256,
+                                    output_tokens=2000)
+    nodes = [{"name": f"n{i}", "rack": "r0", "hardware": "h200", "gpus": 8, "dram_gb": 2000,
+              "dram_gb_per_s": 200} for i in range(3)]
+    pools = [
+        {"name": "prefill", "phase": "prefill", "nodes": ["n0"], "gpus": 8, "tp": 4,
+         "precision": "fp8"},
+        {"name": "midfill", "phase": "midfill", "nodes": ["n1"], "gpus": 8, "tp": 8,
+         "precision": "bf16"},
+        {"name": "decode", "phase": "decode", "nodes": ["n2"], "gpus": 8, "tp": 8,
+         "precision": "bf16", "target_batch": 4},
+    ]
+    cluster = small_cluster(nodes=nodes, pools=pools).bind(LLAMA)
+    orch = Orchestrator(cluster, sessions, make_policy("buffered", control, 4), control,
+                        LoadOptions(), 1)
+    result = VirtualClock().run(orch.run())
+    summary = summarize(result, control.ttft_target_s, control.tpot_target_s)
+    assert summary["requests"]["completed"] == summary["requests"]["submitted"] == 400
+    assert summary["requests"]["lost"] == 0
+    assert result.reconfigurations[0][2:] == ("prefill", "decode")
+    moved = next(w for w in orch.runtime.decode_workers.values() if w.spec.name != "decode-0")
+    assert (moved.spec.layout.instance_gpus, moved.spec.layout.tp) == (4, 4)
+    assert orch.runtime.store.placement.capacity_bytes[moved.hbm] == moved.spec.kv_capacity_bytes
+    assert moved.spec.kv_capacity_bytes < cluster.workers[0].kv_capacity_bytes  # BF16 weights
+    assert moved.state().tokens_done > 0
+
+
 @pytest.mark.slow
 def test_same_numbers_in_a_new_process_whatever_the_hash_seed():
     """Determinism must not rest on one interpreter's string hashing."""

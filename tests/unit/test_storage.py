@@ -183,6 +183,23 @@ def test_eviction_that_cannot_free_enough_is_a_value_not_an_error():
         store.apply(result)
 
 
+def test_resize_grows_at_once_and_shrinks_by_demoting_lru_blobs():
+    block = 64 * 1_000_000
+    store = make_store(hbm_bytes=block * 4)
+    for i, now_s in ((0, 0.0), (1, 1.0)):
+        write(store, [10 * i, 10 * i + 1], now_s=now_s, segment_ends=[1])
+    assert store.resize(HBM, block * 8, 2.0) is None
+    assert store.placement.capacity_bytes[HBM] == block * 8
+    plan = store.resize(HBM, block * 3, 3.0)  # four blocks held: the oldest one goes down
+    assert [s.blob_ids for s in plan.steps if s.kind is StepKind.COPY] == [(0,)]
+    assert store.holders(0) == (DRAM,) and sorted(store.placement.at[HBM]) == [1, 2, 3]
+    assert store.placement.used_bytes[HBM] == block * 3
+    store.pin(HBM, [1, 2, 3])
+    with pytest.raises(ValueError, match="cannot shrink"):
+        store.resize(HBM, block, 4.0)
+    assert store.placement.capacity_bytes[HBM] == block * 3
+
+
 def test_offload_between_turns_leaves_hbm_in_under_a_second():
     store = make_store()
     plan = write(store, list(range(100)))  # 6.4 GB of KV
