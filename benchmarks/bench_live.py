@@ -27,10 +27,10 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from orchestrator.config import ControlConfig, TimeScales  # noqa: E402
+from orchestrator.control.config import ControlConfig, TimeScales  # noqa: E402
 from orchestrator.live.options import LiveOptions  # noqa: E402
 from orchestrator.live.worker_proc import rss_bytes  # noqa: E402
-from orchestrator.run import Prepared, RunSettings, prepare, run_replay  # noqa: E402
+from orchestrator.run.settings import Prepared, RunSettings, prepare, run_replay  # noqa: E402
 from traces import sample_path  # noqa: E402
 from traces.replay import LoadOptions  # noqa: E402
 from traces.synth import generate  # noqa: E402

@@ -16,8 +16,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.demo import DEMO_LOAD  # noqa: E402
-from orchestrator.run import RunSettings, prepare, run_replay  # noqa: E402
+from orchestrator.run.demo import DEMO_LOAD  # noqa: E402
+from orchestrator.run.settings import RunSettings, prepare, run_replay  # noqa: E402
 from traces.replay import LoadOptions  # noqa: E402
 
 DEV = ROOT.parent / "shared" / "traces" / "weka-cc-dev"

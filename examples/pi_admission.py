@@ -9,9 +9,9 @@ correction on the backlog (admitted calls not yet decoding) against a target of
 
 from __future__ import annotations
 
-from orchestrator.config import ControlConfig
-from orchestrator.observe import Observation
-from orchestrator.policies.base import AdmissionDecision, AdmissionReason
+from orchestrator.control.config import ControlConfig
+from orchestrator.control.observe import Observation
+from orchestrator.control.policies.base import AdmissionDecision, AdmissionReason
 
 
 class PIAdmission:

@@ -3,7 +3,7 @@
     python grafana/build_dashboard.py          # writes grafana/dashboards/tokenfactory.json
 
 Every panel query is written here against the metric names the emulator
-exports (`orchestrator/metrics.py`); `tests/unit/test_metrics_dashboard.py`
+exports (`orchestrator/run/metrics.py`); `tests/unit/test_metrics_dashboard.py`
 fails if a query names a metric that is not exported, and the slow
 Prometheus test checks that every query returns data. Run filters use `=~`
 so `$run`, `$left` and `$right` may be regular expressions (All = `.*`).

@@ -17,8 +17,8 @@ import os
 import sys
 from importlib.metadata import entry_points
 
-from orchestrator.config import ControlConfig
-from orchestrator.policies.base import AdmissionPolicy, PluginError
+from orchestrator.control.config import ControlConfig
+from orchestrator.control.policies.base import AdmissionPolicy, PluginError
 
 CONTROLLER_GROUP = "tokenfactory.controllers"
 GROUPS = {"controller": CONTROLLER_GROUP, "reallocator": "tokenfactory.reallocators",

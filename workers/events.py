@@ -13,7 +13,7 @@ class EventLog:
     (tests compare two runs event for event); otherwise it counts.
 
     Subscribers (`subscribe`) see each event as it happens; the run's trace-event
-    recorder (orchestrator.trace_events) is one. With none, an event costs a count."""
+    recorder (orchestrator.run.trace_events) is one. With none, an event costs a count."""
 
     def __init__(self, keep: bool = False) -> None:
         self.keep = keep

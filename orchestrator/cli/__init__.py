@@ -27,7 +27,7 @@ def _command_modules() -> list[str]:
 
 
 def _user_error_types() -> tuple[type[BaseException], ...]:
-    from orchestrator.output import OutputError
+    from orchestrator.run.output import OutputError
 
     types: list[type[BaseException]] = [UserError, OutputError]
     try:

@@ -20,9 +20,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
 
 from orchestrator.cli._common import UserError, positive_float
-from orchestrator.metrics import Compat, Metrics
-from orchestrator.metrics_listener import MetricsListener
-from orchestrator.openmetrics import OpenMetricsRecorder
+from orchestrator.run.metrics import Compat, Metrics
+from orchestrator.run.metrics_listener import MetricsListener
+from orchestrator.run.openmetrics import OpenMetricsRecorder
 
 DEFAULT_INTERVAL_S = 5.0
 OM_NAME = "metrics.om"

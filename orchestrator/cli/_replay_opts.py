@@ -8,8 +8,13 @@ from dataclasses import dataclass
 from orchestrator.cli._common import UserError, non_negative_int, positive_float, positive_int
 from orchestrator.cli._load import add_load_options, load_options_from_args
 from orchestrator.cli._metrics_run import add_metrics_options
-from orchestrator.config import ControlConfig, ControlConfigError, TimeScales
-from orchestrator.run import DEFAULT_CLUSTER, DEFAULT_CONTROLLER, DEFAULT_MODEL, RunSettings
+from orchestrator.control.config import ControlConfig, ControlConfigError, TimeScales
+from orchestrator.run.settings import (
+    DEFAULT_CLUSTER,
+    DEFAULT_CONTROLLER,
+    DEFAULT_MODEL,
+    RunSettings,
+)
 
 FORMATS = ("auto", "weka", "mooncake", "azure", "native")
 
@@ -84,7 +89,7 @@ def add_run_options(p: argparse.ArgumentParser, controller: bool = True) -> None
 
 
 def add_trace_events_options(p: argparse.ArgumentParser) -> None:
-    from orchestrator.trace_events import DEFAULT_MAX_CALLS
+    from orchestrator.run.trace_events import DEFAULT_MAX_CALLS
 
     g = p.add_argument_group("trace events (docs/trace-events.md)")
     g.add_argument("--trace-events", metavar="FILE",
@@ -143,7 +148,7 @@ def live_options_from_args(args: argparse.Namespace):
 
 def settings_from_args(args: argparse.Namespace, controller: str | None = None) -> RunSettings:
     if getattr(args, "trace_events", None) is not None:
-        from orchestrator.trace_events import check_path
+        from orchestrator.run.trace_events import check_path
 
         try:
             check_path(args.trace_events)

@@ -7,16 +7,16 @@ from pathlib import Path
 
 from orchestrator.cli._common import UserError
 from orchestrator.cli._metrics_run import OM_NAME, metrics_hub
-from orchestrator.output import (
+from orchestrator.control.policies import UnknownPolicyError
+from orchestrator.run.output import (
     OutputError,
     check_out_dir,
     decision_logger,
     write_json,
     write_series_csv,
 )
-from orchestrator.policies import UnknownPolicyError
-from orchestrator.replay import PolicyError
-from orchestrator.run import Prepared, RunSettings, prepare, progress_bar, run_replay
+from orchestrator.run.replay import PolicyError
+from orchestrator.run.settings import Prepared, RunSettings, prepare, progress_bar, run_replay
 
 
 def prepare_or_fail(paths, trace_format: str, settings: RunSettings) -> Prepared:
@@ -85,7 +85,7 @@ def trace_recorder(args: argparse.Namespace, settings: RunSettings):
     """A TraceRecorder when --trace-events is given, else None (the run keeps nothing)."""
     if getattr(args, "trace_events", None) is None:
         return None
-    from orchestrator.trace_events import TraceRecorder
+    from orchestrator.run.trace_events import TraceRecorder
 
     return TraceRecorder(args.trace_events_max_calls, settings.seed)
 
@@ -95,7 +95,7 @@ def write_trace_events(tracer, path: Path, prefix: str, settings: RunSettings,
     """Write one run's trace (compare: `CONTROLLER-FILE` beside FILE); note a cut."""
     import sys
 
-    from orchestrator.trace_events import write
+    from orchestrator.run.trace_events import write
 
     path = path.with_name(f"{prefix}{path.name}")
     try:

@@ -16,11 +16,11 @@ from orchestrator.cli._replay_opts import (
     trace_paths,
 )
 from orchestrator.cli._replay_run import out_dir_or_fail, prepare_or_fail, replay_into
-from orchestrator.config import ControlConfig
-from orchestrator.output import run_dir, write_json
+from orchestrator.control.config import ControlConfig
+from orchestrator.control.policies import PluginError
 from orchestrator.plugins import load_policy
-from orchestrator.policies import PluginError
-from orchestrator.run import DEFAULT_CONTROLLER, RunSettings
+from orchestrator.run.output import run_dir, write_json
+from orchestrator.run.settings import DEFAULT_CONTROLLER, RunSettings
 
 DEFAULT_CONTROLLERS = "retire,buffered"
 
@@ -101,7 +101,7 @@ def _run_all(args: argparse.Namespace, runs: dict[str, RunSettings], title: str,
             results[label], summaries[label] = replay_into(prepared[label], settings, directory,
                                                            args, prefix=f"{label}-")
         if directory is not None:
-            from orchestrator.report import write_report
+            from orchestrator.run.report import write_report
 
             write_json(directory / "compare.json", {"runs": summaries})
             write_report(directory / "report.html", results, summaries, title, notes)
@@ -191,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
     if args.clusters is not None:
         print_cluster_table(summaries, title="compare clusters")
     else:
-        from orchestrator.tables import summary_table
+        from orchestrator.run.tables import summary_table
 
         summary_table(summaries, title="compare")
     if args.out:

@@ -9,7 +9,7 @@ from orchestrator.cli._common import print_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from orchestrator.demo import DEMO_CLUSTER, DEMO_LOAD
+    from orchestrator.run.demo import DEMO_CLUSTER, DEMO_LOAD
 
     p = sub.add_parser(
         "demo", help="retire vs buffered control on the bundled sample, with a report",
@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from orchestrator.cli import build_parser
     from orchestrator.cli.compare import compare
-    from orchestrator.demo import (
+    from orchestrator.run.demo import (
         DEMO_CLUSTER,
         DEMO_CONTROLLERS,
         DEMO_LOAD,
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         DEMO_SEED,
         run_binding_decisions,
     )
-    from orchestrator.tables import summary_table
+    from orchestrator.run.tables import summary_table
 
     # The demo is `compare` with fixed settings: parse them as a user would type them.
     argv = ["compare", "--cluster", DEMO_CLUSTER, "--model", DEMO_MODEL,

@@ -19,8 +19,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from orchestrator.cli._common import UserError
-from orchestrator.openmetrics import time_range
-from orchestrator.output import RUN_MARKER
+from orchestrator.run.openmetrics import time_range
+from orchestrator.run.output import RUN_MARKER
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -103,7 +103,7 @@ def workload_from_traces(paths: list[Path], fmt: str):
     import numpy as np
 
     from costmodel.plan import WorkloadStats
-    from orchestrator.router import MIDFILL_MIN_PREFIX_TOKENS
+    from orchestrator.control.router import MIDFILL_MIN_PREFIX_TOKENS
     from traces import read_sessions
     from traces.stats import session_duration_s
 

@@ -13,8 +13,8 @@ from orchestrator.cli._replay_opts import (
     trace_paths,
 )
 from orchestrator.cli._replay_run import out_dir_or_fail, prepare_or_fail, replay_into
-from orchestrator.output import run_dir
-from orchestrator.run import DEFAULT_CLUSTER, DEFAULT_CONTROLLER, DEFAULT_MODEL
+from orchestrator.run.output import run_dir
+from orchestrator.run.settings import DEFAULT_CLUSTER, DEFAULT_CONTROLLER, DEFAULT_MODEL
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(summary)
     else:
-        from orchestrator.tables import summary_table
+        from orchestrator.run.tables import summary_table
 
         summary_table({settings.controller: summary})
     return 0
@@ -53,10 +53,10 @@ def run_counterexample(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from orchestrator.cli._common import UserError
+    from orchestrator.control.policies import PluginError
     from orchestrator.kit.scenario import Scenario, run_scenario
-    from orchestrator.output import write_json, write_series_csv
-    from orchestrator.policies import PluginError
-    from orchestrator.summary import summarize
+    from orchestrator.run.output import write_json, write_series_csv
+    from orchestrator.run.summary import summarize
 
     path = Path(args.from_counterexample)
     try:
@@ -80,7 +80,7 @@ def run_counterexample(args: argparse.Namespace) -> int:
     if args.json:
         print_json(summary)
     else:
-        from orchestrator.tables import summary_table
+        from orchestrator.run.tables import summary_table
 
         summary_table({scenario.controller: summary}, title=f"counterexample {path.name}")
     return 0

@@ -20,7 +20,7 @@ from orchestrator.cli._replay_opts import (
     trace_paths,
 )
 from orchestrator.cli._replay_run import out_dir_or_fail, prepare_or_fail, replay_into
-from orchestrator.output import run_dir
+from orchestrator.run.output import run_dir
 from traces.replay import MAX_REPEAT
 
 
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(summary)
     else:
-        from orchestrator.tables import summary_table
+        from orchestrator.run.tables import summary_table
 
         summary_table({settings.controller: summary}, title="serve")
     return 0

@@ -12,8 +12,8 @@ import math
 
 import numpy as np
 
-from orchestrator.replay import ReplayResult
-from orchestrator.summary import oscillation, starvation
+from orchestrator.run.replay import ReplayResult
+from orchestrator.run.summary import oscillation, starvation
 
 
 class StabilityViolation(AssertionError):

@@ -15,9 +15,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from costmodel.model import load_model
-from orchestrator.config import ControlConfig
+from orchestrator.control.config import ControlConfig
 from orchestrator.plugins import load_policy
-from orchestrator.replay import Orchestrator, ReplayResult
+from orchestrator.run.replay import Orchestrator, ReplayResult
 from traces.model import Call, Session
 from traces.replay import LoadOptions
 from workers.clock import VirtualClock

@@ -19,9 +19,14 @@ from typing import Any
 
 from costmodel.errors import CostModelError
 from costmodel.model import ModelSpec, load_model
-from orchestrator.config import ControlConfig, ControlConfigError, TimeScales
-from orchestrator.policies import UnknownPolicyError, make_policy
-from orchestrator.run import DEFAULT_CLUSTER, DEFAULT_CONTROLLER, DEFAULT_MODEL, RunSettings
+from orchestrator.control.config import ControlConfig, ControlConfigError, TimeScales
+from orchestrator.control.policies import UnknownPolicyError, make_policy
+from orchestrator.run.settings import (
+    DEFAULT_CLUSTER,
+    DEFAULT_CONTROLLER,
+    DEFAULT_MODEL,
+    RunSettings,
+)
 from orchestrator.sweeps.grid import GAIN_KEYS, Grid, GridError, point_id
 from traces.model import Session
 from traces.replay import LoadOptions
@@ -43,7 +48,7 @@ class PointTask:
 def run_point(sessions: tuple[Session, ...], task: PointTask) -> dict[str, Any]:
     """Replay one point. A failure is a value: the record carries its error instead
     of a summary, so one bad point never stops a sweep."""
-    from orchestrator.run import Prepared, run_replay
+    from orchestrator.run.settings import Prepared, run_replay
 
     record: dict[str, Any] = {"point_id": task.point_id, "values": dict(task.values)}
     warnings = io.StringIO()

@@ -5,9 +5,9 @@ import json
 import pytest
 
 from orchestrator.cli import main
+from orchestrator.control.policies.base import AdmissionDecision, AdmissionReason
 from orchestrator.kit import properties as kit
 from orchestrator.kit.checks import StabilityViolation
-from orchestrator.policies.base import AdmissionDecision, AdmissionReason
 
 
 class DropsCalls:

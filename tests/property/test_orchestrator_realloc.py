@@ -6,8 +6,8 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator.config import ControlConfig
-from orchestrator.realloc import Reallocator, ReallocReason
+from orchestrator.control.config import ControlConfig
+from orchestrator.control.realloc import Reallocator, ReallocReason
 
 POOLS = {"prefill": ("prefill", 3), "midfill": ("midfill", 3), "decode": ("decode", 4)}
 CFG = ControlConfig(realloc_threshold=0.3, realloc_dwell_s=300.0)

@@ -1,4 +1,4 @@
-"""Retire and buffered on the development traces, at the load orchestrator.demo documents.
+"""Retire and buffered on the development traces, at the load orchestrator.run.demo documents.
 
 The control experiment (retire rings, buffered holds decode steady) is being rebuilt on
 the rack-scale presets. On `gb200-nvl72x1` (384 decode slots) at this load decode is
@@ -8,8 +8,8 @@ same run (docs/demo.md): this test holds that measured relation.
 
 import pytest
 
-from orchestrator.demo import DEV_CLUSTER, DEV_LOAD, DecisionRecorder
-from orchestrator.run import RunSettings, prepare, run_replay
+from orchestrator.run.demo import DEV_CLUSTER, DEV_LOAD, DecisionRecorder
+from orchestrator.run.settings import RunSettings, prepare, run_replay
 from tests.conftest import SHARED
 
 DEV = SHARED / "traces" / "weka-cc-dev"

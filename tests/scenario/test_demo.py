@@ -11,7 +11,7 @@ import json
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.demo import DEMO_CONTROLLERS, binding_decisions
+from orchestrator.run.demo import DEMO_CONTROLLERS, binding_decisions
 
 # The figures the two controllers would move if either held a call back.
 SAME = (("control", "oscillation_index"), ("control", "decode_starvation_fraction"),

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 
 from costmodel.model import load_model
-from orchestrator.config import ControlConfig
-from orchestrator.policies import make_policy
-from orchestrator.replay import Orchestrator
-from orchestrator.summary import summarize
-from orchestrator.tables import summary_rows
+from orchestrator.control.config import ControlConfig
+from orchestrator.control.policies import make_policy
+from orchestrator.run.replay import Orchestrator
+from orchestrator.run.summary import summarize
+from orchestrator.run.tables import summary_rows
 from tests.factories import short_agent_sessions, small_cluster
 from traces.replay import LoadOptions
 from workers.clock import VirtualClock

@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 from orchestrator.live.options import LiveOptions
-from orchestrator.run import RunSettings, prepare, run_replay
+from orchestrator.run.settings import RunSettings, prepare, run_replay
 from traces import sample_path
 from traces.replay import LoadOptions
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from orchestrator.run import DEFAULT_CLUSTER
+from orchestrator.run.settings import DEFAULT_CLUSTER
 from workers.cluster import load_cluster
 
 pytestmark = pytest.mark.slow

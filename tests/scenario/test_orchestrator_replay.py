@@ -6,10 +6,10 @@ import itertools
 import pytest
 
 from costmodel.model import load_model
-from orchestrator.config import ControlConfig
-from orchestrator.policies import make_policy
-from orchestrator.replay import Orchestrator
-from orchestrator.summary import summarize
+from orchestrator.control.config import ControlConfig
+from orchestrator.control.policies import make_policy
+from orchestrator.run.replay import Orchestrator
+from orchestrator.run.summary import summarize
 from tests.factories import short_agent_sessions, small_cluster
 from traces.replay import LoadOptions
 from workers.clock import VirtualClock
@@ -70,7 +70,7 @@ class _Broken:
 
 
 def test_a_policy_returning_the_wrong_shape_stops_the_run_with_its_name():
-    from orchestrator.replay import PolicyError
+    from orchestrator.run.replay import PolicyError
 
     control = ControlConfig(realloc_enabled=False)
     orch = Orchestrator(small_cluster().bind(LLAMA), short_agent_sessions(2, 3), _Broken(),

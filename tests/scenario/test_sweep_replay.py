@@ -93,7 +93,7 @@ def test_resume_runs_only_what_is_missing(tmp_path, tiny_trace):
 
 
 def test_a_failing_point_is_recorded_and_the_sweep_goes_on(tmp_path, tiny_trace, monkeypatch):
-    import orchestrator.run as run_module
+    import orchestrator.run.settings as run_module
 
     real = run_module.run_replay
 

@@ -5,10 +5,10 @@ import dataclasses
 
 from costmodel.model import load_model
 from costmodel.phase import Phase
-from orchestrator.config import ControlConfig
-from orchestrator.policies import make_policy
-from orchestrator.replay import Orchestrator
-from orchestrator.trace_events import TraceRecorder
+from orchestrator.control.config import ControlConfig
+from orchestrator.control.policies import make_policy
+from orchestrator.run.replay import Orchestrator
+from orchestrator.run.trace_events import TraceRecorder
 from tests.factories import single_call_sessions, small_cluster
 from tests.unit.test_trace_events import assert_end_to_end, by_call, check_trace
 from traces.replay import LoadOptions

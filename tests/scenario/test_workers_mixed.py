@@ -12,10 +12,10 @@ from costmodel.batch import batch_step_cost
 from costmodel.hardware import HardwareTable, load_hardware
 from costmodel.model import load_model
 from costmodel.precision import Precision
-from orchestrator.config import ControlConfig
+from orchestrator.control.config import ControlConfig
+from orchestrator.control.policies import make_policy
 from orchestrator.kit.scenario import KIT_CLUSTER
-from orchestrator.policies import make_policy
-from orchestrator.replay import Orchestrator
+from orchestrator.run.replay import Orchestrator
 from tests.factories import short_agent_sessions, single_call_sessions
 from traces.replay import LoadOptions
 from workers.clock import VirtualClock

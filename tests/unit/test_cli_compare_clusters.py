@@ -79,9 +79,9 @@ def setup(tmp_path_factory):
 @pytest.fixture
 def no_plot(monkeypatch):
     """The report's plot (matplotlib, ~1 s) is not what these tests look at."""
-    import orchestrator.report
+    import orchestrator.run.report
 
-    monkeypatch.setattr(orchestrator.report, "plot_png", lambda results: b"")
+    monkeypatch.setattr(orchestrator.run.report, "plot_png", lambda results: b"")
 
 
 def run(argv, capsys):

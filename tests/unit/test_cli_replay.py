@@ -107,8 +107,8 @@ def test_compare_refuses_unknown_controllers(capsys):
 
 
 def test_window_throughput_counts_only_calls_done_inside_the_window():
-    from orchestrator.run import RunSettings, prepare, run_replay
-    from orchestrator.summary import window_bounds_s, window_throughput
+    from orchestrator.run.settings import RunSettings, prepare, run_replay
+    from orchestrator.run.summary import window_bounds_s, window_throughput
     from traces import sample_path
     from traces.replay import LoadOptions
 

@@ -15,7 +15,7 @@ def test_stability_fixture_runs_and_checks(stability):
 
 def test_a_users_test_file_needs_one_line_per_property(tmp_path):
     (tmp_path / "mine.py").write_text(textwrap.dedent('''
-        from orchestrator.policies.buffered import BufferedAdmission
+        from orchestrator.control.policies.buffered import BufferedAdmission
 
         class Mine(BufferedAdmission):
             name = "mine"

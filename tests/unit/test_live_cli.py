@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.run import DEFAULT_CLUSTER
+from orchestrator.run.settings import DEFAULT_CLUSTER
 from workers.cluster import load_cluster
 
 # The default preset's workers, one process each at --workers-per-process 1.

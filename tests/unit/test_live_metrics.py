@@ -6,8 +6,8 @@ from types import SimpleNamespace
 from prometheus_client import CollectorRegistry
 
 from orchestrator.live.metrics import LiveCollector, register_live_metrics
-from orchestrator.metrics import Metrics
-from orchestrator.metrics_listener import MetricsListener
+from orchestrator.run.metrics import Metrics
+from orchestrator.run.metrics_listener import MetricsListener
 
 
 def fake_backend():

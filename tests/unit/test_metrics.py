@@ -11,11 +11,11 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from orchestrator.cli import main
-from orchestrator.metrics import FAMILIES, VLLM_FAMILIES, Compat, Metrics, family_names
-from orchestrator.metrics_listener import MetricsListener
-from orchestrator.openmetrics import OpenMetricsRecorder, time_range
-from orchestrator.policies.base import AdmissionReason
-from orchestrator.run import Prepared, RunSettings, prepare, run_replay
+from orchestrator.control.policies.base import AdmissionReason
+from orchestrator.run.metrics import FAMILIES, VLLM_FAMILIES, Compat, Metrics, family_names
+from orchestrator.run.metrics_listener import MetricsListener
+from orchestrator.run.openmetrics import OpenMetricsRecorder, time_range
+from orchestrator.run.settings import Prepared, RunSettings, prepare, run_replay
 from traces import sample_path
 from traces.replay import LoadOptions
 

@@ -8,9 +8,9 @@ import json
 import pytest
 from prometheus_client import CollectorRegistry
 
-from orchestrator.metrics import Metrics
-from orchestrator.metrics_listener import MetricsListener
-from orchestrator.run import RunSettings, prepare, run_replay
+from orchestrator.run.metrics import Metrics
+from orchestrator.run.metrics_listener import MetricsListener
+from orchestrator.run.settings import RunSettings, prepare, run_replay
 from tests.conftest import ROOT
 from traces import sample_path
 from traces.replay import LoadOptions

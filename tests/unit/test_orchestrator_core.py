@@ -2,11 +2,11 @@
 
 import pytest
 
-from orchestrator.config import ControlConfig, ControlConfigError, TimeScales
-from orchestrator.observe import Observation, ObservationLag
-from orchestrator.policies import AdmissionDecision, AdmissionReason, make_policy
-from orchestrator.policies.base import AdmissionPolicy
-from orchestrator.router import FillCandidate, choose_fill_worker
+from orchestrator.control.config import ControlConfig, ControlConfigError, TimeScales
+from orchestrator.control.observe import Observation, ObservationLag
+from orchestrator.control.policies import AdmissionDecision, AdmissionReason, make_policy
+from orchestrator.control.policies.base import AdmissionPolicy
+from orchestrator.control.router import FillCandidate, choose_fill_worker
 
 
 def obs(t=10.0, running=4, slots=8, loading=0, ready=0, fill_queue=0, fill_running=0,

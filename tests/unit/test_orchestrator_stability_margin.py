@@ -1,7 +1,7 @@
 import pytest
 
-from orchestrator.config import ControlConfig
-from orchestrator.stability import phase_margin_deg
+from orchestrator.control.config import ControlConfig
+from orchestrator.control.stability import phase_margin_deg
 
 
 def test_retire_loop_has_negative_phase_margin_with_lag():

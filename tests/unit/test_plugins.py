@@ -6,18 +6,18 @@ import textwrap
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.config import ControlConfig
+from orchestrator.control.config import ControlConfig
+from orchestrator.control.policies.base import AdmissionPolicy, PluginError
+from orchestrator.control.realloc import ReallocationPolicy
+from orchestrator.control.router import RoutingPolicy
 from orchestrator.plugins import load, load_policy, registered
-from orchestrator.policies.base import AdmissionPolicy, PluginError
-from orchestrator.realloc import ReallocationPolicy
-from orchestrator.router import RoutingPolicy
 
 
 @pytest.fixture
 def user_module(tmp_path, monkeypatch):
     """A user's package, importable from the current directory."""
     (tmp_path / "mypolicies.py").write_text(textwrap.dedent('''
-        from orchestrator.policies.base import AdmissionDecision, AdmissionReason
+        from orchestrator.control.policies.base import AdmissionDecision, AdmissionReason
 
         class Always:
             name = "always"

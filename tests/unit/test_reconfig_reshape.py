@@ -10,8 +10,8 @@ import pytest
 
 from costmodel.memory import weight_bytes_per_gpu
 from costmodel.model import load_model
-from orchestrator.realloc import Move
-from orchestrator.reconfig import RESHAPE_CONTEXT_TOKENS, Reconfigurer
+from orchestrator.control.realloc import Move
+from orchestrator.run.reconfig import RESHAPE_CONTEXT_TOKENS, Reconfigurer
 from storage.store import BlobStore
 from storage.tiers import Location, Tier
 from workers.cluster import load_cluster, reshaped_worker

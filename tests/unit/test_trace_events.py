@@ -8,7 +8,7 @@ import pytest
 
 from costmodel.phase import Phase
 from orchestrator.cli import main
-from orchestrator.trace_events import SessionSample, TraceRecorder, check_path, write
+from orchestrator.run.trace_events import SessionSample, TraceRecorder, check_path, write
 from workers.events import EventLog
 from workers.request import Request
 
@@ -193,9 +193,9 @@ def test_one_session_longer_than_the_cap_keeps_its_first_calls():
 # -- whole runs --------------------------------------------------------------------------------
 def replay(recorder, seed=1, sessions=None):
     from costmodel.model import load_model
-    from orchestrator.config import ControlConfig
-    from orchestrator.policies import make_policy
-    from orchestrator.replay import Orchestrator
+    from orchestrator.control.config import ControlConfig
+    from orchestrator.control.policies import make_policy
+    from orchestrator.run.replay import Orchestrator
     from tests.factories import short_agent_sessions, small_cluster
     from traces.replay import LoadOptions
     from workers.clock import VirtualClock

@@ -4,8 +4,8 @@ import copy
 
 import pytest
 
+from orchestrator.control.router import FillCandidate, choose_fill_worker
 from orchestrator.kit.scenario import KIT_CLUSTER
-from orchestrator.router import FillCandidate, choose_fill_worker
 from workers.cluster import ClusterError, cluster_from_dict
 from workers.cluster_toml import MIXED
 

@@ -2,7 +2,7 @@
 
 `Metrics(registry)` declares every family on the registry it is given (tests
 pass a fresh `CollectorRegistry`). `MetricsListener(metrics, run, controller)`
-(in `orchestrator.metrics_listener`) is an observer of one `Orchestrator` (its `listeners` hook): it reads the
+(in `orchestrator.run.metrics_listener`) is an observer of one `Orchestrator` (its `listeners` hook): it reads the
 cluster at every fast-loop sample and every completion and never steers. All
 series carry the `run` and `controller` labels, so two runs share a registry,
 a Prometheus and a dashboard side by side. Names follow the Prometheus

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from costmodel.phase import Phase
-from orchestrator.observe import Observation, PoolObservation
+from orchestrator.control.observe import Observation, PoolObservation
 from workers.runtime import ClusterRuntime
 
 

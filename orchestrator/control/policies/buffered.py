@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import math
 
-from orchestrator.config import ControlConfig
-from orchestrator.observe import Observation
-from orchestrator.policies.base import AdmissionDecision, AdmissionReason
+from orchestrator.control.config import ControlConfig
+from orchestrator.control.observe import Observation
+from orchestrator.control.policies.base import AdmissionDecision, AdmissionReason
 
 
 class BufferedAdmission:

@@ -22,7 +22,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from orchestrator.policies.base import AdmissionReason
+from orchestrator.control.policies.base import AdmissionReason
 from traces.replay import LoadOptions
 
 DEMO_CLUSTER = "gb200-nvl72x1"

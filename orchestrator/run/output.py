@@ -19,7 +19,7 @@ from pathlib import Path
 
 import structlog
 
-from orchestrator.series import Series
+from orchestrator.run.series import Series
 
 RUN_MARKER = ".tokenfactory-run"
 

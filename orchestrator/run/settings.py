@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from costmodel.model import ModelSpec, load_model
-from orchestrator.config import ControlConfig
+from orchestrator.control.config import ControlConfig
+from orchestrator.control.policies import make_policy
 from orchestrator.plugins import load as load_plugin
-from orchestrator.policies import make_policy
-from orchestrator.replay import Orchestrator, ReplayResult
-from orchestrator.summary import summarize
+from orchestrator.run.replay import Orchestrator, ReplayResult
+from orchestrator.run.summary import summarize
 from traces import read_sessions
 from traces.model import Session
 from traces.replay import LoadOptions

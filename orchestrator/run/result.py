@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from costmodel.phase import Phase
-from orchestrator.config import ControlConfig
-from orchestrator.realloc import ReallocDecision
-from orchestrator.series import Series
+from orchestrator.control.config import ControlConfig
+from orchestrator.control.realloc import ReallocDecision
+from orchestrator.run.series import Series
 from workers.cluster import BoundCluster
 from workers.request import Request
 

@@ -16,16 +16,16 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from orchestrator.config import ControlConfig
-from orchestrator.observe import ObservationLag
-from orchestrator.policies.base import AdmissionDecision, AdmissionPolicy
-from orchestrator.realloc import Reallocator, ReallocDecision
-from orchestrator.reconfig import Reconfigurer
-from orchestrator.result import ReplayResult, decode_slots
-from orchestrator.router import FillCandidate, PrefixAffinityRouter
-from orchestrator.series import Series
-from orchestrator.sessions import Outcome, Pending, run_session
-from orchestrator.snapshot import Predictor, energy_j, hbm_per_gpu, observe
+from orchestrator.control.config import ControlConfig
+from orchestrator.control.observe import ObservationLag
+from orchestrator.control.policies.base import AdmissionDecision, AdmissionPolicy
+from orchestrator.control.realloc import Reallocator, ReallocDecision
+from orchestrator.control.router import FillCandidate, PrefixAffinityRouter
+from orchestrator.control.snapshot import Predictor, energy_j, hbm_per_gpu, observe
+from orchestrator.run.reconfig import Reconfigurer
+from orchestrator.run.result import ReplayResult, decode_slots
+from orchestrator.run.series import Series
+from orchestrator.run.sessions import Outcome, Pending, run_session
 from storage.tiers import Tier
 from traces.model import Session
 from traces.replay import LoadOptions, session_starts

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from orchestrator.config import ControlConfig
-from orchestrator.observe import Observation
-from orchestrator.policies.base import AdmissionDecision
-from orchestrator.policies.buffered import BufferedAdmission
+from orchestrator.control.config import ControlConfig
+from orchestrator.control.observe import Observation
+from orchestrator.control.policies.base import AdmissionDecision
+from orchestrator.control.policies.buffered import BufferedAdmission
 
 
 class PredictiveAdmission:

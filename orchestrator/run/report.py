@@ -8,7 +8,7 @@ import io
 
 import numpy as np
 
-from orchestrator.replay import ReplayResult
+from orchestrator.run.replay import ReplayResult
 
 COLORS = {"retire": "#d62728", "buffered": "#1f77b4", "predictive": "#2ca02c"}
 
@@ -59,7 +59,7 @@ def plot_png(results: dict[str, ReplayResult]) -> bytes:
 
 
 def _rows(summaries: dict[str, dict]) -> str:
-    from orchestrator.tables import summary_rows
+    from orchestrator.run.tables import summary_rows
 
     out = []
     for label, cells in summary_rows(summaries):

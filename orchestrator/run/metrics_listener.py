@@ -1,4 +1,4 @@
-"""The observer that feeds `orchestrator.metrics.Metrics` from one run.
+"""The observer that feeds `orchestrator.run.metrics.Metrics` from one run.
 
 It implements the `Orchestrator` listener hooks: `on_sample` (every fast-loop
 period: depths, occupancy, per-worker state, storage and energy totals),
@@ -15,15 +15,15 @@ import itertools
 
 import numpy as np
 
-from orchestrator.metrics import (
+from orchestrator.control.policies.base import AdmissionReason
+from orchestrator.control.snapshot import worker_hbm_per_gpu
+from orchestrator.run.metrics import (
     OSCILLATION_WINDOW_SLOW_PERIODS,
     PREFIX,
     Compat,
     Metrics,
     oscillation_index,
 )
-from orchestrator.policies.base import AdmissionReason
-from orchestrator.snapshot import worker_hbm_per_gpu
 from storage.tiers import Tier
 from workers.request import LatencyPart
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol, runtime_checkable
 
-from orchestrator.config import ControlConfig
-from orchestrator.observe import Observation
+from orchestrator.control.config import ControlConfig
+from orchestrator.control.observe import Observation
 
 
 class ReallocReason(Enum):

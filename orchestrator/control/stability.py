@@ -17,7 +17,7 @@ import math
 import numpy as np
 from scipy import optimize, signal
 
-from orchestrator.config import ControlConfig
+from orchestrator.control.config import ControlConfig
 
 
 def open_loop(controller: str, config: ControlConfig, fill_latency_s: float

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from orchestrator.config import ControlConfig
-from orchestrator.policies.base import (
+from orchestrator.control.config import ControlConfig
+from orchestrator.control.policies.base import (
     AdmissionDecision,
     AdmissionPolicy,
     AdmissionReason,
     PluginError,
 )
-from orchestrator.policies.buffered import BufferedAdmission
-from orchestrator.policies.predictive import PredictiveAdmission
-from orchestrator.policies.retire import RetireAdmission
+from orchestrator.control.policies.buffered import BufferedAdmission
+from orchestrator.control.policies.predictive import PredictiveAdmission
+from orchestrator.control.policies.retire import RetireAdmission
 
 BUILTIN: dict[str, Callable[..., AdmissionPolicy]] = {
     "retire": RetireAdmission,

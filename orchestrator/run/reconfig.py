@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from costmodel.memory import weight_bytes_per_gpu
 from costmodel.phase import Phase
-from orchestrator.realloc import Move
+from orchestrator.control.realloc import Move
 from workers.cluster import BoundCluster, WorkerSpec, reshaped_worker
 from workers.runtime import ClusterRuntime
 

@@ -30,7 +30,7 @@ import math
 import numpy as np
 from scipy import signal
 
-from orchestrator.replay import ReplayResult
+from orchestrator.run.replay import ReplayResult
 from workers.request import LatencyPart, Request
 
 WARMUP = 0.10
@@ -108,7 +108,7 @@ def oscillation(result: ReplayResult) -> dict[str, float | None]:
 
 
 def _phase_margin(result: ReplayResult) -> float | None:
-    from orchestrator.stability import phase_margin_deg
+    from orchestrator.control.stability import phase_margin_deg
 
     try:
         return phase_margin_deg(result.policy, result.control, result.predicted_fill_latency_s)

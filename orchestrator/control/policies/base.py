@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol, runtime_checkable
 
-from orchestrator.observe import Observation
+from orchestrator.control.observe import Observation
 
 
 class AdmissionReason(Enum):

@@ -14,9 +14,9 @@ cycle repeats.
 
 from __future__ import annotations
 
-from orchestrator.config import ControlConfig
-from orchestrator.observe import Observation
-from orchestrator.policies.base import AdmissionDecision, AdmissionReason
+from orchestrator.control.config import ControlConfig
+from orchestrator.control.observe import Observation
+from orchestrator.control.policies.base import AdmissionDecision, AdmissionReason
 
 
 class RetireAdmission:
