@@ -66,6 +66,26 @@ def _attention_s(m: ModelSpec, v: _Shape, eff: Efficiency, q_tok: np.ndarray,
     return float(np.ravel(t)[0])
 
 
+def batch_token_terms(model: ModelSpec, hardware: HardwareTable, all_decode: bool, batch: float,
+                      q_mean: float, context_mean: float, *, pp: int, tp: int, ep: int,
+                      precision: Precision, kv_precision: Precision, mtp: int,
+                      hardware_index: int = 0, attention_precision: Precision | None = None,
+                      eff: Efficiency = DEFAULT_EFFICIENCY):
+    """The token-count terms of a batch step: the shape and kernels of a uniform batch of
+    `batch` sequences per rank at the batch's mean query tokens and context, its network
+    time and fixed latencies (those do not depend on the context)."""
+    extra = {} if attention_precision is None else {
+        "attention_precision": int(attention_precision)}
+    cfg = Configs.make(phase=int(Phase.DECODE if all_decode else Phase.PREFILL),
+                       batch=batch, new_tokens=q_mean, context=context_mean,
+                       pp=pp, tp=tp, ep=ep, precision=int(precision),
+                       hardware=hardware_index, kv_precision=int(kv_precision), mtp=mtp, **extra)
+    v = _Shape(model, hardware, cfg, eff)
+    k = _Kernels(model, v, eff)
+    _, _, network_s = _network(model, v)
+    return v, k, network_s, _latency(model, v, eff)
+
+
 def batch_step_cost(model: ModelSpec, hardware: HardwareTable, new_tokens, cached_tokens,
                     decoding=False, *, pp: int = 1, tp: int = 1, ep: int = 1,
                     precision: Precision = Precision.FP8,
@@ -90,17 +110,12 @@ def batch_step_cost(model: ModelSpec, hardware: HardwareTable, new_tokens, cache
     q_tok = np.where(decoding, 1.0 + mtp, new)
     ranks = max(tp, ep) / tp
     all_decode = bool(decoding.all())
-    # The token-count terms: a uniform batch of the same sequences and total tokens.
     extra = {} if attention_precision is None else {
         "attention_precision": int(attention_precision)}
-    cfg = Configs.make(phase=int(Phase.DECODE if all_decode else Phase.PREFILL),
-                       batch=n / ranks, new_tokens=q_tok.mean(), context=cached.mean(),
-                       pp=pp, tp=tp, ep=ep, precision=int(precision),
-                       hardware=hardware_index, kv_precision=int(kv_precision), mtp=mtp, **extra)
-    v = _Shape(model, hardware, cfg, eff)
-    k = _Kernels(model, v, eff)
-    _, _, network_s = _network(model, v)
-    latency_s = _latency(model, v, eff)
+    v, k, network_s, latency_s = batch_token_terms(
+        model, hardware, all_decode, n / ranks, q_tok.mean(), cached.mean(), pp=pp, tp=tp,
+        ep=ep, precision=precision, kv_precision=kv_precision, mtp=mtp,
+        hardware_index=hardware_index, eff=eff, **extra)
     t_attn = _attention_s(model, v, eff, q_tok, cached, decoding, ranks)
     t_cm = t_attn + k.t_dense + k.t_always + k.t_experts + k.t_head
     stage_s = t_cm + network_s + latency_s

@@ -54,10 +54,12 @@ class DraftCost:
     hbm_read_bytes_per_gpu: np.ndarray
 
 
-def _one_pass(block: ModelSpec, hardware: HardwareTable, cfg: Configs, eff: Efficiency,
-              q_tok) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(time, FLOPs per GPU, HBM bytes per GPU) of one pass of `q_tok` tokens per
-    sequence through the block; the head scores one token per sequence."""
+def draft_pass_parts(block: ModelSpec, hardware: HardwareTable, cfg: Configs, eff: Efficiency,
+                     q_tok):
+    """The terms of one pass of `q_tok` tokens per sequence through the block: its
+    shape and kernels, the (LM head, projection) times that follow the kernels' own
+    groups, the network time and the fixed latencies. `_one_pass` adds them up; the
+    workers' scalar pricer (`workers/fast_pricing.py`) reuses them."""
     c = replace(cfg, phase=np.full_like(cfg.phase, int(Phase.DECODE)),
                 pp=np.ones_like(cfg.pp), mtp=np.asarray(q_tok, dtype=np.float64) - 1.0)
     v = _Shape(block, hardware, c, eff)
@@ -70,9 +72,19 @@ def _one_pass(block: ModelSpec, hardware: HardwareTable, cfg: Configs, eff: Effi
     proj_flops = 2.0 * v.t_rank * proj_w / v.tp
     proj_bytes = proj_w / v.tp * v.wb_dense
     t_proj = np.maximum(proj_flops / v.peak_dense, proj_bytes / v.hbm_bw)
-    t_cm = k.t_attn + k.t_dense + k.t_always + k.t_experts + t_head + t_proj
     _, _, network_s = _network(block, v)
-    time_s = t_cm + network_s + _latency(block, v, eff)
+    extra = (t_head, t_proj, head_flops, proj_flops, proj_bytes)
+    return v, k, extra, network_s, _latency(block, v, eff)
+
+
+def _one_pass(block: ModelSpec, hardware: HardwareTable, cfg: Configs, eff: Efficiency,
+              q_tok) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(time, FLOPs per GPU, HBM bytes per GPU) of one pass of `q_tok` tokens per
+    sequence through the block; the head scores one token per sequence."""
+    _, k, extra, network_s, latency_s = draft_pass_parts(block, hardware, cfg, eff, q_tok)
+    t_head, t_proj, head_flops, proj_flops, proj_bytes = extra
+    t_cm = k.t_attn + k.t_dense + k.t_always + k.t_experts + t_head + t_proj
+    time_s = t_cm + network_s + latency_s
     if eff.overlap == OverlapMode.OVERLAP:
         time_s = time_s - eff.overlap_fraction * np.minimum(t_cm, network_s)
     flops = k.flops - k.head_flops + head_flops + proj_flops

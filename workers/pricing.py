@@ -13,6 +13,10 @@ the step time grows with context, so a run of steps is priced as one vector.
 A decode layout whose routed experts live on an expert pool (`AFLayout`,
 attention-FFN disaggregation) is priced by `costmodel.disagg`: same interface,
 so a `DecodeWorker` runs unchanged on it.
+
+Colocated decode steps and heterogeneous batch steps are priced by the scalar
+fast path (`workers.fast_pricing`): the same doubles as the vectorised core,
+without its per-call overhead. Split (attention-FFN) decode stays on the core.
 """
 
 from __future__ import annotations
@@ -29,6 +33,11 @@ from costmodel.layout import Layout
 from costmodel.model import ModelSpec
 from costmodel.phase import Configs, Phase, step_times
 from costmodel.precision import BYTES_PER_ELEMENT
+from workers.fast_pricing import BatchTail, StepTail
+
+# Runs of at most this many decode steps are priced in a Python loop; longer ones as
+# ~30 array operations (a Python step costs ~3 us, an array operation ~1 us).
+SCALAR_STEPS = 12
 
 
 class StepPricer:
@@ -47,6 +56,10 @@ class StepPricer:
         self.state_bytes_per_sequence = model.state_bytes_per_sequence(kvb)
         self._fill = lru_cache(maxsize=65536)(self._fill_uncached)
         self._batch = lru_cache(maxsize=65536)(self._batch_uncached)
+        self._tail = lru_cache(maxsize=4096)(self._tail_uncached)
+        self._fast_decode = not isinstance(layout, AFLayout)
+        self._batch_tail = BatchTail(model, self._table, eff, layout,
+                                     lambda batch: self._tail(Phase.DECODE, batch, 1))
 
     def _configs(self, phase: Phase, batch: float, new_tokens: float, context) -> Configs:
         # Constants as 0-d arrays that broadcast against the context vector: building
@@ -91,8 +104,19 @@ class StepPricer:
         return self._batch(tuple(int(t) for t in new_tokens),
                            tuple(int(t) for t in cached_tokens), flags)
 
+    def _tail_uncached(self, phase: Phase, batch: float, new_tokens: float) -> StepTail:
+        return StepTail(self.model, self._table, self._configs(phase, batch, new_tokens, 0.0),
+                        self.eff)
+
     def _batch_uncached(self, new_tokens: tuple, cached_tokens: tuple,
                         decoding: tuple) -> tuple[float, float]:
+        step_s = self._batch_tail.step_s(new_tokens, cached_tokens, decoding)
+        return step_s, step_s / self.layout.pp
+
+    def batch_core_s(self, new_tokens: tuple, cached_tokens: tuple,
+                     decoding: tuple) -> tuple[float, float]:
+        """`fill_step_s` by the vectorised core (`costmodel.batch`), unmemoised: the
+        reference the fast path is checked and measured against."""
         lay = self.layout
         cost = batch_step_cost(
             self.model, self._table, np.array(new_tokens, dtype=np.float64),
@@ -110,6 +134,18 @@ class StepPricer:
         """Times of `steps` decode steps; every sequence gains one token a step. With
         multi-token prediction a step yields more than one token on average: the time
         returned is per token (the cost core's TPOT)."""
+        if not self._fast_decode:
+            return self.decode_steps_core_s(sequences, mean_context, steps)
+        tail = self._tail(Phase.DECODE, self.per_rank(sequences), 1)
+        if steps <= SCALAR_STEPS:
+            return np.array([tail.tpot_s(tail.step_s(mean_context + float(i)))
+                             for i in range(steps)])
+        contexts = mean_context + np.arange(steps, dtype=np.float64)
+        return tail.tpot_s(tail.step_s(contexts, np.maximum, np.minimum))
+
+    def decode_steps_core_s(self, sequences: int, mean_context: float,
+                            steps: int) -> np.ndarray:
+        """`decode_steps_s` by the vectorised core: the fast path's reference."""
         contexts = mean_context + np.arange(steps, dtype=np.float64)
         return self._decode_times(
             self._configs(Phase.DECODE, self.per_rank(sequences), 1, contexts))[1]
@@ -118,6 +154,17 @@ class StepPricer:
         """Times of decode steps whose sequences start at `mean_contexts` (one per step).
         With multi-token prediction each step verifies 1 + mtp tokens per sequence; this
         is the step's time, however many tokens it yields (the worker draws those)."""
+        if not self._fast_decode:
+            return self.decode_step_times_core_s(sequences, mean_contexts)
+        tail = self._tail(Phase.DECODE, self.per_rank(sequences), 1)
+        contexts = np.asarray(mean_contexts, dtype=np.float64)
+        if contexts.size <= SCALAR_STEPS:
+            return np.array([tail.step_s(c) for c in contexts.ravel().tolist()])
+        return np.broadcast_to(tail.step_s(contexts.ravel(), np.maximum, np.minimum),
+                               (contexts.size,)).copy()
+
+    def decode_step_times_core_s(self, sequences: int, mean_contexts) -> np.ndarray:
+        """`decode_step_times_s` by the vectorised core: the fast path's reference."""
         return self._decode_times(
             self._configs(Phase.DECODE, self.per_rank(sequences), 1, mean_contexts))[0]
 

@@ -1,0 +1,124 @@
+"""The workers' scalar pricing (workers/fast_pricing.py) gives the vectorised core's
+doubles bit for bit: steps of every phase, decode runs (short ones in a Python loop,
+long ones as arrays), MTP step times and heterogeneous batch steps, over models,
+hardware, layouts, precisions, efficiencies, batch sizes and contexts."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from costmodel.efficiency import Efficiency, OverlapMode
+from costmodel.hardware import load_hardware
+from costmodel.layout import Layout
+from costmodel.model import load_model, model_names
+from costmodel.phase import Phase, step_times
+from costmodel.precision import Precision
+from workers.fast_pricing import StepTail, pairwise_sum
+from workers.pricing import SCALAR_STEPS, StepPricer
+
+MODELS = {n: load_model(n) for n in model_names()}
+HARDWARE = {n: load_hardware(n) for n in ("h100", "h200", "b200", "gb200", "gb300", "mi355x")}
+EFFICIENCIES = (Efficiency(), Efficiency(overlap=OverlapMode.SERIAL),
+                Efficiency(compute=0.55, hbm=0.7, overlap_fraction=0.3, step_overhead_s=0.0))
+
+pricers = st.builds(
+    lambda m, hw, pp, tp, ep, w, kv, mtp, eff: StepPricer(
+        MODELS[m], HARDWARE[hw], Layout(pp=pp, tp=tp, ep=ep, weights=w, kv=kv, mtp=mtp), eff),
+    st.sampled_from(sorted(MODELS)), st.sampled_from(sorted(HARDWARE)),
+    st.sampled_from([1, 2, 4]), st.sampled_from([1, 2, 4, 8]),
+    st.sampled_from([1, 2, 8, 16, 36, 72]), st.sampled_from(list(Precision)),
+    st.sampled_from([Precision.BF16, Precision.FP8]), st.integers(0, 4),
+    st.sampled_from(EFFICIENCIES))
+contexts = st.one_of(st.integers(0, 300_000).map(float),
+                     st.floats(0.0, 300_000.0, allow_nan=False))
+FAST = settings(max_examples=12)
+MANY = settings(max_examples=400)
+
+
+def check_steps_of_every_phase(pricer, phase, batch, new_tokens, context):
+    cfg = pricer._configs(phase, batch, new_tokens, context)
+    step, tpot = step_times(pricer.model, pricer._table, cfg, pricer.eff)
+    tail = StepTail(pricer.model, pricer._table, pricer._configs(phase, batch, new_tokens, 0.0),
+                    pricer.eff)
+    got = tail.step_s(context)
+    assert got == step[0]
+    assert tail.tpot_s(got) == tpot[0]
+
+
+def check_decode_runs(pricer, sequences, context, steps):
+    got = pricer.decode_steps_s(sequences, context, steps)
+    assert np.array_equal(got, pricer.decode_steps_core_s(sequences, context, steps))
+    mean_contexts = context + 1.5 * np.arange(steps)
+    assert np.array_equal(pricer.decode_step_times_s(sequences, mean_contexts),
+                          pricer.decode_step_times_core_s(sequences, mean_contexts))
+
+
+def check_batch_step(pricer, requests):
+    new, cached, decoding = (tuple(col) for col in zip(*requests, strict=True))
+    assert pricer._batch_uncached(new, cached, decoding) == pricer.batch_core_s(
+        new, cached, decoding)
+
+
+steps_args = dict(pricer=pricers, phase=st.sampled_from(list(Phase)),
+                  batch=st.one_of(st.integers(1, 1024).map(float), st.floats(0.25, 512.0)),
+                  new_tokens=st.integers(1, 65_536), context=contexts)
+runs_args = dict(pricer=pricers, sequences=st.integers(1, 2048), context=contexts,
+                 steps=st.sampled_from([1, 2, SCALAR_STEPS, SCALAR_STEPS + 1, 200]))
+batch_args = dict(pricer=pricers, requests=st.lists(
+    st.tuples(st.integers(1, 32_768), st.integers(0, 250_000), st.booleans()),
+    min_size=1, max_size=40))
+
+
+@FAST
+@given(**steps_args)
+def test_a_step_of_any_phase_prices_as_the_core(pricer, phase, batch, new_tokens, context):
+    check_steps_of_every_phase(pricer, phase, batch, new_tokens, context)
+
+
+@FAST
+@given(**runs_args)
+def test_decode_runs_price_as_the_core(pricer, sequences, context, steps):
+    check_decode_runs(pricer, sequences, context, steps)
+
+
+@FAST
+@given(**batch_args)
+def test_a_batch_step_prices_as_the_core(pricer, requests):
+    check_batch_step(pricer, requests)
+
+
+@settings(max_examples=60)
+@given(st.lists(st.floats(-1e12, 1e12, allow_nan=False), max_size=700))
+def test_pairwise_sum_adds_as_numpy(values):
+    assert pairwise_sum(values) == np.add.reduce(np.array(values, dtype=np.float64))
+
+
+def test_a_long_batch_uses_numpy_pairwise_blocks():
+    # 300 requests: two recursive halves of 144 and 156 (blocks of 8 accumulators).
+    pricer = StepPricer(MODELS["kimi-k3-like"], HARDWARE["gb200"], Layout(tp=1, ep=36, mtp=1))
+    rng = np.random.default_rng(3)
+    requests = [(int(rng.integers(1, 9000)), int(rng.integers(0, 200_000)), bool(d))
+                for d in rng.random(300) < 0.6]
+    check_batch_step(pricer, requests)
+
+
+@pytest.mark.slow
+@MANY
+@given(**steps_args)
+def test_many_steps_of_any_phase(pricer, phase, batch, new_tokens, context):
+    check_steps_of_every_phase(pricer, phase, batch, new_tokens, context)
+
+
+@pytest.mark.slow
+@MANY
+@given(**runs_args)
+def test_many_decode_runs(pricer, sequences, context, steps):
+    check_decode_runs(pricer, sequences, context, steps)
+
+
+@pytest.mark.slow
+@MANY
+@given(**batch_args)
+def test_many_batch_steps(pricer, requests):
+    check_batch_step(pricer, requests)
