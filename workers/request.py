@@ -82,6 +82,15 @@ class Request:
         self.done_s = now_s
         self.state = RequestState.DONE
 
+    def compact(self) -> None:
+        """Drop what only a call in flight needs (its block ids and KV chain: thousands of
+        ids for an agent call) once it is done; what the summary, the listeners and the
+        outputs read of a completed call (times, tokens, parts, workers) stays. Keeping a
+        run's completed calls then costs a few hundred bytes each."""
+        if self.state is not RequestState.DONE:
+            raise RuntimeError(f"call {self.call_id} compacted in state {self.state.name}")
+        self.block_ids = self.writeback_block_ids = self.kv_chain = ()
+
     @property
     def latency_breakdown_s(self) -> dict[str, float]:
         return {p.key: self.parts_s[p] for p in LatencyPart}

@@ -119,6 +119,7 @@ class Orchestrator:
         self.predictor.observe_completion(req.input_tokens, req.computed_tokens,
                                           req.output_tokens)
         self._notify("on_done", req, now_s)
+        req.compact()  # kept for the summary: its block ids are not
         if not pending.future.done():
             pending.future.set_result(Outcome.DONE)
 
