@@ -10,7 +10,7 @@ retirements ring.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,13 @@ class Observation:
 
 
 class ObservationLag:
-    """Delivers, at time t, the newest snapshot taken at or before t - lag_s."""
+    """Delivers, at time t, the newest snapshot taken at or before t - lag_s.
+
+    `hold(period_s)` says the newest snapshot repeats every `period_s` until the next
+    `record` (the shell skips sampling an idle cluster, whose snapshots would only differ
+    in their time): in between, `seen_at` returns copies of it stamped with the sample
+    times on that grid, as if they had been recorded.
+    """
 
     def __init__(self, lag_s: float) -> None:
         if lag_s < 0:
@@ -62,12 +68,31 @@ class ObservationLag:
         self.lag_s = lag_s
         self._pending: deque[Observation] = deque()
         self._current: Observation | None = None
+        self._hold: tuple[Observation, int, int] | None = None  # obs, its ns, period ns
+        self._synth: Observation | None = None
 
     def record(self, obs: Observation) -> None:
         self._pending.append(obs)
 
+    def hold(self, period_s: float) -> None:
+        held = self._pending[-1] if self._pending else self._current
+        if held is not None:
+            self._hold = (held, round(held.time_s * 1e9), round(period_s * 1e9))
+
     def seen_at(self, now_s: float) -> Observation | None:
         # A 1 ns tolerance absorbs float rounding of equal instants.
-        while self._pending and self._pending[0].time_s <= now_s - self.lag_s + 1e-9:
+        horizon = now_s - self.lag_s + 1e-9
+        while self._pending and self._pending[0].time_s <= horizon:
             self._current = self._pending.popleft()
+        if self._hold is not None:
+            held, start_ns, period_ns = self._hold
+            if self._current is held:
+                k = int((round(horizon * 1e9) - start_ns) // period_ns)
+                if k >= 1:
+                    time_s = (start_ns + k * period_ns) / 1e9
+                    if self._synth is None or self._synth.time_s != time_s:
+                        self._synth = replace(held, time_s=time_s)
+                    return self._synth
+            elif self._current is not None and self._current.time_s > held.time_s:
+                self._hold = self._synth = None
         return self._current

@@ -18,7 +18,6 @@ shows the controllers apart is being rebuilt on the rack-scale presets.
 from __future__ import annotations
 
 import csv
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -50,16 +49,13 @@ def binding_decisions(queued: Sequence[int], admits: Sequence[int],
 
 
 def run_binding_decisions(out: Path, name: str) -> int:
-    """`binding_decisions` of one controller's run written by `compare` into `out`: the
-    series' admission queue (sampled just before each decision) against the decision
-    log's `admit` and `reason`, one admission decision per sample, in order."""
+    """`binding_decisions` of one controller's run written by `compare` into `out`, from
+    its series: the admission queue each decision faced (sampled just before it), what
+    it admitted and why. A skipped idle span's record faced an empty queue."""
     with (out / f"{name}-series.csv").open(newline="") as f:
-        queued = [int(float(row["admission_queue"])) for row in csv.DictReader(f)]
-    with (out / f"{name}-decisions.jsonl").open() as f:
-        events = [json.loads(line) for line in f if line.strip()]
-    admissions = [e for e in events if e.get("event") == "admission"]
-    return binding_decisions(queued, [e["admit"] for e in admissions],
-                             [e["reason"] for e in admissions])
+        rows = list(csv.DictReader(f))
+    return binding_decisions([int(float(r["admission_queue"])) for r in rows],
+                             [int(r["admit"]) for r in rows], [r["reason"] for r in rows])
 
 
 class DecisionRecorder:

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import itertools
 
-import numpy as np
-
 from orchestrator.control.policies.base import AdmissionReason
 from orchestrator.control.snapshot import worker_hbm_per_gpu
 from orchestrator.run.metrics import (
@@ -112,9 +110,8 @@ class MetricsListener:
         self._reconfigurations(orch)
         control = orch.control
         per_slow = max(1, round(control.slow_period_s / control.fast_period_s))
-        occ = orch.series.decode_occupancy[-OSCILLATION_WINDOW_SLOW_PERIODS * per_slow:]
-        self._c("oscillation_index").set(
-            oscillation_index(np.asarray(occ, dtype=np.float64), per_slow))
+        occ = orch.series.tail("decode_occupancy", OSCILLATION_WINDOW_SLOW_PERIODS * per_slow)
+        self._c("oscillation_index").set(oscillation_index(occ, per_slow))
 
     def on_done(self, orch, req, now_s: float) -> None:
         if not self._started:
@@ -139,6 +136,12 @@ class MetricsListener:
 
     def on_decision(self, orch, decision, now_s: float) -> None:
         self._c("admission_decisions_total", decision.reason.value).inc()
+
+    def on_skip(self, orch, first_s: float, last_s: float, ticks: int) -> None:
+        """`ticks` idle samples skipped: gauges keep their values; the decisions the
+        policy made over them count under the reason of the last one."""
+        self._last_time_s = last_s
+        self._c("admission_decisions_total", orch.decisions[-1][1]).inc(ticks)
 
     def on_reallocation(self, orch, decision, now_s: float) -> None:
         self._reconfigurations(orch)

@@ -75,15 +75,17 @@ def write_json(path: Path, obj) -> None:
 SERIES_COLUMNS = ("time_s", "decode_occupancy", "decode_running", "decode_slots", "backlog",
                   "ready_depth", "admission_queue", "upstream_waiting", "admitted", "completed",
                   "ttft_mean_s", "in_flight", "submitted_total", "completed_total",
-                  "rejected_total", "reason")
+                  "rejected_total", "reason", "admit", "ticks")
 
 
 def write_series_csv(path: Path, series: Series) -> None:
+    """One row per record: a sample, or (`ticks` > 1) that many idle samples one period
+    apart from `time_s` (docs/metrics.md)."""
     with path.open("w", newline="") as f:
         w = csv.writer(f)
         parts = sorted(series.latency_breakdown_s)  # "<part>_<p50|p90|p99>_s", per period
         w.writerow((*SERIES_COLUMNS, *parts))
-        for i in range(len(series)):
+        for i in range(series.records):
             row = [getattr(series, c)[i] if i < len(getattr(series, c)) else ""
                    for c in SERIES_COLUMNS]
             row += [series.latency_breakdown_s[c][i] if i < len(series.latency_breakdown_s[c])

@@ -64,6 +64,10 @@ class Reconfigurer:
             need = spec.batch.target_batch * spec.kv.ranks * spec.layout.pp
         return spec if spec.kv.sequences_at(RESHAPE_CONTEXT_TOKENS) >= need else None
 
+    def busy(self) -> bool:
+        """A worker is draining or loading weights."""
+        return any(not t.done() for t in self._tasks)
+
     def start(self, move: Move, now_s: float) -> bool:
         """Begin moving one worker of `move.from_pool`; False when none can move."""
         target = self._templates.get(move.to_pool)

@@ -13,6 +13,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -47,7 +48,7 @@ class Orchestrator:
                  control: ControlConfig, load: LoadOptions, seed: int,
                  on_progress: Callable[[int, int], None] | None = None, logger=None,
                  listeners: Sequence[object] = (), deadline_s: float | None = None,
-                 reallocator=None, router=None, backend=None):
+                 reallocator=None, router=None, backend=None, skip_idle: bool = True):
         self.cluster, self.sessions, self.policy = cluster, list(sessions), policy
         self.control, self.load, self.seed = control, load, seed
         self.on_progress = on_progress
@@ -60,6 +61,7 @@ class Orchestrator:
         # then reported as such); None runs until every session has finished.
         self.deadline_s = deadline_s
         self.timed_out = False
+        self.skip_idle = skip_idle  # virtual time: skip sampling idle spans
         # Live mode's worker processes (orchestrator.live.LiveBackend): its `executor` runs
         # the workers' steps; it re-dispatches a lost worker's calls. None: in-process.
         self.backend = backend
@@ -81,7 +83,13 @@ class Orchestrator:
         self._pending: dict[int, Pending] = {}
         self._call_ids = iter(range(1, 1 << 62))
         self.series = Series()
-        self.decisions: list[tuple[float, str]] = []
+        # (first time, reason, periods): runs of the fast loop's decisions by reason.
+        self.decisions: list[tuple[float, str, int]] = []
+        self._last_logged: tuple | None = None
+        self._wake = asyncio.Event()
+        self._skipping_from_s: float | None = None
+        self._same_samples = 0  # consecutive samples equal but for their time
+        self._last_obs = None
         self.realloc_decisions: list[ReallocDecision] = []
         self.realloc_times_s: list[float] = []
         self.done: list[Request] = []
@@ -102,6 +110,7 @@ class Orchestrator:
         self.counters["submitted"] += 1
         self.queue.append(pending)
         self._pending[req.call_id] = pending
+        self._wake.set()
         self._notify("on_submit", req, req.arrival_s)
         return await pending.future
 
@@ -157,8 +166,7 @@ class Orchestrator:
             raise PolicyError(f"controller {self.policy.name!r} returned {type(decision).__name__}"
                               f", not an AdmissionDecision")
         if decision.decode_target_batch is not None:
-            for w in self.runtime.decode_workers.values():
-                w.set_target_batch(decision.decode_target_batch * w.slots_per_unit)
+            self._apply_target_batch(decision.decode_target_batch)
         if decision.reject_ttft_above_s is not None:
             self._reject_predicted_misses(decision, now_s)
         budget, background = decision.admit, decision.background_limit
@@ -179,6 +187,10 @@ class Orchestrator:
             self.queue.remove(pending)
             self.counters["admitted"] += 1
             self._period_admitted += 1
+
+    def _apply_target_batch(self, per_unit: int) -> None:
+        for w in self.runtime.decode_workers.values():
+            w.set_target_batch(per_unit * w.slots_per_unit)
 
     def _reject_predicted_misses(self, decision: AdmissionDecision, now_s: float) -> None:
         """Predicted TTFT: time waited, plus the wait for the calls ahead at this period's
@@ -202,6 +214,9 @@ class Orchestrator:
         interactive = sum(p.interactive for p in self.queue)
         obs = observe(rt, now_s, self.counters, len(self.queue), interactive, self.predictor, busy)
         self.lag.record(obs)
+        content = replace(obs, time_s=0.0)
+        self._same_samples = self._same_samples + 1 if content == self._last_obs else 1
+        self._last_obs = content
         in_flight = len(self._pending)
         c = self.counters
         if c["submitted"] != c["completed"] + c["rejected"] + in_flight:
@@ -221,8 +236,9 @@ class Orchestrator:
         s.admitted.append(self._period_admitted)
         s.completed.append(len(self._period_done))
         ttfts = [r.ttft_s for r in self._period_done if r.ttft_s is not None]
-        s.ttft_mean_s.append(float(np.mean(ttfts)) if ttfts else float("nan"))
+        s.ttft_mean_s.append(sum(ttfts) / len(ttfts) if ttfts else float("nan"))
         s.add_breakdown(self._period_done)
+        s.ticks.append(1)
         s.in_flight.append(in_flight)
         s.submitted_total.append(c["submitted"])
         s.completed_total.append(c["completed"])
@@ -246,20 +262,95 @@ class Orchestrator:
     async def _fast_loop(self) -> None:
         loop = asyncio.get_running_loop()
         period = self.control.fast_period_s
-        while True:
-            now_s = loop.time()
-            self._sample(now_s)
-            decision = self.policy.decide(self.lag.seen_at(now_s), now_s)
-            self._apply(decision, now_s)
-            self.decisions.append((now_s, decision.reason.value))
+        # Idle spans are skipped in virtual time only: live time passes anyway.
+        skips = self.skip_idle and hasattr(loop, "time_ns")
+        try:
+            while True:
+                now_s = loop.time()
+                self._sample(now_s)
+                decision = self.policy.decide(self.lag.seen_at(now_s), now_s)
+                self._apply(decision, now_s)
+                self._decided(decision, now_s, 1)
+                if skips and self._idle():
+                    await self._skip_idle(loop, now_s)
+                else:
+                    await asyncio.sleep(period)
+        finally:
+            self._skipping_from_s = None
+
+    def _decided(self, decision: AdmissionDecision, now_s: float, ticks: int) -> None:
+        """Record a decision standing for `ticks` periods; the log only when it changes."""
+        reason = decision.reason.value
+        if ticks == 1:
+            self.series.reason.append(reason)
+            self.series.admit.append(decision.admit)
             self._notify("on_decision", decision, now_s)
-            self.series.reason.append(decision.reason.value)
-            if self.logger is not None:
-                self.logger.info("admission", t_s=round(now_s, 6), controller=self.policy.name,
-                                 admit=decision.admit, reason=decision.reason.value,
-                                 decode_target_batch=decision.decode_target_batch,
-                                 queue=len(self.queue))
-            await asyncio.sleep(period)
+        key = (decision.admit, reason, decision.decode_target_batch)
+        if not self.decisions or self.decisions[-1][1] != reason:
+            self.decisions.append((now_s, reason, ticks))
+        else:
+            t, r, n = self.decisions[-1]
+            self.decisions[-1] = (t, r, n + ticks)
+        if self.logger is not None and key != self._last_logged:
+            self._last_logged = key
+            self.logger.info("admission", t_s=round(now_s, 6), controller=self.policy.name,
+                             admit=decision.admit, reason=reason,
+                             decode_target_batch=decision.decode_target_batch,
+                             queue=len(self.queue), periods=ticks)
+
+    def _idle(self) -> bool:
+        """Nothing queued or in flight, no worker moving, and the policy has seen only
+        idle samples for as long as its observation lag: until the next arrival every
+        sample would be the last one restamped."""
+        return (not self._pending and not self.reconfigurer.busy()
+                and self._same_samples * self.control.fast_period_s
+                > self.control.observation_lag_s)
+
+    async def _skip_idle(self, loop, last_s: float) -> None:
+        """Sleep until work arrives, then account for the periods skipped and resume on
+        the sampling grid."""
+        period = self.control.fast_period_s
+        period_ns = round(period * 1e9)
+        last_ns = round(last_s * 1e9)
+        self.lag.hold(period)
+        self._skipping_from_s = last_s
+        self._wake.clear()
+        try:
+            await self._wake.wait()
+        finally:
+            now_ns = loop.time_ns()
+            # Samples strictly before now were idle; one at this instant sees the arrival.
+            ticks = max(0, -(-(now_ns - last_ns) // period_ns) - 1)
+            self._skipping_from_s = None
+            if ticks:
+                self._catch_up((last_ns + period_ns) / 1e9, ticks)
+        await asyncio.sleep((last_ns + (ticks + 1) * period_ns - now_ns) / 1e9)
+
+    def _catch_up(self, first_s: float, ticks: int) -> None:
+        """The skipped periods: the policy brought up to date (in closed form when it can),
+        the series, decisions and listeners told of `ticks` idle samples."""
+        period = self.control.fast_period_s
+        skip = getattr(self.policy, "skip_idle", None)
+        seen = self.lag.seen_at(first_s)
+        decision = skip(seen, first_s, ticks) if skip is not None and seen is not None else None
+        if decision is None:  # tick through: exact, a decide per period
+            for k in range(ticks):
+                t = first_s + k * period
+                decision = self.policy.decide(self.lag.seen_at(t), t)
+                if decision.decode_target_batch is not None:
+                    self._apply_target_batch(decision.decode_target_batch)
+        elif decision.decode_target_batch is not None:
+            self._apply_target_batch(decision.decode_target_batch)
+        if not isinstance(decision, AdmissionDecision):
+            raise PolicyError(f"controller {self.policy.name!r} returned "
+                              f"{type(decision).__name__}, not an AdmissionDecision")
+        self.series.repeat_idle(first_s, ticks, decision.reason.value, decision.admit)
+        self._decided(decision, first_s, ticks)
+        self._notify("on_skip", first_s, first_s + (ticks - 1) * period, ticks)
+
+    def wake(self) -> None:
+        """Work arrived (a call, a worker move): the fast loop samples again."""
+        self._wake.set()
 
     async def _slow_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -270,6 +361,8 @@ class Orchestrator:
             self.realloc_decisions.append(decision)
             self.realloc_times_s.append(now_s)
             started = decision.move is not None and self.reconfigurer.start(decision.move, now_s)
+            if started:
+                self.wake()
             self._notify("on_reallocation", decision, now_s)
             if self.logger is not None:
                 self.logger.info("reallocation", t_s=round(now_s, 6), reason=decision.reason.value,
@@ -321,6 +414,7 @@ class Orchestrator:
                                       executor=getattr(self.backend, "executor", None),
                                       seed=self.seed)
         self.lag = ObservationLag(self.control.observation_lag_s)
+        self.series.period_s = self.control.fast_period_s
         self.realloc = self._reallocator or Reallocator(self.control)
         self.reconfigurer = Reconfigurer(self.runtime, self.cluster, self.weights_per_gpu)
         loop = asyncio.get_running_loop()

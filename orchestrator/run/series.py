@@ -1,4 +1,10 @@
-"""Time series sampled every fast-loop period: what the report plots and the summary reads."""
+"""Time series sampled every fast-loop period: what the report plots and the summary reads.
+
+Kept run-length: a record stands for `ticks[i]` consecutive samples, one period
+apart from `time_s[i]`, with the same values (an idle span the fast loop skipped:
+nothing queued or in flight; its per-period counts are 0 and its latencies NaN).
+The lists hold records; `array(name)` expands them to one value per sample.
+"""
 
 from __future__ import annotations
 
@@ -25,6 +31,7 @@ class Series:
     completed: list[int] = field(default_factory=list)
     ttft_mean_s: list[float] = field(default_factory=list)  # calls whose first token came
     reason: list[str] = field(default_factory=list)
+    admit: list[int] = field(default_factory=list)  # the decision's admit (all may not be)
     in_flight: list[int] = field(default_factory=list)
     submitted_total: list[int] = field(default_factory=list)
     completed_total: list[int] = field(default_factory=list)
@@ -33,9 +40,38 @@ class Series:
     # Per period, over the calls completed in it: "<part>_<p50|p90|p99>_s" -> values (NaN
     # when none completed), parts as in the summary's latency_breakdown_s.
     latency_breakdown_s: dict[str, list[float]] = field(default_factory=dict)
+    ticks: list[int] = field(default_factory=list)  # samples each record stands for
+    period_s: float = 1.0  # between samples
+
+    # Per-period counts and latencies: 0 and NaN in a skipped idle span.
+    _PERIOD_COUNTS = ("admitted", "completed")
+
+    def repeat_idle(self, first_s: float, ticks: int, reason: str, admit: int) -> None:
+        """`ticks` idle samples from `first_s` on, each equal to the last record's state
+        with nothing admitted or completed in its period."""
+        for name in ("decode_occupancy", "decode_running", "decode_slots", "backlog",
+                     "ready_depth", "admission_queue", "upstream_waiting", "in_flight",
+                     "submitted_total", "completed_total", "rejected_total",
+                     "workers_by_pool"):
+            values = getattr(self, name)
+            values.append(values[-1])
+        for name in self._PERIOD_COUNTS:
+            getattr(self, name).append(0)
+        self.ttft_mean_s.append(float("nan"))
+        for col in self.latency_breakdown_s.values():
+            col.append(float("nan"))
+        self.time_s.append(first_s)
+        self.reason.append(reason)
+        self.admit.append(admit)
+        self.ticks.append(ticks)
+
 
     def add_breakdown(self, done: list[Request]) -> None:
         """One period's latency parts over the calls `done` in it."""
+        if not done and self.latency_breakdown_s:
+            for col in self.latency_breakdown_s.values():
+                col.append(float("nan"))
+            return
         for part in LatencyPart:
             values = np.array([r.parts_s[part] for r in done], dtype=np.float64)
             for q in QUANTILES:
@@ -43,9 +79,33 @@ class Series:
                 col.append(float(np.percentile(values, q)) if len(values) else float("nan"))
 
     def array(self, name: str) -> np.ndarray:
+        """One value per sample, records expanded."""
         if name in self.latency_breakdown_s:
-            return np.asarray(self.latency_breakdown_s[name], dtype=np.float64)
-        return np.asarray(getattr(self, name), dtype=np.float64)
+            values = np.asarray(self.latency_breakdown_s[name], dtype=np.float64)
+        else:
+            values = np.asarray(getattr(self, name), dtype=np.float64)
+        ticks = np.asarray(self.ticks, dtype=np.int64)
+        if len(ticks) != len(values) or not (ticks > 1).any():
+            return values
+        out = np.repeat(values, ticks)
+        if name == "time_s":  # a skipped span's samples are one period apart
+            starts = np.repeat(np.cumsum(ticks) - ticks, ticks)
+            out = out + (np.arange(len(out)) - starts) * self.period_s
+        return out
+
+    def tail(self, name: str, samples: int) -> np.ndarray:
+        """The last `samples` samples of `name`, expanded from the records they need."""
+        need, i = 0, len(self.ticks)
+        while i > 0 and need < samples:
+            i -= 1
+            need += self.ticks[i]
+        values = np.asarray(getattr(self, name)[i:], dtype=np.float64)
+        return np.repeat(values, self.ticks[i:])[-samples:]
 
     def __len__(self) -> int:
+        """Samples taken or skipped (records expanded); `records` counts the records."""
+        return sum(self.ticks) if len(self.ticks) == len(self.time_s) else len(self.time_s)
+
+    @property
+    def records(self) -> int:
         return len(self.time_s)

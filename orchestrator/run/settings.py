@@ -39,6 +39,8 @@ class RunSettings:
     # Live clock: the workers in separate processes (orchestrator.live.LiveOptions); None
     # keeps them in this process.
     live: object | None = None
+    # Virtual time: skip sampling idle spans (docs/metrics.md); False samples every period.
+    skip_idle: bool = True
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,7 @@ def run_replay(prepared: Prepared, settings: RunSettings,
                         reallocator=load_plugin("reallocator", settings.reallocator,
                                                 settings.control),
                         router=load_plugin("router", settings.router, settings.control),
-                        backend=backend)
+                        backend=backend, skip_idle=settings.skip_idle)
     result = make_clock(settings.clock, settings.speed).run(orch.run())
     summary = summarize(result, settings.control.ttft_target_s, settings.control.tpot_target_s,
                         run=f"{settings.controller}-seed{settings.seed}",

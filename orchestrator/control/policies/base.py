@@ -4,6 +4,16 @@ A policy is a small state machine with no I/O and no clock of its own:
 `decide(observation, now_s) -> AdmissionDecision`. The shell calls it once per
 fast-loop period with the (lagged) observation and releases that many calls
 from the admission queue. Built-in and user policies use exactly this.
+
+Idle spans. When nothing is queued or in flight the shell stops sampling until the
+next arrival; the observations it would have taken differ only in their time. On
+waking it brings the policy up to date for the periods it skipped: through the
+policy's optional `skip_idle(obs, first_s, ticks)` when it has one (advance the state
+in closed form as if `decide` had been called at `first_s`, `first_s + period`, ...,
+`ticks` times, seeing `obs` restamped with each lagged sample time, and return the
+last decision, or None to be ticked instead), else by calling `decide` once per
+skipped period (exact, cheap next to sampling). The skipped decisions' admissions
+release nothing (the queue was empty); a decode batch target they set is applied.
 """
 
 from __future__ import annotations
@@ -55,3 +65,11 @@ class AdmissionPolicy(Protocol):
     name: str
 
     def decide(self, obs: Observation | None, now_s: float) -> AdmissionDecision: ...
+
+
+@runtime_checkable
+class SkipsIdle(Protocol):
+    """The optional closed-form catch-up over an idle span (module docstring)."""
+
+    def skip_idle(self, obs: Observation, first_s: float, ticks: int,
+                  ) -> AdmissionDecision | None: ...

@@ -14,6 +14,7 @@ The remedies of BRIEF.md section 7, together:
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from orchestrator.control.config import ControlConfig
 from orchestrator.control.observe import Observation
@@ -81,10 +82,52 @@ class BufferedAdmission:
         self._credit = min(self._credit + admit_rate * self.period_s, max(target, 1.0))
         admit = int(self._credit)
         self._credit -= admit
+        return self._decision(admit, error, target, self._batch_target(obs, now_s))
+
+    def _decision(self, admit: int, error: float, target: float,
+                  batch: int | None) -> AdmissionDecision:
         if abs(error) <= 0.25 * max(target, 1.0):
             reason = AdmissionReason.RATE_MATCH
         else:
             reason = AdmissionReason.BACKLOG_LOW if error > 0 else AdmissionReason.BACKLOG_HIGH
         background = int(admit * (1.0 - self.config.interactive_reserve))
-        return AdmissionDecision(admit, reason, self._batch_target(obs, now_s),
-                                 background_limit=background)
+        return AdmissionDecision(admit, reason, batch, background_limit=background)
+
+    def skip_idle(self, obs: Observation, first_s: float, ticks: int,
+                  ) -> AdmissionDecision | None:
+        """`ticks` idle periods, `obs` seen at the first and restamped every period after.
+        Period by period, as `decide` would, while the smoothed backlog still moves the
+        admission error (some dozens of smoothing steps); from there in closed form:
+        the EWMA decays geometrically and the credit advances by the same increment
+        every period, so its fractional part after n more is that of (credit + n x step)
+        (equal to the period-by-period sum but for float rounding, ~n ulps). While the
+        batch target is above its base (it would step down during the span) the shell
+        ticks instead."""
+        if self._target_batch != self.base_target_batch:
+            return None
+        cfg, period_ns = self.config, round(self.period_s * 1e9)
+        start_ns = round(obs.time_s * 1e9)
+        target = self.target_backlog(obs)
+        cap, backlog = max(target, 1.0), float(obs.backlog)
+        previous, admit, k = None, 0, 0
+        while k < ticks:
+            error = target - self._smooth(replace(obs, time_s=(start_ns + k * period_ns) / 1e9))
+            step = self.period_s * max(0.0, obs.predicted_decode_calls_per_s
+                                       + cfg.backlog_gain * error / cfg.backlog_ewma_s)
+            k += 1
+            if error == previous and step < cap - 1.0 and k < ticks:
+                # Closed form for this period and the rest: the credit never reaches its
+                # cap (it stays below 1 + step), so it only adds `step` and drops integers.
+                rest = ticks - k + 1
+                before = (self._credit + (rest - 1) * step) % 1.0
+                admit = int(before + step)
+                self._credit = before + step - admit
+                decay = math.exp(-(rest - 1) * self.period_s / cfg.backlog_ewma_s)
+                self._ewma = backlog + (self._ewma - backlog) * decay
+                self._last_time_s = (start_ns + (ticks - 1) * period_ns) / 1e9
+                break
+            previous = error
+            self._credit = min(self._credit + step, cap)
+            admit = int(self._credit)
+            self._credit -= admit
+        return self._decision(admit, error, target, None)

@@ -26,3 +26,9 @@ class PredictiveAdmission:
     def decide(self, obs: Observation | None, now_s: float) -> AdmissionDecision:
         decision = self._buffered.decide(obs, now_s)
         return replace(decision, reject_ttft_above_s=self.reject_above_s)
+
+    def skip_idle(self, obs: Observation, first_s: float, ticks: int,
+                  ) -> AdmissionDecision | None:
+        decision = self._buffered.skip_idle(obs, first_s, ticks)
+        return None if decision is None else replace(decision,
+                                                     reject_ttft_above_s=self.reject_above_s)

@@ -40,3 +40,8 @@ class RetireAdmission:
         reason = AdmissionReason.RETALIATION if starving or not retired else (
             AdmissionReason.RETIREMENTS)
         return AdmissionDecision(free, reason)
+
+    def skip_idle(self, obs: Observation, first_s: float, ticks: int) -> AdmissionDecision:
+        """Exact: with the observation unchanged the decision is, and the retired count
+        it remembers stays that observation's."""
+        return self.decide(obs, first_s)
