@@ -66,7 +66,9 @@ def add_run_options(p: argparse.ArgumentParser, controller: bool = True) -> None
                    help="virtual time (default) or live time scaled by --speed")
     p.add_argument("--speed", type=positive_float, default=1.0,
                    help="live clock: simulated seconds per wall second (default 1)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress line on stderr (shown on a terminal: sessions, calls, "
+                        "calls per wall second, simulated seconds per wall second)")
     add_live_options(p)
     add_load_options(p)
     c = p.add_argument_group("control")

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from orchestrator.cli._common import UserError
@@ -16,7 +19,7 @@ from orchestrator.run.output import (
     write_series_csv,
 )
 from orchestrator.run.replay import PolicyError
-from orchestrator.run.settings import Prepared, RunSettings, prepare, progress_bar, run_replay
+from orchestrator.run.settings import Prepared, RunSettings, prepare, run_replay
 
 
 def prepare_or_fail(paths, trace_format: str, settings: RunSettings) -> Prepared:
@@ -63,7 +66,10 @@ def replay_into(prepared: Prepared, settings: RunSettings, directory: Path | Non
         listeners = [*listeners, tracer]
     try:
         with (hub.serving(),
-              progress_bar(label, enabled=False if args.no_progress else None) as on_progress):
+              replay_progress(label, enabled=False if args.no_progress else None) as progress):
+            on_progress = None
+            if progress is not None:
+                listeners, on_progress = [*listeners, progress], progress.on_sessions
             try:
                 result, summary = run_replay(prepared, settings, on_progress, logger=logger,
                                              listeners=listeners)
@@ -79,6 +85,80 @@ def replay_into(prepared: Prepared, settings: RunSettings, directory: Path | Non
     if tracer is not None:
         write_trace_events(tracer, Path(args.trace_events), prefix, settings, result.simulated_s)
     return result, summary
+
+
+class ReplayProgress:
+    """A replay's progress line: sessions finished of those started, calls completed, calls
+    per wall second and simulated seconds per wall second, both since the run began.
+
+    A run listener (it reads `orch.counters` and the simulated time its events carry) and
+    the orchestrator's session callback (`on_sessions`); it redraws at most every
+    `REDRAW_S` of wall time, so a call costs it one clock read.
+    """
+
+    REDRAW_S = 0.1
+
+    def __init__(self, show, wall_clock=time.perf_counter) -> None:
+        self.show = show  # show(done_sessions, total_sessions, text)
+        self.wall_clock = wall_clock  # wall-clock ok: progress display only
+        self.start_wall_s = wall_clock()
+        self.sessions = (0, None)
+        self.calls = 0
+        self.simulated_s = 0.0
+        self._drawn_s = -self.REDRAW_S
+
+    def text(self) -> str:
+        wall_s = max(self.wall_clock() - self.start_wall_s, 1e-9)
+        return (f"{self.calls:,} calls, {self.calls / wall_s:,.0f} calls/s, "
+                f"{self.simulated_s / wall_s:,.0f} sim s/wall s")
+
+    def _tick(self, now_s: float, orch) -> None:
+        self.simulated_s = now_s
+        self.calls = orch.counters["completed"]
+        if self.wall_clock() - self._drawn_s >= self.REDRAW_S:
+            self.draw()
+
+    def draw(self) -> None:
+        self._drawn_s = self.wall_clock()
+        self.show(*self.sessions, self.text())
+
+    def on_sessions(self, done: int, total: int) -> None:
+        self.sessions = (done, total)
+        self.draw()
+
+    def on_done(self, orch, _req, now_s: float) -> None:
+        self._tick(now_s, orch)
+
+    def on_sample(self, orch, _obs, now_s: float) -> None:
+        self._tick(now_s, orch)
+
+    def on_skip(self, orch, _first_s: float, last_s: float, _ticks: int) -> None:
+        self._tick(last_s, orch)
+
+
+@contextmanager
+def replay_progress(label: str, enabled: bool | None = None, console=None):
+    """A `ReplayProgress` drawing a rich bar on stderr (or `console`), None when hidden:
+    hidden when stderr is not a terminal unless `enabled` forces it."""
+    show = sys.stderr.isatty() if enabled is None else enabled
+    if not show:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress("[progress.description]{task.description}", BarColumn(bar_width=12),
+                  MofNCompleteColumn(), "sessions", TextColumn("{task.fields[rates]}"),
+                  TimeElapsedColumn(), console=console or Console(stderr=True),
+                  transient=True) as bar:
+        task = bar.add_task(label, total=None, rates="")
+
+        def show_line(done: int, total: int | None, text: str) -> None:
+            bar.update(task, completed=done, total=total, rates=text)
+
+        progress = ReplayProgress(show_line)
+        yield progress
+        progress.draw()  # the run's last figures, whatever the redraw cadence skipped
 
 
 def trace_recorder(args: argparse.Namespace, settings: RunSettings):
