@@ -3,7 +3,8 @@
 For each case the same calls (same contexts, same batches) are priced both ways in
 this run, and the microseconds per call and the ratio are printed; the results are
 checked equal on the way. Cases: a decode run of 1, 8 and 200 steps (what a decode
-worker prices per event), an MTP decode run of 8 steps, and a chunked-prefill or
+worker prices per event), an MTP decode run of 8 steps, a fill of one prompt (new
+length and cached prefix every call: what a fetch's recompute price asks), and a chunked-prefill or
 mixed batch step of 4 and 32 requests (uncached: every call has new contexts; the
 fast path's token-count terms are memoised on their exact key, as in a replay).
 
@@ -25,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 from costmodel.hardware import load_hardware  # noqa: E402
 from costmodel.layout import Layout  # noqa: E402
 from costmodel.model import load_model  # noqa: E402
+from costmodel.phase import Phase  # noqa: E402
 from workers.pricing import StepPricer  # noqa: E402
 
 CALLS = 2000
@@ -45,6 +47,13 @@ def _decode_case(pricer: StepPricer, rng, steps: int, mtp: bool):
         return pricer.decode_step_times_core_s, pricer.decode_step_times_s, args
     args = [(int(s), float(c), steps) for s, c in zip(seqs, ctx, strict=True)]
     return pricer.decode_steps_core_s, pricer.decode_steps_s, args
+
+
+def _fill_case(pricer: StepPricer, rng):
+    # A single prefill of a new prompt length over a new cached prefix (uncached).
+    args = [(Phase.MIDFILL, 1, int(n), int(c)) for n, c in zip(
+        rng.integers(100, 20_000, CALLS), rng.integers(0, 150_000, CALLS), strict=True)]
+    return pricer.fill_core_s, pricer._fill_uncached, args
 
 
 def _batch_case(pricer: StepPricer, rng, requests: int):
@@ -72,6 +81,7 @@ def main() -> None:
         ("decode run, 8 steps", _decode_case(plain, rng, 8, False)),
         ("decode run, 200 steps", _decode_case(plain, rng, 200, False)),
         ("MTP decode run, 8 steps", _decode_case(drafting, rng, 8, True)),
+        ("fill of one prompt", _fill_case(plain, rng)),
         ("batch step, 4 requests", _batch_case(plain, rng, 4)),
         ("batch step, 32 requests", _batch_case(drafting, rng, 32)),
     ]

@@ -151,22 +151,16 @@ class _Kernels:
 
 def _network(m: ModelSpec, v: _Shape) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Bytes each GPU sends per stage over scale-up and scale-out, and the time."""
-    d, tp, ep, width = float(m.hidden_size), v.tp, v.ep, v.width
+    d, tp, width = float(m.hidden_size), v.tp, v.width
     tp_bytes = np.where(tp > 1, 2.0 * (tp - 1) / tp * v.t_rank * d * ACT_BYTES, 0.0)
     tp_bytes = tp_bytes * 2.0 * (v.n_layers)  # after attention and after the FFN
     su_bytes = tp_bytes
     so_bytes = np.zeros_like(tp_bytes)
     if m.moe is not None:
-        mo = m.moe
         disp = np.where(v.wprec >= Precision.FP8, 1.0, 2.0)  # FP8 dispatch, BF16 combine
         per_token = d * (disp + ACT_BYTES)
         sent = v.t_group / width  # tokens each GPU scatters (sequence-parallel within TP)
-        # Distinct remote EP ranks (and scale-up domains) a token's top-k experts live on.
-        remote_ranks = np.where(ep > 1, _distinct(ep, 1.0, mo.top_k) * (ep - 1) / ep, 0.0)
-        nodes = np.maximum(1.0, width / v.domain)
-        remote_nodes = np.where(
-            nodes > 1, _distinct(nodes, 1.0, mo.top_k) * (nodes - 1) / nodes, 0.0)
-        outside = np.clip(1.0 - v.domain / width, 0.0, 1.0)  # share of ranks beyond the domain
+        remote_ranks, remote_nodes, outside = _a2a_reach(m, v)
         # Fills use throughput all-to-all kernels: across domains one copy per remote node,
         # forwarded over NVLink (DeepEP normal mode). Decode uses low-latency kernels that
         # send straight to each remote rank over RDMA: no per-node deduplication.
@@ -180,6 +174,17 @@ def _network(m: ModelSpec, v: _Shape) -> tuple[np.ndarray, np.ndarray, np.ndarra
     su_bytes = su_bytes + np.where(in_domain, hop, 0.0)
     so_bytes = so_bytes + np.where(in_domain, 0.0, hop)
     return su_bytes, so_bytes, np.maximum(su_bytes / v.su_bw, so_bytes / v.so_bw)
+
+
+def _a2a_reach(m: ModelSpec, v: _Shape):
+    """Of a token's top-k experts: the distinct remote EP ranks and remote scale-up
+    domains they live on, and the share of EP ranks beyond the sender's domain."""
+    ep, width, top_k = v.ep, v.width, m.moe.top_k
+    remote_ranks = np.where(ep > 1, _distinct(ep, 1.0, top_k) * (ep - 1) / ep, 0.0)
+    nodes = np.maximum(1.0, width / v.domain)
+    remote_nodes = np.where(nodes > 1, _distinct(nodes, 1.0, top_k) * (nodes - 1) / nodes, 0.0)
+    outside = np.clip(1.0 - v.domain / width, 0.0, 1.0)
+    return remote_ranks, remote_nodes, outside
 
 
 def _latency(m: ModelSpec, v: _Shape, eff: Efficiency) -> np.ndarray:

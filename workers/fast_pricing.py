@@ -2,41 +2,44 @@
 
 A worker prices one configuration at a time, or one short run of decode steps:
 the vectorised core (`costmodel.phase`) spends ~200 ufunc calls on it whatever
-the length. For a fixed worker, phase and batch, almost every term of a step is
-independent of the sequences' context; only attention (its context FLOPs and KV
-reads) and what is added after it depend on it. So the context-free terms are
-taken once from the vectorised core itself (`_Shape`, `_Kernels`, `_network`,
-`_latency`, evaluated on one configuration, kept as Python floats) and the
-context-dependent tail is re-evaluated here with the core's own operations in
-the core's own order. IEEE-754 addition, multiplication, division, min and max
-give the same double whether numpy or Python performs them, so the result is
-bit-for-bit the core's (`tests/property/test_pricing_fast_path.py` checks it).
+the length. Here the same roofline is evaluated in Python floats:
 
-The tail takes a float or a numpy array of contexts (`mx`/`mn` are `max`/`min` or
-`np.maximum`/`np.minimum`): a long run of steps is cheaper as ~30 array operations
-than as a Python loop.
+- what depends on the model, hardware, layout and efficiency only (`LayoutTerms`:
+  bandwidths, peaks, layers per stage, bytes per element, fixed latencies, the
+  all-to-all's reach) is taken once from the core's own `_Shape`, `_latency` and
+  `_a2a_reach`;
+- what depends on the batch (`Shape`, `kernel_terms`, `network_s`) and on the
+  context (`AttentionTerms`) is re-evaluated with the core's operations in the
+  core's order (`costmodel/kernels.py`, `costmodel/draft.py`, `costmodel/batch.py`).
 
-Nothing here raises a power: numpy's vectorised `power` (SVML on AVX-512) and
-libm's `pow` differ in the last bit, so `_distinct` stays in the core's constants.
+IEEE-754 addition, multiplication, division, min and max give the same double
+whether numpy or Python performs them, so the result is bit-for-bit the core's
+(`tests/property/test_pricing_fast_path.py` checks it). The one power, the
+expected distinct experts a batch touches (`_distinct`), is still raised by
+numpy on a one-element array: numpy's vectorised `power` (SVML on AVX-512)
+and libm's `pow` differ in the last bit.
 
-A heterogeneous batch step (`costmodel.batch`) sums its requests' attention with
-numpy's pairwise summation, reproduced by `pairwise_sum`; its token-count terms
-are memoised per (phase, sequences, mean query tokens) from the core.
+The context tail takes a float or a numpy array of contexts (`mx`/`mn` are
+`max`/`min` or `np.maximum`/`np.minimum`): a long run of steps is cheaper as ~30
+array operations than as a Python loop. A heterogeneous batch step sums its
+requests' attention with numpy's pairwise summation, reproduced by `pairwise_sum`.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 
 import numpy as np
 
-from costmodel.batch import batch_token_terms
-from costmodel.draft import draft_pass_parts, mtp_module
+from costmodel.draft import mtp_module
 from costmodel.efficiency import Efficiency, OverlapMode
 from costmodel.hardware import HardwareTable
-from costmodel.kernels import ACT_BYTES, Phase, _Kernels, _latency, _network, _Shape
+from costmodel.kernels import ACT_BYTES, Phase, _a2a_reach, _distinct, _latency, _Shape
 from costmodel.model import ModelSpec
 from costmodel.mtp import expected_tokens_per_step
+from costmodel.phase import Configs
+from costmodel.precision import Precision
 
 # numpy's pairwise summation (numpy/_core/src/umath/loops_utils.h.src): blocks of
 # at most 128 summed with eight accumulators, halves (rounded to multiples of 8) above.
@@ -78,48 +81,130 @@ def _f(x) -> float:
     return float(np.ravel(x)[0])
 
 
+class LayoutTerms:
+    """What `_Shape` holds that depends on the model, hardware, layout and efficiency
+    only, as floats taken from the core's own `_Shape` of one configuration."""
+
+    _NAMES = ("hbm_bw", "su_bw", "so_bw", "domain", "pp", "tp", "ep", "width", "attn_ranks",
+              "n_full", "n_slide", "n_lin", "n_dense", "n_moe", "n_layers", "wb_dense",
+              "wb_exp", "peak_dense", "peak_exp", "peak_attn", "kv_layer")
+
+    def __init__(self, m: ModelSpec, table: HardwareTable, cfg, eff: Efficiency):
+        v = _Shape(m, table, cfg, eff)
+        self.m, self.eff = m, eff
+        for name in self._NAMES:
+            setattr(self, name, _f(getattr(v, name)))
+        self.state_layer, self.window = float(v.state_layer), float(v.window)
+        self.mtp = _f(cfg.mtp)
+        self.latency_s = _f(_latency(m, v, eff))  # no term of it depends on the batch
+        self.d = float(m.hidden_size)
+        self.head_w = m.vocab_size * self.d
+        self.disp = 1.0 if int(_f(v.wprec)) >= Precision.FP8 else 2.0
+        # The core's tokens per stage are a numpy scalar when every configuration column is
+        # 0-d (the pricer's own configurations): numpy then raises the power with libm's
+        # pow, as Python does; over arrays (Configs.make) with its vectorised power.
+        self.array_power = any(np.ndim(getattr(cfg, k)) > 0
+                               for k in ("phase", "batch", "new_tokens", "mtp", "tp", "ep"))
+        if m.moe is not None:
+            self.miss = min(max(1.0 - m.moe.top_k / m.moe.routed_experts, 0.0), 1.0)
+            rr, rn, out = _a2a_reach(m, v)
+            self.remote_ranks, self.remote_nodes, self.outside = _f(rr), _f(rn), _f(out)
+            self.experts_per_rank = _f(np.ceil(m.moe.routed_experts / v.ep))
+            self.split = _f(np.maximum(1.0, v.tp / v.ep))
+
+
+class Shape:
+    """`_Shape`'s batch-dependent quantities of one configuration, as floats."""
+
+    __slots__ = ("decode", "n_seq", "q_tok", "t_group", "t_rank")
+
+    def __init__(self, lt: LayoutTerms, decode: bool, n_seq: float, new_tokens: float,
+                 mtp: float):
+        self.decode, self.n_seq = decode, n_seq
+        self.q_tok = 1.0 + mtp if decode else new_tokens
+        self.t_rank = n_seq * self.q_tok
+        self.t_group = self.t_rank * lt.attn_ranks
+
+
+def kernel_terms(lt: LayoutTerms, s: Shape) -> tuple[float, float, float, float]:
+    """`_Kernels`' dense FFN, router and shared experts, routed experts and LM head
+    times (`costmodel/kernels.py`, in its order of operations)."""
+    m, tp, hbm_bw, wb = lt.m, lt.tp, lt.hbm_bw, lt.wb_dense
+    dense_w = lt.n_dense * m.dense_ffn_params
+    dense_flops = 2.0 * s.t_rank * dense_w / tp
+    t_dense = max(dense_flops / lt.peak_dense, dense_w / tp * wb / hbm_bw)
+    t_always = t_experts = 0.0
+    if m.moe is not None:
+        mo = m.moe
+        always_w = lt.n_moe * m.moe_always_params
+        always_flops = 2.0 * s.t_rank * always_w / tp
+        t_always = max(always_flops / lt.peak_dense, always_w / tp * wb / hbm_bw)
+        if lt.array_power:
+            hit = _f(_distinct(mo.routed_experts, mo.top_k, np.array([s.t_group])))
+        else:
+            hit = mo.routed_experts * (1.0 - lt.miss ** s.t_group)
+        touched = hit * lt.experts_per_rank / mo.routed_experts
+        exp_bytes = lt.n_moe * touched * m.expert_params / lt.split * lt.wb_exp
+        exp_flops = 2.0 * lt.n_moe * s.t_group * mo.top_k / lt.ep * m.expert_params / lt.split
+        exp_flops = exp_flops * lt.eff.ep_imbalance
+        t_experts = max(exp_flops / lt.peak_exp, exp_bytes / hbm_bw)
+    head_tok = s.t_rank if s.decode else s.n_seq
+    head_flops = 2.0 * head_tok * lt.head_w / tp
+    t_head = max(head_flops / lt.peak_dense, lt.head_w / tp * wb / hbm_bw)
+    return t_dense, t_always, t_experts, t_head
+
+
+def network_s(lt: LayoutTerms, s: Shape) -> float:
+    """`_network`'s time: TP all-reduces, the expert all-to-all and the PP hop."""
+    d, tp, width = lt.d, lt.tp, lt.width
+    su = 2.0 * (tp - 1) / tp * s.t_rank * d * ACT_BYTES if tp > 1 else 0.0
+    su = su * 2.0 * lt.n_layers
+    so = 0.0
+    if lt.m.moe is not None:
+        per_token = d * (lt.disp + ACT_BYTES)
+        sent = s.t_group / width
+        rr = lt.remote_ranks
+        if s.decode:
+            su = su + lt.n_moe * sent * rr * (1.0 - lt.outside) * per_token
+            so = so + lt.n_moe * (sent * rr * lt.outside * per_token)
+        else:
+            su = su + lt.n_moe * sent * rr * 1.0 * per_token
+            so = so + lt.n_moe * (sent * lt.remote_nodes * per_token)
+    hop = s.t_group / width * d * ACT_BYTES if lt.pp > 1 else 0.0
+    if lt.pp * width <= lt.domain:
+        su, so = su + hop, so + 0.0
+    else:
+        su, so = su + 0.0, so + hop
+    return max(su / lt.su_bw, so / lt.so_bw)
+
+
 class AttentionTerms:
     """A stage's attention roofline (`_Kernels`' first term) as a function of context,
-    for one shape `v` whose context-free quantities are frozen."""
+    for one shape whose context-free quantities are frozen."""
 
-    __slots__ = (
-        "a_ctx",
-        "act_bytes",
-        "half",
-        "hbm_bw",
-        "kv_seq",
-        "lin_flops",
-        "n_full",
-        "n_slide",
-        "peak_attn",
-        "proj_s",
-        "q_tok",
-        "state",
-        "tp",
-        "w_bytes",
-        "window",
-    )
+    __slots__ = ("a_ctx", "act_bytes", "half", "hbm_bw", "kv_seq", "lin_flops", "n_full",
+                 "n_slide", "peak_attn", "proj_s", "q_tok", "state", "tp", "w_bytes", "window")
 
-    def __init__(self, m: ModelSpec, v: _Shape, eff: Efficiency, decode: bool):
-        self.tp = tp = _f(v.tp)
-        t_rank = _f(v.t_rank)
-        n_full, n_slide, n_lin = _f(v.n_full), _f(v.n_slide), _f(v.n_lin)
-        self.q_tok = q_tok = _f(v.q_tok)
+    def __init__(self, lt: LayoutTerms, s: Shape):
+        m, eff = lt.m, lt.eff
+        self.tp = tp = lt.tp
+        t_rank = s.t_rank
+        n_full, n_slide, n_lin = lt.n_full, lt.n_slide, lt.n_lin
+        self.q_tok = q_tok = s.q_tok
         self.half = (q_tok + 1.0) / 2.0
-        ctx_flops = m.attn_flops_per_ctx_token_decode if decode else (
+        ctx_flops = m.attn_flops_per_ctx_token_decode if s.decode else (
             m.attn_flops_per_ctx_token_prefill)
         self.a_ctx = t_rank * ctx_flops
-        self.n_full, self.n_slide, self.window = n_full, n_slide, float(v.window)
+        self.n_full, self.n_slide, self.window = n_full, n_slide, lt.window
         self.lin_flops = t_rank * n_lin * m.linear_flops_per_token / tp
         attn_w = (n_full + n_slide) * m.attn_params + n_lin * m.linear_params
-        peak_dense, wb_dense = _f(v.peak_dense), _f(v.wb_dense)
-        self.proj_s = 2.0 * t_rank * attn_w / tp / peak_dense
-        self.kv_seq = _f(v.n_seq) * _f(v.kv_layer)
-        self.state = 2.0 * _f(v.n_seq) * n_lin * float(v.state_layer) / tp
-        self.w_bytes = attn_w / tp * wb_dense
-        self.act_bytes = (t_rank * float(m.hidden_size) * ACT_BYTES
-                          * eff.activation_passes_per_layer * _f(v.n_layers) / tp)
-        self.peak_attn, self.hbm_bw = _f(v.peak_attn), _f(v.hbm_bw)
+        self.proj_s = 2.0 * t_rank * attn_w / tp / lt.peak_dense
+        self.kv_seq = s.n_seq * lt.kv_layer
+        self.state = 2.0 * s.n_seq * n_lin * lt.state_layer / tp
+        self.w_bytes = attn_w / tp * lt.wb_dense
+        self.act_bytes = (t_rank * lt.d * ACT_BYTES * eff.activation_passes_per_layer
+                          * lt.n_layers / tp)
+        self.peak_attn, self.hbm_bw = lt.peak_attn, lt.hbm_bw
 
     def time_s(self, context, mx=max, mn=min):
         """`_Kernels.t_attn` at `context` (float, or array with np.maximum/np.minimum)."""
@@ -158,22 +243,40 @@ class PassTail:
         return stage_s
 
 
-def _main_pass(m: ModelSpec, table: HardwareTable, cfg, eff: Efficiency) -> PassTail:
-    v = _Shape(m, table, cfg, eff)
-    k = _Kernels(m, v, eff)
-    decode = bool(np.ravel(v.decode)[0])
-    after = (_f(k.t_dense), _f(k.t_always), _f(k.t_experts), _f(k.t_head))
-    return PassTail(AttentionTerms(m, v, eff, decode), after, _f(_network(m, v)[2]),
-                    _f(_latency(m, v, eff)), eff)
+class Pricing:
+    """One worker's layout terms, for its own model and for its MTP module (one
+    colocated layer, pp=1: `costmodel.draft`), and its mean tokens a decode step yields."""
 
+    def __init__(self, m: ModelSpec, table: HardwareTable, cfg, eff: Efficiency):
+        self.eff = eff
+        self.main = LayoutTerms(m, table, cfg, eff)
+        self.accepted = _f(expected_tokens_per_step(cfg.mtp, eff.mtp_acceptance))
+        self.block = None
+        if self.main.mtp > 0:
+            block = mtp_module(m)
+            self.block = LayoutTerms(block, table, replace(
+                cfg, phase=np.full_like(cfg.phase, int(Phase.DECODE)), pp=np.ones_like(cfg.pp)),
+                eff)
 
-def _draft_pass(m: ModelSpec, table: HardwareTable, cfg, eff: Efficiency, q_tok) -> PassTail:
-    block = mtp_module(m)
-    v, k, extra, network_s, latency_s = draft_pass_parts(block, table, cfg, eff, q_tok)
-    t_head, t_proj = extra[:2]
-    after = (_f(k.t_dense), _f(k.t_always), _f(k.t_experts), _f(t_head), _f(t_proj))
-    return PassTail(AttentionTerms(block, v, eff, True), after, _f(network_s),
-                    _f(latency_s), eff)
+    def main_pass(self, decode: bool, n_seq: float, new_tokens: float) -> PassTail:
+        lt = self.main
+        s = Shape(lt, decode, n_seq, new_tokens, lt.mtp)
+        return PassTail(AttentionTerms(lt, s), kernel_terms(lt, s), network_s(lt, s),
+                        lt.latency_s, self.eff)
+
+    def draft_pass(self, n_seq: float, q_tok: float) -> PassTail:
+        """`costmodel.draft._one_pass`: `q_tok` tokens per sequence through the module."""
+        lt = self.block
+        s = Shape(lt, True, n_seq, 0.0, q_tok - 1.0)
+        t_dense, t_always, t_experts, _ = kernel_terms(lt, s)
+        tp, wb, hbm_bw = lt.tp, lt.wb_dense, lt.hbm_bw
+        head_flops = 2.0 * s.n_seq * lt.head_w / tp
+        t_head = max(head_flops / lt.peak_dense, lt.head_w / tp * wb / hbm_bw)
+        proj_w = 2.0 * lt.d * lt.d
+        proj_flops = 2.0 * s.t_rank * proj_w / tp
+        t_proj = max(proj_flops / lt.peak_dense, proj_w / tp * wb / hbm_bw)
+        return PassTail(AttentionTerms(lt, s), (t_dense, t_always, t_experts, t_head, t_proj),
+                        network_s(lt, s), lt.latency_s, self.eff)
 
 
 class StepTail:
@@ -182,23 +285,22 @@ class StepTail:
 
     __slots__ = ("accepted", "decode", "drafts", "first", "later", "main", "overhead_s", "pp")
 
-    def __init__(self, m: ModelSpec, table: HardwareTable, cfg, eff: Efficiency):
-        self.main = _main_pass(m, table, cfg, eff)
-        self.pp = _f(cfg.pp)
-        self.overhead_s = eff.step_overhead_s
-        self.decode = int(_f(cfg.phase)) == Phase.DECODE
-        accepted = expected_tokens_per_step(cfg.mtp, eff.mtp_acceptance)
-        self.accepted = _f(accepted)
-        self.drafts = _f(cfg.mtp) if self.decode else 0.0
+    def __init__(self, pricing: Pricing, phase: Phase, n_seq: float, new_tokens: float):
+        self.decode = decode = phase == Phase.DECODE
+        self.main = pricing.main_pass(decode, n_seq, new_tokens)
+        self.pp = pricing.main.pp
+        self.overhead_s = pricing.eff.step_overhead_s
+        self.accepted = pricing.accepted
+        self.drafts = pricing.main.mtp if decode else 0.0
         self.first = self.later = None
         if self.drafts > 0:
-            self.first = _draft_pass(m, table, cfg, eff, accepted)
-            self.later = _draft_pass(m, table, cfg, eff, 1.0)
+            self.first = pricing.draft_pass(n_seq, self.accepted)
+            self.later = pricing.draft_pass(n_seq, 1.0)
 
     def draft_s(self, context, mx=max, mn=min):
         if self.first is None:
             return 0.0
-        rest = mx(self.drafts - 1.0, 0.0)
+        rest = max(self.drafts - 1.0, 0.0)
         return self.first.time_s(context, mx, mn) + rest * self.later.time_s(context, mx, mn)
 
     def step_s(self, context, mx=max, mn=min):
@@ -210,71 +312,71 @@ class StepTail:
 
 
 class BatchTail:
-    """`costmodel.batch.batch_step_cost`'s step time for one layout, request by request
+    """`costmodel.batch.batch_step_cost`'s step time for one worker, request by request
     in Python: `_attention_s`'s per-request sums in numpy's pairwise order, the
-    token-count terms (`batch_token_terms`) memoised on their exact key."""
+    token-count terms of a uniform batch at the mean query tokens."""
 
-    def __init__(self, m: ModelSpec, table: HardwareTable, eff: Efficiency, layout,
-                 draft_tail):
-        self.m, self.table, self.eff, self.lay = m, table, eff, layout
+    def __init__(self, m: ModelSpec, table: HardwareTable, eff: Efficiency, layout):
+        # The configuration `batch_step_cost` builds (Configs.make: one-element columns).
+        cfg = Configs.make(phase=int(Phase.DECODE), batch=1.0, new_tokens=1.0, context=0.0,
+                           pp=layout.pp, tp=layout.tp, ep=layout.ep,
+                           precision=int(layout.weights), kv_precision=int(layout.kv),
+                           mtp=layout.mtp, attention_precision=int(layout.attention_precision))
+        self.pricing = pricing = Pricing(m, table, cfg, eff)
+        self.lay = layout
         self.ranks = max(layout.tp, layout.ep) / layout.tp
-        self.draft_tail = draft_tail  # per-rank decoding sequences -> StepTail
-        self._terms = lru_cache(maxsize=4096)(self._terms_uncached)
-        self._consts = None
+        # Per-rank decoding sequences -> their draft passes.
+        self.draft_tail = lru_cache(maxsize=1024)(
+            lambda batch: StepTail(pricing, Phase.DECODE, batch, 1.0))
+        self.attention = _BatchAttention(pricing.main)
+        self._token_terms = lru_cache(maxsize=4096)(self._token_terms_uncached)
 
-    def _terms_uncached(self, all_decode: bool, n: int, q_mean: float):
-        lay = self.lay
-        v, k, network_s, latency_s = batch_token_terms(
-            self.m, self.table, all_decode, n / self.ranks, q_mean, 0.0, pp=lay.pp, tp=lay.tp,
-            ep=lay.ep, precision=lay.weights, kv_precision=lay.kv, mtp=lay.mtp,
-            attention_precision=lay.attention_precision, eff=self.eff)
-        if self._consts is None:
-            self._consts = _BatchAttention(self.m, v, self.eff)
-        after = (_f(k.t_dense), _f(k.t_always), _f(k.t_experts), _f(k.t_head))
-        overlap = self.eff.overlap_fraction if self.eff.overlap == OverlapMode.OVERLAP else None
-        return after, _f(network_s), _f(latency_s), overlap
+    def _token_terms_uncached(self, all_decode: bool, n: int, q_mean: float):
+        """The uniform batch's kernel and network terms: chunked prefill under a token
+        budget repeats the same sequences and mean chunk, so they are memoised."""
+        lt = self.pricing.main
+        shape = Shape(lt, all_decode, n / self.ranks, q_mean, float(self.lay.mtp))
+        return kernel_terms(lt, shape), network_s(lt, shape)
 
     def step_s(self, new_tokens: tuple, cached_tokens: tuple, decoding: tuple) -> float:
         n = len(cached_tokens)
-        mtp = self.lay.mtp
+        mtp, lt, eff = self.lay.mtp, self.pricing.main, self.pricing.eff
         q_dec = 1.0 + mtp
         q_tok = [q_dec if d else float(t) for t, d in zip(new_tokens, decoding, strict=True)]
         cached = [float(c) for c in cached_tokens]
         all_decode = all(decoding)
         q_sum = pairwise_sum(q_tok)
-        after, network_s, latency_s, overlap = self._terms(all_decode, n, q_sum / n)
-        t_cm = self._consts.time_s(q_tok, q_sum, cached, decoding, self.ranks)
-        for term in after:
+        terms, net_s = self._token_terms(all_decode, n, q_sum / n)
+        t_cm = self.attention.time_s(q_tok, q_sum, cached, decoding, self.ranks)
+        for term in terms:
             t_cm = t_cm + term
-        stage = t_cm + network_s + latency_s
-        if overlap is not None:
-            stage = stage - overlap * min(t_cm, network_s)
+        stage = t_cm + net_s + lt.latency_s
+        if eff.overlap == OverlapMode.OVERLAP:
+            stage = stage - eff.overlap_fraction * min(t_cm, net_s)
         draft_s = 0.0
         if mtp and any(decoding):
             dec = [c for c, d in zip(cached, decoding, strict=True) if d]
             draft_s = self.draft_tail(len(dec) / self.ranks).draft_s(
                 pairwise_sum(dec) / len(dec))
-        return self.lay.pp * stage + draft_s + self.eff.step_overhead_s
+        return self.lay.pp * stage + draft_s + eff.step_overhead_s
 
 
 class _BatchAttention:
     """`costmodel.batch._attention_s` with its layout constants frozen."""
 
-    def __init__(self, m: ModelSpec, v: _Shape, eff: Efficiency):
-        self.tp = _f(v.tp)
-        n_full, n_slide, n_lin = _f(v.n_full), _f(v.n_slide), _f(v.n_lin)
-        self.n_full, self.n_slide, self.n_lin = n_full, n_slide, n_lin
-        self.attn_w = (n_full + n_slide) * m.attn_params + n_lin * m.linear_params
-        self.window = float(v.window)
+    def __init__(self, lt: LayoutTerms):
+        m = lt.m
+        self.tp, self.n_full, self.n_slide, self.n_lin = lt.tp, lt.n_full, lt.n_slide, lt.n_lin
+        self.attn_w = (lt.n_full + lt.n_slide) * m.attn_params + lt.n_lin * m.linear_params
+        self.window = lt.window
         self.f_dec = float(m.attn_flops_per_ctx_token_decode)
         self.f_pre = float(m.attn_flops_per_ctx_token_prefill)
-        self.lin_flops, self.kv_layer = m.linear_flops_per_token, _f(v.kv_layer)
-        self.state_layer = float(v.state_layer)
-        self.wb_dense, self.n_layers = _f(v.wb_dense), _f(v.n_layers)
+        self.lin_flops, self.kv_layer = m.linear_flops_per_token, lt.kv_layer
+        self.state_layer = lt.state_layer
+        self.wb_dense, self.n_layers = lt.wb_dense, lt.n_layers
         self.hidden = m.hidden_size
-        self.app = eff.activation_passes_per_layer
-        self.peak_dense, self.peak_attn = _f(v.peak_dense), _f(v.peak_attn)
-        self.hbm_bw = _f(v.hbm_bw)
+        self.app = lt.eff.activation_passes_per_layer
+        self.peak_dense, self.peak_attn, self.hbm_bw = lt.peak_dense, lt.peak_attn, lt.hbm_bw
 
     def time_s(self, q_tok: list, q_sum: float, cached: list, decoding: tuple,
                ranks: float) -> float:

@@ -33,7 +33,7 @@ from costmodel.layout import Layout
 from costmodel.model import ModelSpec
 from costmodel.phase import Configs, Phase, step_times
 from costmodel.precision import BYTES_PER_ELEMENT
-from workers.fast_pricing import BatchTail, StepTail
+from workers.fast_pricing import BatchTail, Pricing, StepTail
 
 # Runs of at most this many decode steps are priced in a Python loop; longer ones as
 # ~30 array operations (a Python step costs ~3 us, an array operation ~1 us).
@@ -58,8 +58,9 @@ class StepPricer:
         self._batch = lru_cache(maxsize=65536)(self._batch_uncached)
         self._tail = lru_cache(maxsize=4096)(self._tail_uncached)
         self._fast_decode = not isinstance(layout, AFLayout)
-        self._batch_tail = BatchTail(model, self._table, eff, layout,
-                                     lambda batch: self._tail(Phase.DECODE, batch, 1))
+        self._pricing = Pricing(model, self._table, self._configs(Phase.DECODE, 1.0, 1, 0.0),
+                                eff)
+        self._batch_tail = BatchTail(model, self._table, eff, layout)
 
     def _configs(self, phase: Phase, batch: float, new_tokens: float, context) -> Configs:
         # Constants as 0-d arrays that broadcast against the context vector: building
@@ -81,10 +82,8 @@ class StepPricer:
 
     def _fill_uncached(self, phase: Phase, sequences: int, new_tokens: int,
                        cached_tokens: int) -> tuple[float, float]:
-        step, _ = step_times(self.model, self._table,
-                             self._configs(phase, self.per_rank(sequences), new_tokens,
-                                           cached_tokens), self.eff)
-        step_s = float(step[0])
+        step_s = StepTail(self._pricing, phase, self.per_rank(sequences),
+                          float(new_tokens)).step_s(float(cached_tokens))
         # The pipeline takes a new batch every stage time; the batch itself takes step_s.
         return step_s, step_s / self.layout.pp
 
@@ -104,9 +103,17 @@ class StepPricer:
         return self._batch(tuple(int(t) for t in new_tokens),
                            tuple(int(t) for t in cached_tokens), flags)
 
+    def fill_core_s(self, phase: Phase, sequences: int, new_tokens: int,
+                    cached_tokens: int) -> tuple[float, float]:
+        """`fill_s` by the vectorised core, unmemoised: the fast path's reference."""
+        step, _ = step_times(self.model, self._table,
+                             self._configs(phase, self.per_rank(sequences), new_tokens,
+                                           cached_tokens), self.eff)
+        step_s = float(step[0])
+        return step_s, step_s / self.layout.pp
+
     def _tail_uncached(self, phase: Phase, batch: float, new_tokens: float) -> StepTail:
-        return StepTail(self.model, self._table, self._configs(phase, batch, new_tokens, 0.0),
-                        self.eff)
+        return StepTail(self._pricing, phase, batch, float(new_tokens))
 
     def _batch_uncached(self, new_tokens: tuple, cached_tokens: tuple,
                         decoding: tuple) -> tuple[float, float]:

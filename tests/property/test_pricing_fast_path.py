@@ -1,5 +1,5 @@
 """The workers' scalar pricing (workers/fast_pricing.py) gives the vectorised core's
-doubles bit for bit: steps of every phase, decode runs (short ones in a Python loop,
+doubles bit for bit: steps of every phase, fills, decode runs (short ones in a Python loop,
 long ones as arrays), MTP step times and heterogeneous batch steps, over models,
 hardware, layouts, precisions, efficiencies, batch sizes and contexts."""
 
@@ -39,11 +39,15 @@ MANY = settings(max_examples=400)
 def check_steps_of_every_phase(pricer, phase, batch, new_tokens, context):
     cfg = pricer._configs(phase, batch, new_tokens, context)
     step, tpot = step_times(pricer.model, pricer._table, cfg, pricer.eff)
-    tail = StepTail(pricer.model, pricer._table, pricer._configs(phase, batch, new_tokens, 0.0),
-                    pricer.eff)
+    tail = StepTail(pricer._pricing, phase, batch, float(new_tokens))
     got = tail.step_s(context)
     assert got == step[0]
     assert tail.tpot_s(got) == tpot[0]
+
+
+def check_fill(pricer, phase, sequences, new_tokens, cached_tokens):
+    args = (phase, sequences, new_tokens, cached_tokens)
+    assert pricer._fill_uncached(*args) == pricer.fill_core_s(*args)
 
 
 def check_decode_runs(pricer, sequences, context, steps):
@@ -63,6 +67,9 @@ def check_batch_step(pricer, requests):
 steps_args = dict(pricer=pricers, phase=st.sampled_from(list(Phase)),
                   batch=st.one_of(st.integers(1, 1024).map(float), st.floats(0.25, 512.0)),
                   new_tokens=st.integers(1, 65_536), context=contexts)
+fill_args = dict(pricer=pricers, phase=st.sampled_from(list(Phase)),
+                 sequences=st.integers(1, 4096), new_tokens=st.integers(1, 131_072),
+                 cached_tokens=st.integers(0, 300_000))
 runs_args = dict(pricer=pricers, sequences=st.integers(1, 2048), context=contexts,
                  steps=st.sampled_from([1, 2, SCALAR_STEPS, SCALAR_STEPS + 1, 200]))
 batch_args = dict(pricer=pricers, requests=st.lists(
@@ -74,6 +81,12 @@ batch_args = dict(pricer=pricers, requests=st.lists(
 @given(**steps_args)
 def test_a_step_of_any_phase_prices_as_the_core(pricer, phase, batch, new_tokens, context):
     check_steps_of_every_phase(pricer, phase, batch, new_tokens, context)
+
+
+@FAST
+@given(**fill_args)
+def test_a_fill_prices_as_the_core(pricer, phase, sequences, new_tokens, cached_tokens):
+    check_fill(pricer, phase, sequences, new_tokens, cached_tokens)
 
 
 @FAST
@@ -103,11 +116,28 @@ def test_a_long_batch_uses_numpy_pairwise_blocks():
     check_batch_step(pricer, requests)
 
 
+def test_the_power_is_raised_as_the_core_raises_it():
+    # numpy raises a scalar's power with libm's pow and an array's with its vectorised
+    # power; they differ in the last bit here. The pricer's own configurations are 0-d
+    # (scalar), a batch step's are one-element arrays: each path must follow its own.
+    pricer = StepPricer(MODELS["kimi-linear-48b"], HARDWARE["b200"],
+                        Layout(tp=4, ep=2, weights=Precision.FP8))
+    check_fill(pricer, Phase.DECODE, 33, 76_619, 98_332)
+    check_batch_step(pricer, [(10, 1000, False)] * 2)
+
+
 @pytest.mark.slow
 @MANY
 @given(**steps_args)
 def test_many_steps_of_any_phase(pricer, phase, batch, new_tokens, context):
     check_steps_of_every_phase(pricer, phase, batch, new_tokens, context)
+
+
+@pytest.mark.slow
+@MANY
+@given(**fill_args)
+def test_many_fills(pricer, phase, sequences, new_tokens, cached_tokens):
+    check_fill(pricer, phase, sequences, new_tokens, cached_tokens)
 
 
 @pytest.mark.slow
