@@ -18,9 +18,12 @@ class Predictor:
         self.new_tokens = max(mean_new_tokens, 1.0)
         self.output_tokens = max(mean_output_tokens, 1.0)
         self._cache: dict[tuple, float] = {}
+        self._rates: tuple[tuple, float] | None = None  # (what it depends on, value)
+        self._fill: tuple[tuple, float] | None = None
 
     def observe_completion(self, input_tokens: int, computed_tokens: int, output_tokens: int,
                            weight: float = 0.02) -> None:
+        self._rates = self._fill = None
         self.input_tokens += weight * (input_tokens - self.input_tokens)
         self.new_tokens += weight * (max(computed_tokens, 1) - self.new_tokens)
         self.output_tokens += weight * (max(output_tokens, 1) - self.output_tokens)
@@ -32,6 +35,20 @@ class Predictor:
         return self._cache[key]
 
     def decode_calls_per_s(self, rt: ClusterRuntime) -> float:
+        key = tuple((w.spec.pool, w.accepting, w.target_batch) for w in rt.decode_workers.values())
+        if self._rates is not None and self._rates[0] == key:
+            return self._rates[1]
+        self._rates = (key, self._decode_calls_per_s(rt))
+        return self._rates[1]
+
+    def fill_latency_s(self, rt: ClusterRuntime) -> float:
+        key = tuple(w.spec.pool for w in rt.fill_workers.values())
+        if self._fill is not None and self._fill[0] == key:
+            return self._fill[1]
+        self._fill = (key, self._fill_latency_s(rt))
+        return self._fill[1]
+
+    def _decode_calls_per_s(self, rt: ClusterRuntime) -> float:
         context = self.input_tokens + self.output_tokens / 2
         total = 0.0
         for w in rt.decode_workers.values():
@@ -41,7 +58,7 @@ class Predictor:
             total += w.target_batch / (tpot * self.output_tokens)
         return total
 
-    def fill_latency_s(self, rt: ClusterRuntime) -> float:
+    def _fill_latency_s(self, rt: ClusterRuntime) -> float:
         cached = max(self.input_tokens - self.new_tokens, 0.0)
         worst = 0.0
         for w in rt.fill_workers.values():
@@ -54,31 +71,46 @@ class Predictor:
 
 
 def observe(rt: ClusterRuntime, now_s: float, counters: dict[str, int], queue_total: int,
-            queue_interactive: int, predictor: Predictor,
-            busy_fraction: dict[str, float]) -> Observation:
-    fill_states = [w.state() for w in rt.fill_workers.values()]
-    decode_states = [w.state() for w in rt.decode_workers.values()]
+            queue_interactive: int, predictor: Predictor, busy_fraction: dict[str, float],
+            fill_states: list | None = None, decode_states: list | None = None,
+            ) -> Observation:
+    """The cluster now; `fill_states`/`decode_states`: the workers' states, when the
+    caller has just taken them."""
+    if fill_states is None:
+        fill_states = [w.state() for w in rt.fill_workers.values()]
+    if decode_states is None:
+        decode_states = [w.state() for w in rt.decode_workers.values()]
+    # One pass over the workers: per pool [phase, workers, queued, running, slots, busy, n].
     pools: dict[str, list] = {}
-    for s in (*fill_states, *decode_states):
-        pools.setdefault(s.pool, []).append(s)
-    pool_obs = tuple(
-        PoolObservation(
-            name=name, phase=states[0].phase, workers=sum(s.accepting for s in states),
-            queue_depth=sum(s.queue_depth for s in states),
-            running=sum(s.running for s in states),
-            slots=sum(s.target_batch for s in states if s.phase == "decode" and s.accepting),
-            busy_fraction=(sum(busy_fraction.get(s.name, 0.0) for s in states) / len(states)),
-        )
-        for name, states in sorted(pools.items()))
+    fill_queue = fill_running = 0
+    for st in fill_states:
+        fill_queue += st.queue_depth
+        fill_running += st.running
+    decode_loading = decode_running = decode_slots = 0
+    for st in decode_states:
+        decode_loading += st.queue_depth
+        decode_running += st.running
+        if st.accepting:
+            decode_slots += st.target_batch
+    for st in (*fill_states, *decode_states):
+        p = pools.get(st.pool)
+        if p is None:
+            p = pools[st.pool] = [st.phase, 0, 0, 0, 0, 0.0, 0]
+        p[1] += st.accepting
+        p[2] += st.queue_depth
+        p[3] += st.running
+        if st.phase == "decode" and st.accepting:
+            p[4] += st.target_batch
+        p[5] += busy_fraction.get(st.name, 0.0)
+        p[6] += 1
+    pool_obs = tuple(PoolObservation(name, p[0], p[1], p[2], p[3], p[4], p[5] / p[6])
+                     for name, p in sorted(pools.items()))
     return Observation(
         time_s=now_s, admission_queue=queue_total,
         admission_queue_interactive=queue_interactive,
-        fill_queue=sum(s.queue_depth for s in fill_states),
-        fill_running=sum(s.running for s in fill_states),
-        ready_depth=rt.ready.depth,
-        decode_loading=sum(s.queue_depth for s in decode_states),
-        decode_running=sum(s.running for s in decode_states),
-        decode_slots=sum(s.target_batch for s in decode_states if s.accepting),
+        fill_queue=fill_queue, fill_running=fill_running, ready_depth=rt.ready.depth,
+        decode_loading=decode_loading, decode_running=decode_running,
+        decode_slots=decode_slots,
         admitted_total=counters["admitted"], retired_total=counters["retired"],
         completed_total=counters["completed"], rejected_total=counters["rejected"],
         predicted_decode_calls_per_s=predictor.decode_calls_per_s(rt),
@@ -87,24 +119,33 @@ def observe(rt: ClusterRuntime, now_s: float, counters: dict[str, int], queue_to
     )
 
 
-def hbm_per_gpu(rt: ClusterRuntime, weights_per_gpu: dict[str, float]) -> float:
+def hbm_per_gpu(rt: ClusterRuntime, weights_per_gpu: dict[str, float],
+                states: dict | None = None) -> float:
     """The most any worker holds per GPU now: its slice's weights and the KV in its HBM:
     the blobs there or, for a decode worker, the KV of the sequences it runs, whichever
-    is more (a running sequence's input is among the blobs it pinned)."""
+    is more (a running sequence's input is among the blobs it pinned). `states`: the
+    workers' states by name, when the caller has just taken them."""
     used = rt.store.placement.used_bytes
-    return max((worker_hbm_per_gpu(w, weights_per_gpu[w.spec.pool], used.get(w.hbm, 0))
-                for w in (*rt.fill_workers.values(), *rt.decode_workers.values())),
-               default=0.0)
+    best = 0.0
+    for w in (*rt.fill_workers.values(), *rt.decode_workers.values()):
+        resident = states[w.name].kv_resident_bytes if states is not None else None
+        best = max(best, worker_hbm_per_gpu(w, weights_per_gpu[w.spec.pool],
+                                            used.get(w.hbm, 0), resident))
+    return best
 
 
-def worker_hbm_per_gpu(worker, weights_per_gpu: float, blob_bytes: float) -> float:
-    """One worker's HBM per GPU: weights, and its blobs' KV or its running sequences'."""
+def worker_hbm_per_gpu(worker, weights_per_gpu: float, blob_bytes: float,
+                       resident_bytes: float | None = None) -> float:
+    """One worker's HBM per GPU: weights, and its blobs' KV or its running sequences'
+    (`resident_bytes`: its running KV, when known; else asked of the worker)."""
     # Blobs count logical KV; MLA's latent (and GQA beyond its KV heads) is whole on
     # every TP rank, so their bytes per GPU follow the worker's capacity figures.
     kv = worker.spec.blob_bytes_per_gpu(blob_bytes)
-    if hasattr(worker, "kv_resident_bytes"):
+    if resident_bytes is None and hasattr(worker, "kv_resident_bytes"):
+        resident_bytes = worker.kv_resident_bytes()
+    if resident_bytes:
         # Footprints are per GPU of a rank group; sequences balance over the ranks.
-        kv = max(kv, worker.kv_resident_bytes() / worker.spec.kv.ranks)
+        kv = max(kv, resident_bytes / worker.spec.kv.ranks)
     return weights_per_gpu + kv
 
 

@@ -207,17 +207,23 @@ class Orchestrator:
         rt = self.runtime
         period = self.control.fast_period_s
         busy = {}
-        for w in (*rt.fill_workers.values(), *rt.decode_workers.values()):
-            b = w.state().busy_s
-            busy[w.name] = min(1.0, (b - self._busy_last.get(w.name, 0.0)) / period)
-            self._busy_last[w.name] = b
-        interactive = sum(p.interactive for p in self.queue)
-        obs = observe(rt, now_s, self.counters, len(self.queue), interactive, self.predictor, busy)
+        fill_states = [w.state() for w in rt.fill_workers.values()]
+        decode_states = [w.state() for w in rt.decode_workers.values()]
+        busy_last = self._busy_last
+        for st in (*fill_states, *decode_states):
+            busy[st.name] = min(1.0, (st.busy_s - busy_last.get(st.name, 0.0)) / period)
+            busy_last[st.name] = st.busy_s
+        interactive = sum(p.interactive for p in self.queue) if self.queue else 0
+        obs = observe(rt, now_s, self.counters, len(self.queue), interactive, self.predictor, busy,
+                      fill_states, decode_states)
         self.lag.record(obs)
-        content = replace(obs, time_s=0.0)
-        self._same_samples = self._same_samples + 1 if content == self._last_obs else 1
-        self._last_obs = content
         in_flight = len(self._pending)
+        if in_flight:  # only an idle sample can repeat the last
+            self._same_samples, self._last_obs = 0, None
+        else:
+            content = replace(obs, time_s=0.0)
+            self._same_samples = self._same_samples + 1 if content == self._last_obs else 1
+            self._last_obs = content
         c = self.counters
         if c["submitted"] != c["completed"] + c["rejected"] + in_flight:
             raise ConservationError(
@@ -246,7 +252,10 @@ class Orchestrator:
         s.workers_by_pool.append({p.name: p.workers for p in obs.pools})
         self._period_done = []
         self._period_admitted = 0
-        self._track_hbm()
+        if self._same_samples <= 1:  # HBM only changes while calls run or just after
+            states = {st.name: st for st in (*fill_states, *decode_states)}
+            self._peak_hbm_per_gpu = max(self._peak_hbm_per_gpu, hbm_per_gpu(
+                rt, self.weights_per_gpu, states))
         self._notify("on_sample", obs, now_s)
 
     def _notify(self, event: str, *args) -> None:
@@ -254,10 +263,6 @@ class Orchestrator:
             method = getattr(listener, event, None)
             if method is not None:
                 method(self, *args)
-
-    def _track_hbm(self) -> None:
-        self._peak_hbm_per_gpu = max(self._peak_hbm_per_gpu,
-                                     hbm_per_gpu(self.runtime, self.weights_per_gpu))
 
     async def _fast_loop(self) -> None:
         loop = asyncio.get_running_loop()

@@ -8,6 +8,7 @@ The lists hold records; `array(name)` expands them to one value per sample.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -15,6 +16,21 @@ import numpy as np
 from workers.request import LatencyPart, Request
 
 QUANTILES = (50, 90, 99)
+
+
+def percentile(ordered: list[float], q: float) -> float:
+    """`np.percentile(values, q)` (linear method) of `ordered` = sorted(values), finite
+    values, in Python floats: numpy's own steps (index (n - 1) q/100, floor, the weight,
+    and its two-sided interpolation), without its per-call cost on a period's few calls."""
+    n = len(ordered)
+    index = (n - 1) * (q / 100)
+    if index >= n - 1:
+        return float(ordered[-1])
+    below = math.floor(index)
+    a, b = ordered[below], ordered[below + 1]
+    gamma = index - below
+    diff = b - a
+    return float(b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma)
 
 
 @dataclass
@@ -73,10 +89,10 @@ class Series:
                 col.append(float("nan"))
             return
         for part in LatencyPart:
-            values = np.array([r.parts_s[part] for r in done], dtype=np.float64)
+            values = sorted(r.parts_s[part] for r in done)
             for q in QUANTILES:
                 col = self.latency_breakdown_s.setdefault(f"{part.key}_p{q}_s", [])
-                col.append(float(np.percentile(values, q)) if len(values) else float("nan"))
+                col.append(percentile(values, q) if values else float("nan"))
 
     def array(self, name: str) -> np.ndarray:
         """One value per sample, records expanded."""
