@@ -1,51 +1,103 @@
-"""Replay all 113 development sessions at the demo's load on the two-rack preset.
+"""The development traces at their real think times: replay cost against issue 13's targets.
 
-Prints, per controller, wall time, simulated seconds per wall second and calls
-per wall second. Target: under 30 s of wall time per replay on this machine.
+The 113 weka-cc-dev sessions, think and tool gaps as recorded (no --think-scale), 240
+sessions an hour, the default model and cluster, once per controller, each run in its
+own subprocess (benchmarks/replay_runner.py) so its peak RSS is its own. Prints per
+controller: calls, wall s, calls per wall s (target >= 2,000; stretch 10,000), simulated
+s per wall s, events per call, peak RSS (target < 500 MB), and met / NOT met.
 
-    python benchmarks/bench_replay.py [--cluster NAME] [--controllers retire,buffered]
+    python benchmarks/bench_replay.py [--controllers retire,buffered] [--max-sessions N]
+                                      [--demo] [--json]
+
+--demo also replays the demo's compressed load (the bundled sample x12, think x0.05,
+7,200 sessions an hour, on gb200-nvl72x1) with each controller. Needs ../shared.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from orchestrator.run.demo import DEMO_LOAD  # noqa: E402
-from orchestrator.run.settings import RunSettings, prepare, run_replay  # noqa: E402
-from traces.replay import LoadOptions  # noqa: E402
+from benchmarks.replay_runner import (
+    DEV_TRACES,
+    ROOT,
+    per_wall,
+    run_isolated,
+    shared_missing,
+    spec,
+    verdict,
+)
 
-DEV = ROOT.parent / "shared" / "traces" / "weka-cc-dev"
+CALLS_PER_S_TARGET = 2_000.0
+CALLS_PER_S_STRETCH = 10_000.0
+PEAK_RSS_TARGET_MB = 500.0
+SESSIONS_PER_HOUR = 240.0
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--cluster", default="gb200-nvl72x2")
+def dev_run(controller: str, max_sessions: int | None) -> dict:
+    load = {"sessions_per_hour": SESSIONS_PER_HOUR}
+    if max_sessions:
+        load["max_sessions"] = max_sessions
+    return spec([DEV_TRACES], "weka", controller=controller, **load)
+
+
+def demo_run(controller: str) -> dict:
+    from orchestrator.run.demo import DEMO_CLUSTER, DEMO_LOAD, DEMO_MODEL, DEMO_SEED
+
+    return spec([ROOT / "traces" / "sample"], "weka", model=DEMO_MODEL, cluster=DEMO_CLUSTER,
+                controller=controller, seed=DEMO_SEED,
+                sessions_per_hour=DEMO_LOAD.sessions_per_hour,
+                think_scale=DEMO_LOAD.think_scale, repeat=DEMO_LOAD.repeat,
+                duration_s=DEMO_LOAD.duration_s)
+
+
+def line(label: str, fig: dict) -> str:
+    rates = per_wall(fig)
+    return (f"{label:>18}: {fig['calls']:>7,} calls ({fig['lost']} lost), wall "
+            f"{fig['replay_s']:7.1f} s (+{fig['prepare_s']:.1f} s reading), "
+            f"{rates['calls_per_s']:7,.0f} calls/s "
+            f"[{verdict(rates['calls_per_s'] >= CALLS_PER_S_TARGET)} >= 2,000; stretch 10,000 "
+            f"{verdict(rates['calls_per_s'] >= CALLS_PER_S_STRETCH)}], "
+            f"{rates['sim_per_wall']:8,.0f} simulated s/wall s, "
+            f"{rates['events_per_call']:6.1f} events/call, peak RSS {fig['peak_rss_mb']:5.0f} MB "
+            f"[{verdict(fig['peak_rss_mb'] < PEAK_RSS_TARGET_MB)} < 500 MB]")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--controllers", default="retire,buffered")
+    ap.add_argument("--max-sessions", type=int, default=None,
+                    help="replay only the first N sessions (a quick look, not the target)")
+    ap.add_argument("--demo", action="store_true", help="also the demo's compressed load")
+    ap.add_argument("--json", action="store_true", help="one JSON object on stdout at the end")
     args = ap.parse_args()
-    # The demo's load (start rate, think scale) on the development traces, all of them.
-    load = LoadOptions(sessions_per_hour=DEMO_LOAD.sessions_per_hour,
-                       think_scale=DEMO_LOAD.think_scale)
-    prepared = prepare([DEV], "weka", RunSettings(cluster=args.cluster, load=load))
-    print(f"{len(prepared.sessions)} sessions, {sum(len(s.calls) for s in prepared.sessions):,} "
-          f"calls, cluster {args.cluster}, {load.sessions_per_hour:g} sessions/h, think "
-          f"x{load.think_scale:g}")
+    missing = shared_missing(DEV_TRACES)
+    if missing:
+        print(missing)
+        return 0
+    out: dict[str, dict] = {}
+    print(f"weka-cc-dev at real think times, {SESSIONS_PER_HOUR:g} sessions/h, cluster "
+          f"gb200-nvl72x2, model kimi-k3-like"
+          + (f", first {args.max_sessions} sessions" if args.max_sessions else ""))
     for name in args.controllers.split(","):
-        settings = RunSettings(cluster=args.cluster, load=load, controller=name, seed=1)
-        wall0 = time.perf_counter()
-        result, summary = run_replay(prepared, settings)
-        wall_s = time.perf_counter() - wall0
-        calls = summary["requests"]["completed"]
-        print(f"{name:>10}: wall {wall_s:6.2f} s (target < 30 s), simulated "
-              f"{result.simulated_s:,.0f} s, {result.simulated_s / wall_s:,.0f} simulated s "
-              f"per wall s, {calls / wall_s:,.0f} calls per wall s, lost "
-              f"{summary['requests']['lost']}")
+        fig = run_isolated(dev_run(name, args.max_sessions))
+        out[f"dev/{name}"] = fig
+        print(line(f"dev {name}", fig), flush=True)
+    if args.demo:
+        print("the demo's load: bundled sample x12, think x0.05, 7,200 sessions/h, "
+              "gb200-nvl72x1")
+        for name in args.controllers.split(","):
+            fig = run_isolated(demo_run(name))
+            out[f"demo/{name}"] = fig
+            print(line(f"demo {name}", fig), flush=True)
+    if args.json:
+        print(json.dumps(out))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""One million calls of synthetic agent sessions: the run completes in bounded memory.
+
+Synthesises a base set of agent sessions once with `tokenfactory trace synth` (kept in
+the system's temporary directory for later runs), then replays it with `--repeat K`
+copies, enough for the calls asked for, at the development benchmark's load (real think
+times, 240 sessions an hour, the default model and cluster) in its own subprocess.
+Prints calls, wall s, calls per wall s, simulated s per wall s, events per call and peak
+RSS (target < 2 GB).
+
+    python benchmarks/bench_million.py [--calls 1000000] [--base-sessions 200]
+                                       [--sessions-per-hour 240] [--controller buffered]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.replay_runner import ROOT, per_wall, run_isolated, spec, verdict
+
+PEAK_RSS_TARGET_MB = 2048.0
+SEED = 1
+MAX_REPEAT = 1000  # traces.replay.MAX_REPEAT
+
+
+def base_trace(sessions: int) -> tuple[Path, int]:
+    """The synthesised base trace (written once) and its number of calls."""
+    path = Path(tempfile.gettempdir()) / "tokenfactory-bench" / f"synth-{sessions}-seed{SEED}.jsonl.gz"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".partial.gz")
+        subprocess.run([str(Path(sys.executable).with_name("tokenfactory")), "trace", "synth",
+                        "--sessions", str(sessions), "--seed", str(SEED), "--out",
+                        str(partial)], check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+        partial.replace(path)
+    with gzip.open(path, "rt") as lines:
+        calls = sum(1 for line in lines if line.startswith('{"session"'))
+    return path, calls
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=1_000_000, help="calls to replay, at least")
+    ap.add_argument("--base-sessions", type=int, default=200,
+                    help="sessions synthesised once and repeated")
+    ap.add_argument("--sessions-per-hour", type=float, default=240.0)
+    ap.add_argument("--controller", default="buffered")
+    ap.add_argument("--json", action="store_true", help="one JSON object on stdout at the end")
+    args = ap.parse_args()
+    for name in ("calls", "base_sessions"):
+        if getattr(args, name) <= 0:
+            print(f"--{name.replace('_', '-')}: expected an integer > 0, got "
+                  f"{getattr(args, name)}", file=sys.stderr)
+            return 2
+    path, base_calls = base_trace(args.base_sessions)
+    repeat = math.ceil(args.calls / base_calls)
+    if repeat > MAX_REPEAT:
+        print(f"--calls: {args.calls:,} needs {repeat} copies of {base_calls:,} calls, more than "
+              f"{MAX_REPEAT}; raise --base-sessions", file=sys.stderr)
+        return 2
+    print(f"synthetic agent sessions: {args.base_sessions} x{repeat} ({base_calls:,} calls each "
+          f"copy), real think times, {args.sessions_per_hour:g} sessions/h, gb200-nvl72x2, "
+          f"controller {args.controller}", flush=True)
+    fig = run_isolated(spec([path], "native", controller=args.controller, repeat=repeat,
+                            sessions_per_hour=args.sessions_per_hour))
+    rates = per_wall(fig)
+    print(f"{fig['calls']:,} calls of {fig['submitted']:,} submitted ({fig['lost']} lost), "
+          f"{fig['sessions']:,} sessions, wall {fig['replay_s']:,.1f} s (+{fig['prepare_s']:.1f} s "
+          f"reading), {rates['calls_per_s']:,.0f} calls/s, {rates['sim_per_wall']:,.0f} "
+          f"simulated s/wall s ({fig['simulated_s'] / 86400:,.1f} simulated days), "
+          f"{rates['events_per_call']:.1f} events/call, peak RSS {fig['peak_rss_mb']:,.0f} MB "
+          f"[{verdict(fig['peak_rss_mb'] < PEAK_RSS_TARGET_MB)} < 2 GB]")
+    if args.json:
+        print(json.dumps(fig))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""Shared by the replay benchmarks: one replay in its own subprocess, its figures as JSON.
+
+Each replay runs in a fresh Python process so that its peak resident set size is the
+run's own (the child reads `resource.getrusage(RUSAGE_SELF).ru_maxrss` when it is done,
+imports and trace reading included) and runs do not warm caches for each other.
+
+    python benchmarks/replay_runner.py '{"paths": [...], "trace_format": "weka", ...}'
+
+prints one JSON line: calls, submitted, lost, sessions, simulated_s, events, prepare_s
+(reading and checking the trace), replay_s (the replay itself), peak_rss_mb, ttft_p50_s,
+ttft_p99_s. The parent adds process_s (the whole process, interpreter start included).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# The shared traces sit beside the checkout; TOKENFACTORY_SHARED names another place.
+SHARED = Path(os.environ.get("TOKENFACTORY_SHARED", ROOT.parent / "shared"))
+DEV_TRACES = SHARED / "traces" / "weka-cc-dev"
+AZURE_CONV = SHARED / "traces" / "azure-2023" / "AzureLLMInferenceTrace_conv.csv"
+H100_LLAMA_CLUSTER = ROOT / "examples" / "clusters" / "hgx-h100-llama70b.toml"
+
+
+def shared_missing(*paths: Path) -> str | None:
+    """A one-line reason to skip when the shared traces are not beside the checkout."""
+    for path in paths:
+        if not path.exists():
+            return f"skipped: {path} not found (the shared traces sit beside the checkout)"
+    return None
+
+
+def spec(paths, trace_format: str, *, model: str = "kimi-k3-like",
+         cluster: str = "gb200-nvl72x2", controller: str = "buffered", seed: int = 1,
+         **load) -> dict:
+    """A run's description; `load` takes LoadOptions' fields (sessions_per_hour, ...)."""
+    return {"paths": [str(p) for p in paths], "trace_format": trace_format, "model": model,
+            "cluster": str(cluster), "controller": controller, "seed": seed, "load": load}
+
+
+def run_isolated(run: dict) -> dict:
+    """Run one replay in a child process; its figures, or RuntimeError with its stderr."""
+    wall0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), json.dumps(run)],
+                          capture_output=True, text=True, cwd=ROOT)
+    process_s = time.perf_counter() - wall0
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-1:] or ["(no stderr)"]
+        raise RuntimeError(f"replay exited {proc.returncode}: {tail[0]}")
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    figures["process_s"] = process_s
+    return figures
+
+
+def per_wall(figures: dict) -> dict:
+    """Rates over the replay's own wall time."""
+    wall_s = max(figures["replay_s"], 1e-9)
+    calls = max(figures["calls"], 1)
+    return {"calls_per_s": figures["calls"] / wall_s,
+            "sim_per_wall": figures["simulated_s"] / wall_s,
+            "events_per_call": figures["events"] / calls}
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def _child(run: dict) -> dict:
+    import resource
+
+    sys.path.insert(0, str(ROOT))
+    from orchestrator.run.settings import RunSettings, prepare, run_replay
+    from traces.replay import LoadOptions
+
+    settings = RunSettings(model=run["model"], cluster=run["cluster"],
+                           controller=run["controller"], seed=run["seed"],
+                           load=LoadOptions(**run["load"]))
+    wall0 = time.perf_counter()
+    prepared = prepare(run["paths"], run["trace_format"], settings)
+    wall1 = time.perf_counter()
+    result, summary = run_replay(prepared, settings)
+    wall2 = time.perf_counter()
+    requests = summary["requests"]
+    return {"calls": requests["completed"], "submitted": requests["submitted"],
+            "lost": requests["lost"], "sessions": requests["sessions"],
+            "simulated_s": result.simulated_s, "events": result.events,
+            "prepare_s": wall1 - wall0, "replay_s": wall2 - wall1,
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "ttft_p50_s": summary["ttft_s"]["p50"], "ttft_p99_s": summary["ttft_s"]["p99"]}
+
+
+if __name__ == "__main__":
+    print(json.dumps(_child(json.loads(sys.argv[1]))))
