@@ -88,7 +88,11 @@ def lookup_tokens(
         served = dst.tier if blob.id in at_dst else min(copies[blob.id]).tier
         hits[served] = hits.get(served, 0) + tokens
     unmatched = requested_tokens - match.matched_tokens
+    served_by = hits.items()
     misses = {
-        tier: unmatched + sum(n for served, n in hits.items() if served > tier) for tier in Tier
+        tier: unmatched + sum([n for served, n in served_by if served > tier]) for tier in _TIERS
     }
     return hits, misses
+
+
+_TIERS = tuple(Tier)  # iterating the enum class builds its member list every time

@@ -222,7 +222,9 @@ class Draft:
         and `touch` move a blob to its end; a run's times never go backwards), then the
         copies this draft added, by blob id so the order is deterministic."""
         added, removed = self._changes(location)
-        for blob in list(self.placement.at[location]):
+        # Read in place, not copied: a draft never changes the committed placement, and
+        # make_room usually needs the first few of thousands of resident blobs.
+        for blob in self.placement.at[location]:
             if blob not in removed:
                 yield blob
         yield from sorted(added)
