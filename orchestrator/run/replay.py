@@ -249,7 +249,9 @@ class Orchestrator:
         s.submitted_total.append(c["submitted"])
         s.completed_total.append(c["completed"])
         s.rejected_total.append(c["rejected"])
-        s.workers_by_pool.append({p.name: p.workers for p in obs.pools})
+        workers = {p.name: p.workers for p in obs.pools}
+        last = s.workers_by_pool[-1] if s.workers_by_pool else None
+        s.workers_by_pool.append(last if workers == last else workers)  # shared when same
         self._period_done = []
         self._period_admitted = 0
         if self._same_samples <= 1:  # HBM only changes while calls run or just after

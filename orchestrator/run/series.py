@@ -3,12 +3,15 @@
 Kept run-length: a record stands for `ticks[i]` consecutive samples, one period
 apart from `time_s[i]`, with the same values (an idle span the fast loop skipped:
 nothing queued or in flight; its per-period counts are 0 and its latencies NaN).
-The lists hold records; `array(name)` expands them to one value per sample.
+The columns hold records, numbers as typed arrays (8 bytes a value: a run of a
+million calls keeps a few million records); `array(name)` expands them to one
+value per sample.
 """
 
 from __future__ import annotations
 
 import math
+from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,30 +36,38 @@ def percentile(ordered: list[float], q: float) -> float:
     return float(b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma)
 
 
+def _floats() -> array:
+    return array("d")
+
+
+def _ints() -> array:
+    return array("q")
+
+
 @dataclass
 class Series:
-    time_s: list[float] = field(default_factory=list)
-    decode_occupancy: list[float] = field(default_factory=list)  # running / slots, true value
-    decode_running: list[int] = field(default_factory=list)
-    decode_slots: list[int] = field(default_factory=list)
-    backlog: list[int] = field(default_factory=list)  # admitted, not yet decoding
-    ready_depth: list[int] = field(default_factory=list)
-    admission_queue: list[int] = field(default_factory=list)
-    upstream_waiting: list[int] = field(default_factory=list)  # admission queue + ready
-    admitted: list[int] = field(default_factory=list)  # in the period just ended
-    completed: list[int] = field(default_factory=list)
-    ttft_mean_s: list[float] = field(default_factory=list)  # calls whose first token came
+    time_s: array = field(default_factory=_floats)
+    decode_occupancy: array = field(default_factory=_floats)  # running / slots, true value
+    decode_running: array = field(default_factory=_ints)
+    decode_slots: array = field(default_factory=_ints)
+    backlog: array = field(default_factory=_ints)  # admitted, not yet decoding
+    ready_depth: array = field(default_factory=_ints)
+    admission_queue: array = field(default_factory=_ints)
+    upstream_waiting: array = field(default_factory=_ints)  # admission queue + ready
+    admitted: array = field(default_factory=_ints)  # in the period just ended
+    completed: array = field(default_factory=_ints)
+    ttft_mean_s: array = field(default_factory=_floats)  # calls whose first token came
     reason: list[str] = field(default_factory=list)
-    admit: list[int] = field(default_factory=list)  # the decision's admit (all may not be)
-    in_flight: list[int] = field(default_factory=list)
-    submitted_total: list[int] = field(default_factory=list)
-    completed_total: list[int] = field(default_factory=list)
-    rejected_total: list[int] = field(default_factory=list)
+    admit: array = field(default_factory=_ints)  # the decision's admit (all may not be)
+    in_flight: array = field(default_factory=_ints)
+    submitted_total: array = field(default_factory=_ints)
+    completed_total: array = field(default_factory=_ints)
+    rejected_total: array = field(default_factory=_ints)
     workers_by_pool: list[dict[str, int]] = field(default_factory=list)
     # Per period, over the calls completed in it: "<part>_<p50|p90|p99>_s" -> values (NaN
     # when none completed), parts as in the summary's latency_breakdown_s.
-    latency_breakdown_s: dict[str, list[float]] = field(default_factory=dict)
-    ticks: list[int] = field(default_factory=list)  # samples each record stands for
+    latency_breakdown_s: dict[str, array] = field(default_factory=dict)
+    ticks: array = field(default_factory=_ints)  # samples each record stands for
     period_s: float = 1.0  # between samples
 
     # Per-period counts and latencies: 0 and NaN in a skipped idle span.
@@ -91,7 +102,7 @@ class Series:
         for part in LatencyPart:
             values = sorted(r.parts_s[part] for r in done)
             for q in QUANTILES:
-                col = self.latency_breakdown_s.setdefault(f"{part.key}_p{q}_s", [])
+                col = self.latency_breakdown_s.setdefault(f"{part.key}_p{q}_s", _floats())
                 col.append(percentile(values, q) if values else float("nan"))
 
     def array(self, name: str) -> np.ndarray:
