@@ -13,10 +13,10 @@ from orchestrator.cli._metrics_run import OM_NAME, metrics_hub
 from orchestrator.control.policies import UnknownPolicyError
 from orchestrator.run.output import (
     OutputError,
+    SeriesWriter,
     check_out_dir,
     decision_logger,
     write_json,
-    write_series_csv,
 )
 from orchestrator.run.replay import PolicyError
 from orchestrator.run.settings import Prepared, RunSettings, prepare, run_replay
@@ -39,6 +39,15 @@ def prepare_or_fail(paths, trace_format: str, settings: RunSettings) -> Prepared
 
         prepared = replace(prepared, cluster=with_decode_mtp(prepared.cluster, mtp))
     return prepared
+
+
+def series_format_or_fail(args: argparse.Namespace) -> None:
+    if getattr(args, "series_format", "csv") == "parquet":
+        try:
+            import pyarrow.parquet  # noqa: F401
+        except ImportError:
+            raise UserError("--series-format parquet: needs pyarrow "
+                            "(pip install 'tokenfactory[parquet]')") from None
 
 
 def out_dir_or_fail(out: str | None) -> Path | None:
@@ -64,6 +73,11 @@ def replay_into(prepared: Prepared, settings: RunSettings, directory: Path | Non
     tracer = trace_recorder(args, settings)
     if tracer is not None:
         listeners = [*listeners, tracer]
+    series_writer = None
+    if directory is not None:
+        fmt = getattr(args, "series_format", "csv")
+        series_writer = SeriesWriter(directory / f"{prefix}series.{fmt}", fmt)
+        listeners = [*listeners, series_writer]
     try:
         with (hub.serving(),
               replay_progress(label, enabled=False if args.no_progress else None) as progress):
@@ -80,7 +94,7 @@ def replay_into(prepared: Prepared, settings: RunSettings, directory: Path | Non
             log_file.close()
     if directory is not None:
         write_json(directory / f"{prefix}summary.json", summary)
-        write_series_csv(directory / f"{prefix}series.csv", result.series)
+        series_writer.close(result.series)
         hub.write(recorder, directory / f"{prefix}{OM_NAME}", result.simulated_s)
     if tracer is not None:
         write_trace_events(tracer, Path(args.trace_events), prefix, settings, result.simulated_s)

@@ -12,7 +12,12 @@ from orchestrator.cli._replay_opts import (
     settings_from_args,
     trace_paths,
 )
-from orchestrator.cli._replay_run import out_dir_or_fail, prepare_or_fail, replay_into
+from orchestrator.cli._replay_run import (
+    out_dir_or_fail,
+    prepare_or_fail,
+    replay_into,
+    series_format_or_fail,
+)
 from orchestrator.run.output import run_dir
 from orchestrator.run.settings import DEFAULT_CLUSTER, DEFAULT_CONTROLLER, DEFAULT_MODEL
 
@@ -26,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_trace_args(p)
     add_run_options(p)
     p.add_argument("--out", help="directory for summary.json, series.csv, decisions.jsonl")
+    p.add_argument("--series-format", choices=("csv", "parquet"), default="csv",
+                   help="--out: the series as series.csv (default) or series.parquet "
+                        "(needs pyarrow), written as the run goes")
     p.add_argument("--from-counterexample", metavar="FILE",
                    help="replay a scenario saved by the stability kit (its traffic, cluster, "
                         "perturbations, controller and seed; other options are ignored)")
@@ -36,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     if args.from_counterexample:
         return run_counterexample(args)
     settings = settings_from_args(args)
+    series_format_or_fail(args)
     out = out_dir_or_fail(args.out)
     prepared = prepare_or_fail(trace_paths(args), args.format, settings)
     with run_dir(out) if out is not None else nullcontext(None) as directory:

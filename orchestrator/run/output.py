@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import tempfile
+from array import array
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -78,19 +79,89 @@ SERIES_COLUMNS = ("time_s", "decode_occupancy", "decode_running", "decode_slots"
                   "rejected_total", "reason", "admit", "ticks")
 
 
+SERIES_FORMATS = ("csv", "parquet")
+
+
+class SeriesWriter:
+    """The series written as the run goes: a run listener that appends the records taken
+    since its last write every `FLUSH_RECORDS` records (a skipped idle span is one),
+    and the rest at `close`. CSV (one row per record, `ticks` samples each) or Parquet
+    (a row group per write; needs pyarrow). Same records, same file, however it was cut.
+    """
+
+    FLUSH_RECORDS = 4096
+
+    def __init__(self, path: Path, fmt: str = "csv") -> None:
+        if fmt not in SERIES_FORMATS:
+            raise ValueError(f"series format must be one of {SERIES_FORMATS}, got {fmt!r}")
+        self.path, self.fmt = Path(path), fmt
+        self.written = 0  # records on disk
+        self._columns: tuple[str, ...] | None = None
+        self._file = self._csv = self._parquet = None
+
+    def on_sample(self, orch, _obs, _now_s: float) -> None:
+        # The newest record waits for the decision taken on it.
+        if orch.series.records - 1 - self.written >= self.FLUSH_RECORDS:
+            self.write(orch.series, orch.series.records - 1)
+
+    def on_skip(self, orch, *_args) -> None:
+        self.on_sample(orch, None, 0.0)
+
+    def write(self, series: Series, stop: int | None = None) -> None:
+        """Append the records not yet written, up to `stop` (default: all)."""
+        stop = series.records if stop is None else stop
+        if self._columns is None:
+            self._open(series)
+        # The last sample (taken as the run ends) has no decision: its reason and admit
+        # are empty (None in Parquet).
+        cols = [_padded(getattr(series, c) if c in SERIES_COLUMNS
+                        else series.latency_breakdown_s[c], self.written, stop)
+                for c in self._columns]
+        if self.fmt == "csv":
+            self._csv.writerows(zip(*cols, strict=True))
+        else:
+            import pyarrow as pa
+
+            self._parquet.write_table(pa.table(
+                {name: [None if v == "" else v for v in c]
+                 for name, c in zip(self._columns, cols, strict=True)},
+                schema=self._schema))
+        self.written = stop
+
+    def close(self, series: Series) -> None:
+        self.write(series)
+        if self._file is not None:
+            self._file.close()
+        if self._parquet is not None:
+            self._parquet.close()
+
+    def _open(self, series: Series) -> None:
+        self._columns = (*SERIES_COLUMNS, *sorted(series.latency_breakdown_s))
+        if self.fmt == "csv":
+            self._file = self.path.open("w", newline="")
+            self._csv = csv.writer(self._file)
+            self._csv.writerow(self._columns)
+            return
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        types = {c: pa.string() if c == "reason" else
+                 pa.int64() if isinstance(getattr(series, c, None), array) and
+                 getattr(series, c).typecode == "q" else pa.float64() for c in self._columns}
+        self._schema = pa.schema(list(types.items()))
+        self._parquet = pq.ParquetWriter(self.path, self._schema)
+
+
+def _padded(column, start: int, stop: int) -> list:
+    values = list(column[start:stop])
+    return values + [""] * (stop - start - len(values))
+
+
 def write_series_csv(path: Path, series: Series) -> None:
     """One row per record: a sample, or (`ticks` > 1) that many idle samples one period
     apart from `time_s` (docs/metrics.md)."""
-    with path.open("w", newline="") as f:
-        w = csv.writer(f)
-        parts = sorted(series.latency_breakdown_s)  # "<part>_<p50|p90|p99>_s", per period
-        w.writerow((*SERIES_COLUMNS, *parts))
-        for i in range(series.records):
-            row = [getattr(series, c)[i] if i < len(getattr(series, c)) else ""
-                   for c in SERIES_COLUMNS]
-            row += [series.latency_breakdown_s[c][i] if i < len(series.latency_breakdown_s[c])
-                    else "" for c in parts]
-            w.writerow(row)
+    writer = SeriesWriter(path)
+    writer.close(series)
 
 
 def decision_logger(path: Path):
