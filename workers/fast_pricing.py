@@ -21,14 +21,12 @@ and libm's `pow` differ in the last bit.
 
 The context tail takes a float or a numpy array of contexts (`mx`/`mn` are
 `max`/`min` or `np.maximum`/`np.minimum`): a long run of steps is cheaper as ~30
-array operations than as a Python loop. A heterogeneous batch step sums its
-requests' attention with numpy's pairwise summation, reproduced by `pairwise_sum`.
+array operations than as a Python loop. Heterogeneous batch steps: `workers.fast_batch`.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import lru_cache
 
 import numpy as np
 
@@ -38,43 +36,7 @@ from costmodel.hardware import HardwareTable
 from costmodel.kernels import ACT_BYTES, Phase, _a2a_reach, _distinct, _latency, _Shape
 from costmodel.model import ModelSpec
 from costmodel.mtp import expected_tokens_per_step
-from costmodel.phase import Configs
 from costmodel.precision import Precision
-
-# numpy's pairwise summation (numpy/_core/src/umath/loops_utils.h.src): blocks of
-# at most 128 summed with eight accumulators, halves (rounded to multiples of 8) above.
-_PW_BLOCK = 128
-
-
-def pairwise_sum(a: list[float], lo: int = 0, n: int | None = None) -> float:
-    """`np.add.reduce` of a float64 vector, the same double (same order of additions)."""
-    n = len(a) - lo if n is None else n
-    if n < 8:
-        res = 0.0
-        for i in range(lo, lo + n):
-            res += a[i]
-        return res
-    if n <= _PW_BLOCK:
-        r0, r1, r2, r3, r4, r5, r6, r7 = a[lo:lo + 8]
-        i, end = 8, n - n % 8
-        while i < end:
-            j = lo + i
-            r0 += a[j]
-            r1 += a[j + 1]
-            r2 += a[j + 2]
-            r3 += a[j + 3]
-            r4 += a[j + 4]
-            r5 += a[j + 5]
-            r6 += a[j + 6]
-            r7 += a[j + 7]
-            i += 8
-        res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-        for j in range(lo + i, lo + n):
-            res += a[j]
-        return res
-    n2 = n // 2
-    n2 -= n2 % 8
-    return pairwise_sum(a, lo, n2) + pairwise_sum(a, lo + n2, n - n2)
 
 
 def _f(x) -> float:
@@ -309,91 +271,3 @@ class StepTail:
 
     def tpot_s(self, step_s):
         return step_s / self.accepted if self.decode else step_s
-
-
-class BatchTail:
-    """`costmodel.batch.batch_step_cost`'s step time for one worker, request by request
-    in Python: `_attention_s`'s per-request sums in numpy's pairwise order, the
-    token-count terms of a uniform batch at the mean query tokens."""
-
-    def __init__(self, m: ModelSpec, table: HardwareTable, eff: Efficiency, layout):
-        # The configuration `batch_step_cost` builds (Configs.make: one-element columns).
-        cfg = Configs.make(phase=int(Phase.DECODE), batch=1.0, new_tokens=1.0, context=0.0,
-                           pp=layout.pp, tp=layout.tp, ep=layout.ep,
-                           precision=int(layout.weights), kv_precision=int(layout.kv),
-                           mtp=layout.mtp, attention_precision=int(layout.attention_precision))
-        self.pricing = pricing = Pricing(m, table, cfg, eff)
-        self.lay = layout
-        self.ranks = max(layout.tp, layout.ep) / layout.tp
-        # Per-rank decoding sequences -> their draft passes.
-        self.draft_tail = lru_cache(maxsize=1024)(
-            lambda batch: StepTail(pricing, Phase.DECODE, batch, 1.0))
-        self.attention = _BatchAttention(pricing.main)
-        self._token_terms = lru_cache(maxsize=4096)(self._token_terms_uncached)
-
-    def _token_terms_uncached(self, all_decode: bool, n: int, q_mean: float):
-        """The uniform batch's kernel and network terms: chunked prefill under a token
-        budget repeats the same sequences and mean chunk, so they are memoised."""
-        lt = self.pricing.main
-        shape = Shape(lt, all_decode, n / self.ranks, q_mean, float(self.lay.mtp))
-        return kernel_terms(lt, shape), network_s(lt, shape)
-
-    def step_s(self, new_tokens: tuple, cached_tokens: tuple, decoding: tuple) -> float:
-        n = len(cached_tokens)
-        mtp, lt, eff = self.lay.mtp, self.pricing.main, self.pricing.eff
-        q_dec = 1.0 + mtp
-        q_tok = [q_dec if d else float(t) for t, d in zip(new_tokens, decoding, strict=True)]
-        cached = [float(c) for c in cached_tokens]
-        all_decode = all(decoding)
-        q_sum = pairwise_sum(q_tok)
-        terms, net_s = self._token_terms(all_decode, n, q_sum / n)
-        t_cm = self.attention.time_s(q_tok, q_sum, cached, decoding, self.ranks)
-        for term in terms:
-            t_cm = t_cm + term
-        stage = t_cm + net_s + lt.latency_s
-        if eff.overlap == OverlapMode.OVERLAP:
-            stage = stage - eff.overlap_fraction * min(t_cm, net_s)
-        draft_s = 0.0
-        if mtp and any(decoding):
-            dec = [c for c, d in zip(cached, decoding, strict=True) if d]
-            draft_s = self.draft_tail(len(dec) / self.ranks).draft_s(
-                pairwise_sum(dec) / len(dec))
-        return self.lay.pp * stage + draft_s + eff.step_overhead_s
-
-
-class _BatchAttention:
-    """`costmodel.batch._attention_s` with its layout constants frozen."""
-
-    def __init__(self, lt: LayoutTerms):
-        m = lt.m
-        self.tp, self.n_full, self.n_slide, self.n_lin = lt.tp, lt.n_full, lt.n_slide, lt.n_lin
-        self.attn_w = (lt.n_full + lt.n_slide) * m.attn_params + lt.n_lin * m.linear_params
-        self.window = lt.window
-        self.f_dec = float(m.attn_flops_per_ctx_token_decode)
-        self.f_pre = float(m.attn_flops_per_ctx_token_prefill)
-        self.lin_flops, self.kv_layer = m.linear_flops_per_token, lt.kv_layer
-        self.state_layer = lt.state_layer
-        self.wb_dense, self.n_layers = lt.wb_dense, lt.n_layers
-        self.hidden = m.hidden_size
-        self.app = lt.eff.activation_passes_per_layer
-        self.peak_dense, self.peak_attn, self.hbm_bw = lt.peak_dense, lt.peak_attn, lt.hbm_bw
-
-    def time_s(self, q_tok: list, q_sum: float, cached: list, decoding: tuple,
-               ranks: float) -> float:
-        tp, nf, ns, w = self.tp, self.n_full, self.n_slide, self.window
-        tokens = q_sum / ranks
-        ctx_terms, kv_terms = [], []
-        for q, c, d in zip(q_tok, cached, decoding, strict=True):
-            cm = c + (q + 1.0) / 2.0
-            ce = c + q
-            ctx_terms.append(q * (self.f_dec if d else self.f_pre) * (nf * cm + ns * min(cm, w)))
-            kv_terms.append(self.kv_layer * (nf * ce + ns * min(ce, w)))
-        ctx = pairwise_sum(ctx_terms) / ranks / tp
-        ctx = ctx + tokens * self.n_lin * self.lin_flops / tp
-        proj = 2.0 * tokens * self.attn_w / tp
-        kv_read = pairwise_sum(kv_terms) / ranks
-        kv_read = kv_read + 2.0 * (len(cached) / ranks) * self.n_lin * self.state_layer / tp
-        attn_bytes = self.attn_w / tp * self.wb_dense + kv_read
-        attn_bytes = attn_bytes + tokens * self.hidden * ACT_BYTES * self.app * (
-            self.n_layers / tp)
-        return max(proj / self.peak_dense + ctx / self.peak_attn, attn_bytes / self.hbm_bw)

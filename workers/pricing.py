@@ -33,11 +33,15 @@ from costmodel.layout import Layout
 from costmodel.model import ModelSpec
 from costmodel.phase import Configs, Phase, step_times
 from costmodel.precision import BYTES_PER_ELEMENT
-from workers.fast_pricing import BatchTail, Pricing, StepTail
+from workers.fast_batch import BatchTail
+from workers.fast_pricing import Pricing, StepTail
 
 # Runs of at most this many decode steps are priced in a Python loop; longer ones as
 # ~30 array operations (a Python step costs ~3 us, an array operation ~1 us).
 SCALAR_STEPS = 12
+# Batch steps of at most this many requests are memoised and priced in a Python loop;
+# bigger ones (decodes riding with prefill chunks) as arrays, unmemoised.
+BATCH_MEMO_REQUESTS = 16
 
 
 class StepPricer:
@@ -98,7 +102,17 @@ class StepPricer:
         """(latency, occupancy) of one step of a heterogeneous batch, priced per request
         (`costmodel.batch`): chunked prefill, or decodes with prefill chunks riding along
         (`decoding` per request). The requests spread over the attention ranks."""
-        flags = (bool(decoding),) * len(cached_tokens) if isinstance(decoding, bool) else (
+        n = len(cached_tokens)
+        if n > BATCH_MEMO_REQUESTS:
+            # A big step (decodes riding with chunks) never repeats: no memo, and its
+            # per-request terms priced as arrays.
+            flags = np.full(n, bool(decoding)) if isinstance(decoding, bool) else np.array(
+                [bool(d) for d in decoding])
+            step_s = self._batch_tail.step_arrays_s(
+                np.array(new_tokens, dtype=np.int64).astype(np.float64),
+                np.array(cached_tokens, dtype=np.int64).astype(np.float64), flags)
+            return step_s, step_s / self.layout.pp
+        flags = (bool(decoding),) * n if isinstance(decoding, bool) else (
             tuple(bool(d) for d in decoding))
         return self._batch(tuple(int(t) for t in new_tokens),
                            tuple(int(t) for t in cached_tokens), flags)

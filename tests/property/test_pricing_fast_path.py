@@ -14,7 +14,8 @@ from costmodel.layout import Layout
 from costmodel.model import load_model, model_names
 from costmodel.phase import Phase, step_times
 from costmodel.precision import Precision
-from workers.fast_pricing import StepTail, pairwise_sum
+from workers.fast_batch import pairwise_sum
+from workers.fast_pricing import StepTail
 from workers.pricing import SCALAR_STEPS, StepPricer
 
 MODELS = {n: load_model(n) for n in model_names()}
@@ -60,8 +61,13 @@ def check_decode_runs(pricer, sequences, context, steps):
 
 def check_batch_step(pricer, requests):
     new, cached, decoding = (tuple(col) for col in zip(*requests, strict=True))
-    assert pricer._batch_uncached(new, cached, decoding) == pricer.batch_core_s(
-        new, cached, decoding)
+    expected = pricer.batch_core_s(new, cached, decoding)
+    assert pricer._batch_uncached(new, cached, decoding) == expected  # Python loop
+    arrays = pricer._batch_tail.step_arrays_s(np.array(new, dtype=np.float64),
+                                              np.array(cached, dtype=np.float64),
+                                              np.array(decoding))
+    assert (arrays, arrays / pricer.layout.pp) == expected
+    assert pricer.fill_step_s(list(new), list(cached), list(decoding)) == expected
 
 
 steps_args = dict(pricer=pricers, phase=st.sampled_from(list(Phase)),
