@@ -61,8 +61,9 @@ def add_metrics_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
                    help="address to bind /metrics to (default 127.0.0.1)")
     g.add_argument("--metrics-interval", type=positive_float, default=DEFAULT_INTERVAL_S,
-                   metavar="S", help="metrics.om: simulated seconds between samples "
-                                     "(default %(default)s)")
+                   metavar="S", help="metrics.om: simulated seconds between readings; a series "
+                                     "is written when it changes and on a heartbeat "
+                                     "(docs/metrics.md) (default %(default)s)")
     g.add_argument("--metrics-start", type=start_time, metavar="T",
                    help="metrics.om: wall-clock time of the run's start, Unix seconds or ISO "
                         "8601 (default: the run ends when the command started)")
@@ -131,16 +132,19 @@ class MetricsHub:
             self._server.server_close()
             self._server = None
 
-    def listeners(self, run: str, controller: str, recording: bool):
+    def listeners(self, run: str, controller: str, recording: bool,
+                  spill_dir: Path | None = None):
         """A listener feeding a fresh registry, and with `recording` a metrics.om recorder
-        after it; nothing when nobody would read the metrics."""
+        after it (spilling its points under `spill_dir` as the run goes); nothing when
+        nobody would read the metrics."""
         if self.port is None and not recording:
             return [], None
         registry = CollectorRegistry()
         self.registries.append(registry)
         listeners: list[object] = [MetricsListener(Metrics(registry, self.compat), run,
                                                    controller)]
-        recorder = OpenMetricsRecorder(registry, self.interval_s) if recording else None
+        recorder = (OpenMetricsRecorder(registry, self.interval_s, spill_dir)
+                    if recording else None)
         if recorder is not None:
             listeners.append(recorder)
         return listeners, recorder
@@ -149,7 +153,10 @@ class MetricsHub:
         recorder.finish(simulated_s)
         start = (self.start_s if self.start_s is not None
                  else self.command_start_s - math.ceil(simulated_s))
-        recorder.write(path, start)
+        try:
+            recorder.write(path, start)
+        finally:
+            recorder.close()
 
 
 def metrics_hub(args: argparse.Namespace) -> MetricsHub:

@@ -69,7 +69,8 @@ def replay_into(prepared: Prepared, settings: RunSettings, directory: Path | Non
     label = f"replay ({settings.controller})"
     hub = metrics_hub(args)
     listeners, recorder = hub.listeners(f"{settings.controller}-seed{settings.seed}",
-                                        settings.controller, recording=directory is not None)
+                                        settings.controller, recording=directory is not None,
+                                        spill_dir=directory)
     tracer = trace_recorder(args, settings)
     if tracer is not None:
         listeners = [*listeners, tracer]

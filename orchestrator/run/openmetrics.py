@@ -2,21 +2,49 @@
 
 `OpenMetricsRecorder` is a run listener: every `interval_s` simulated seconds
 it scrapes a registry (the one `MetricsListener` feeds; put the recorder after
-it in the listeners) and keeps the samples with their simulated time. `write`
-lays them on a wall-clock base, `start_unix_s` + simulated time, so that
-Prometheus, after `promtool tsdb create-blocks-from openmetrics`, shows the
-run as if it had happened then. OpenMetrics wants each family once, each
-label set's points together and in time order, and a histogram's buckets,
-count and sum together in each point: the recorder groups them so.
-The same run and base give the same file, byte for byte.
+it in the listeners) and keeps a series' point only when it says something
+new: when its value changed since the last scrape (with the point of the
+scrape before, when that was not kept, so a step is as sharp as in a full
+sampling), or a heartbeat after the series' last kept point: `HEARTBEAT_S`
+for gauges, so Prometheus, whose lookback is five minutes, sees every series
+continuously; `RATE_HEARTBEAT_S` for counters and histograms, so `rate()`
+over a one-minute window finds two points and reads 0 while nothing happens.
+Spans the run skips as idle (`on_skip`) get their heartbeats and nothing
+else. The run's end is kept for every series.
+
+`write` lays the points on a wall-clock base, `start_unix_s` + simulated
+time, so that Prometheus, after `promtool tsdb create-blocks-from
+openmetrics`, shows the run as if it had happened then. OpenMetrics wants each
+family once, each label set's points together and in time order, and a
+histogram's buckets, count and sum together in each point: the recorder keeps
+one stream per label set, spilled to a file of its own under `spill_dir` when
+the points held in memory pass `SPILL_CHARS`, and joins them at `write`. The
+same run and base give the same file, byte for byte.
 """
 
 from __future__ import annotations
 
+import bisect
+import math
+import shutil
+import tempfile
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.utils import floatToGoString
+
+# Under Prometheus' default lookback of 5 minutes (--query.lookback-delta, "Staleness" in
+# https://prometheus.io/docs/prometheus/latest/querying/basics/), so an unchanged series
+# never drops out of an instant query between two of its points.
+HEARTBEAT_S = 240.0
+# Half of the shortest window the dashboard's rate() and increase() get: Grafana's
+# $__rate_interval is at least four scrape intervals of its default 15 s
+# (https://grafana.com/docs/grafana/latest/datasources/prometheus/template-variables/).
+RATE_HEARTBEAT_S = 30.0
+_RATE_TYPES = frozenset({"counter", "histogram", "gaugehistogram", "summary"})
+# Text held in memory across all series before it goes to the spill files.
+SPILL_CHARS = 4_000_000
+_EPS_S = 1e-9  # sample instants are sums of float periods
 
 
 def _escape(value: str) -> str:
@@ -33,34 +61,93 @@ def _labels(labels: dict[str, str]) -> str:
     return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items()) + "}"
 
 
+class _Series:
+    """One label set of a family: its last point seen, and the points kept so far (in
+    memory as (time_s, lines), or spilled to `path` as "time_s n" then the n lines)."""
+
+    __slots__ = ("buffer", "heartbeat_s", "path", "point", "seen_s", "written_s")
+
+    def __init__(self, heartbeat_s: float) -> None:
+        self.heartbeat_s = heartbeat_s
+        self.point: tuple[str, ...] = ()  # "name{labels} value" lines of the last point seen
+        self.seen_s = self.written_s = -math.inf
+        self.buffer: list[tuple[float, tuple[str, ...]]] = []
+        self.path: Path | None = None
+
+
 class OpenMetricsRecorder:
-    def __init__(self, registry: CollectorRegistry, interval_s: float) -> None:
+    def __init__(self, registry: CollectorRegistry, interval_s: float,
+                 spill_dir: Path | None = None, heartbeat_s: float = HEARTBEAT_S,
+                 rate_heartbeat_s: float = RATE_HEARTBEAT_S) -> None:
         if not interval_s > 0:
             raise ValueError(f"metrics interval must be > 0 s, got {interval_s!r}")
+        if not 0 < rate_heartbeat_s <= heartbeat_s:
+            raise ValueError(f"metrics heartbeats must be 0 < {rate_heartbeat_s!r} (counters) "
+                             f"<= {heartbeat_s!r} (gauges) s")
         self.registry, self.interval_s = registry, interval_s
-        # family name -> (type, help, {label set -> [(time_s, "name{labels} value"), ...]})
-        self._families: dict[str, tuple[str, str, dict[tuple, list[tuple[float, str]]]]] = {}
+        self.heartbeat_s, self.rate_heartbeat_s = heartbeat_s, rate_heartbeat_s
+        self.spill_parent = spill_dir  # None: the system's temporary directory
+        self._spill: Path | None = None
+        # family name -> (type, help, {label set without "le" -> series})
+        self._families: dict[str, tuple[str, str, dict[tuple, _Series]]] = {}
         self._next_s = 0.0
         self.last_s: float | None = None
         self.scrapes = 0
-        self._prefix: dict[tuple, tuple[tuple, str]] = {}  # sample -> (series key, "name{..}")
+        self.points = 0  # points kept
+        self._held_chars = 0
+        self._prefix: dict[tuple, tuple[tuple, str]] = {}  # sample -> (series key, "name{..} ")
 
+    # -- listening ---------------------------------------------------------------------
     def on_sample(self, orch, obs, now_s: float) -> None:
-        # 1 ns tolerance: sample instants are sums of float periods.
-        if now_s + 1e-9 >= self._next_s:
+        if now_s + _EPS_S >= self._next_s:
             self.scrape(now_s)
-            while self._next_s <= now_s + 1e-9:
+            while self._next_s <= now_s + _EPS_S:
                 self._next_s += self.interval_s
 
-    def scrape(self, now_s: float) -> None:
-        """Record every sample of the registry at simulated time `now_s`."""
+    def on_skip(self, orch, first_s: float, last_s: float, ticks: int) -> None:
+        """The run skipped `ticks` samples from `first_s` to `last_s` (a fast period apart),
+        nothing changing: keep the heartbeats due at the scrapes they would have made."""
+        instants = self._skipped_scrapes(first_s, last_s, ticks)
+        if not instants or self.last_s is None:
+            return
+        for _, _, series in self._families.values():
+            for s in series.values():
+                due = s.written_s + s.heartbeat_s
+                while (i := bisect.bisect_left(instants, due - _EPS_S)) < len(instants):
+                    self._keep(s, s.point, instants[i])
+                    due = instants[i] + s.heartbeat_s
+                s.seen_s = instants[-1]
+        self.last_s = instants[-1]
+        self.scrapes += len(instants)
+
+    def _skipped_scrapes(self, first_s: float, last_s: float, ticks: int) -> list[float]:
+        """The sample instants a ticking run would have scraped in the skipped span."""
+        if ticks <= 0:
+            return []
+        period_s = (last_s - first_s) / (ticks - 1) if ticks > 1 else 0.0
+        instants: list[float] = []
+        while self._next_s <= last_s + _EPS_S:
+            k = max(0, math.ceil((self._next_s - first_s - _EPS_S) / period_s)) if period_s else 0
+            at = first_s + k * period_s
+            if not instants or at > instants[-1]:
+                instants.append(at)
+            while self._next_s <= at + _EPS_S:
+                self._next_s += self.interval_s
+        return instants
+
+    # -- scraping ----------------------------------------------------------------------
+    def scrape(self, now_s: float, keep_all: bool = False) -> None:
+        """Read every sample of the registry at simulated time `now_s`, keeping the points
+        that changed or are due a heartbeat (`keep_all`: every point)."""
         if self.last_s is not None and now_s <= self.last_s:
             return  # already have this instant; timestamps must increase
         self.last_s = now_s
         self.scrapes += 1
         for fam in self.registry.collect():
-            entry = self._families.setdefault(fam.name, (fam.type, fam.documentation, {}))
-            series = entry[2]
+            entry = self._families.get(fam.name)
+            if entry is None:
+                entry = self._families[fam.name] = (fam.type, fam.documentation, {})
+            points: dict[tuple, list[str]] = {}
             for s in fam.samples:
                 if s.name.endswith("_created"):
                     continue  # creation times are of the emulator's process, not the run
@@ -69,27 +156,97 @@ class OpenMetricsRecorder:
                 if cached is None:
                     key = tuple((k, v) for k, v in s.labels.items() if k != "le")
                     cached = self._prefix[ident] = (key, f"{s.name}{_labels(s.labels)} ")
-                series.setdefault(cached[0], []).append(
-                    (now_s, cached[1] + floatToGoString(s.value)))
+                points.setdefault(cached[0], []).append(cached[1] + floatToGoString(s.value))
+            series = entry[2]
+            for key, lines in points.items():
+                s = series.get(key)
+                if s is None:
+                    s = series[key] = _Series(self.rate_heartbeat_s if fam.type in _RATE_TYPES
+                                              else self.heartbeat_s)
+                self._observe(s, tuple(lines), now_s, keep_all)
+        if self._held_chars > SPILL_CHARS:
+            self._spill_all()
+
+    def _observe(self, s: _Series, point: tuple[str, ...], now_s: float, keep_all: bool) -> None:
+        if point != s.point:
+            if s.seen_s > s.written_s:
+                self._keep(s, s.point, s.seen_s)  # the last point before the change
+            self._keep(s, point, now_s)
+        elif keep_all or now_s - s.written_s >= s.heartbeat_s - _EPS_S:
+            self._keep(s, point, now_s)
+        s.seen_s = now_s
+
+    def _keep(self, s: _Series, point: tuple[str, ...], t_s: float) -> None:
+        s.point, s.written_s = point, t_s
+        s.buffer.append((t_s, point))
+        self._held_chars += sum(map(len, point)) + 24
+        self.points += 1
 
     def finish(self, end_s: float) -> None:
-        """Take the final state (the run's end) if the last scrape was before it."""
-        self.scrape(end_s)
+        """Keep every series' state at the run's end, and the last point seen of a series
+        that has left the registry."""
+        self.scrape(end_s, keep_all=True)
+        for _, _, series in self._families.values():
+            for s in series.values():
+                if s.seen_s > s.written_s:
+                    self._keep(s, s.point, s.seen_s)
+
+    # -- spilling and writing ----------------------------------------------------------
+    def _spill_all(self) -> None:
+        if self._spill is None:
+            if self.spill_parent is not None:
+                Path(self.spill_parent).mkdir(parents=True, exist_ok=True)
+            self._spill = Path(tempfile.mkdtemp(prefix=".metrics-om-", dir=self.spill_parent))
+        n = 0
+        for _, _, series in self._families.values():
+            for s in series.values():
+                if s.path is None:
+                    s.path = self._spill / f"{n}.txt"
+                n += 1
+                if s.buffer:
+                    # Lines end in "\n" only: escaped label values hold no newline.
+                    with s.path.open("a", newline="\n") as f:
+                        for t_s, point in s.buffer:
+                            f.write(f"{t_s!r} {len(point)}\n")
+                            f.writelines(f"{line}\n" for line in point)
+                    s.buffer.clear()
+        self._held_chars = 0
+
+    @staticmethod
+    def _records(s: _Series):
+        """(time_s, lines) of every point kept, in order: the spilled ones, then memory's."""
+        if s.path is not None and s.path.exists():
+            with s.path.open(newline="\n") as f:
+                for head in f:
+                    t, n = head.split()
+                    yield float(t), [next(f)[:-1] for _ in range(int(n))]
+        yield from s.buffer
 
     def lines(self, start_unix_s: float):
         for name, (kind, help_text, series) in self._families.items():
-            if not series:
+            if not any(s.written_s > -math.inf for s in series.values()):
                 continue
             yield f"# HELP {name} {_escape_help(help_text)}\n"
             yield f"# TYPE {name} {kind}\n"
-            for points in series.values():
-                for t_s, text in points:
-                    yield f"{text} {start_unix_s + t_s:.3f}\n"
+            for s in series.values():
+                for t_s, point in self._records(s):
+                    stamp = f" {start_unix_s + t_s:.3f}\n"
+                    for line in point:
+                        yield line + stamp
         yield "# EOF\n"
 
     def write(self, path: Path, start_unix_s: float) -> None:
         with Path(path).open("w") as f:
             f.writelines(self.lines(start_unix_s))
+
+    def close(self) -> None:
+        """Remove the spill files (after `write`, or when the run is abandoned)."""
+        if self._spill is not None:
+            shutil.rmtree(self._spill, ignore_errors=True)
+            self._spill = None
+            for _, _, series in self._families.values():
+                for s in series.values():
+                    s.path = None
 
 
 def time_range(path: Path) -> tuple[float, float] | None:

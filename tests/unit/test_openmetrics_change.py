@@ -1,0 +1,149 @@
+"""metrics.om keeps a point when a value changes or a heartbeat is due, streams to spill
+files, and gives an idle span skipped by the run the same points as ticking through it."""
+
+import itertools
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+import orchestrator.run.openmetrics as om
+from orchestrator.run.openmetrics import HEARTBEAT_S, OpenMetricsRecorder
+
+BASE = 1_700_000_000.0
+
+
+class Plant:
+    """A registry with a gauge, a counter and a histogram a test moves by hand."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.gauge = Gauge("t_queue_requests", "queue", ["pool"], registry=self.registry)
+        self.counter = Counter("t_done_requests", "done", registry=self.registry)
+        self.hist = Histogram("t_ttft_seconds", "ttft", buckets=(0.1, 1.0),
+                              registry=self.registry)
+        self.gauge.labels("decode").set(0)
+
+
+def points(text: str, name: str) -> list[tuple[float, str]]:
+    """(simulated time, value) of one sample name's lines."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            *_, value, stamp = line.split()
+            out.append((round(float(stamp) - BASE, 3), value))
+    return out
+
+
+def render(recorder, tmp_path, name="m.om") -> str:
+    path = tmp_path / name
+    recorder.write(path, BASE)
+    return path.read_text()
+
+
+def test_an_unchanged_series_keeps_only_heartbeats_and_the_end(tmp_path):
+    plant = Plant()
+    rec = OpenMetricsRecorder(plant.registry, 5.0)
+    for t in range(0, 1001):
+        rec.on_sample(None, None, float(t))
+    rec.finish(1000.0)
+    text = render(rec, tmp_path)
+    got = [t for t, _ in points(text, "t_queue_requests")]
+    assert got == [0.0, 240.0, 480.0, 720.0, 960.0, 1000.0]
+    assert HEARTBEAT_S < 300  # Prometheus' lookback: graphs stay continuous
+    # A counter: every 30 s, so rate() over a minute has two points and reads 0.
+    got = [t for t, _ in points(text, "t_done_requests_total")]
+    assert got == [*(30.0 * k for k in range(34)), 1000.0]
+
+
+def test_a_change_keeps_the_point_before_it_and_its_own(tmp_path):
+    plant = Plant()
+    rec = OpenMetricsRecorder(plant.registry, 5.0)
+    for t in range(0, 200):
+        if t == 102:
+            plant.gauge.labels("decode").set(7)
+            plant.counter.inc(3)
+        rec.on_sample(None, None, float(t))
+    rec.finish(199.0)
+    text = render(rec, tmp_path)
+    # Scrapes every 5 s: 100 is the last one before the change, 105 the first after.
+    assert points(text, "t_queue_requests") == [(0.0, "0.0"), (100.0, "0.0"),
+                                                 (105.0, "7.0"), (199.0, "7.0")]
+    assert points(text, "t_done_requests_total") == [
+        (0.0, "0.0"), (30.0, "0.0"), (60.0, "0.0"), (90.0, "0.0"), (100.0, "0.0"),
+        (105.0, "3.0"), (135.0, "3.0"), (165.0, "3.0"), (195.0, "3.0"), (199.0, "3.0")]
+
+
+def test_a_histogram_point_keeps_its_buckets_count_and_sum_together(tmp_path):
+    plant = Plant()
+    rec = OpenMetricsRecorder(plant.registry, 1.0)
+    rec.on_sample(None, None, 0.0)
+    plant.hist.observe(0.5)
+    rec.on_sample(None, None, 1.0)
+    rec.finish(1.0)
+    lines = [ln for ln in render(rec, tmp_path).splitlines() if ln.startswith("t_ttft")]
+    assert [ln.split()[0] for ln in lines] == [
+        't_ttft_seconds_bucket{le="0.1"}', 't_ttft_seconds_bucket{le="1.0"}',
+        't_ttft_seconds_bucket{le="+Inf"}', "t_ttft_seconds_count", "t_ttft_seconds_sum"] * 2
+    assert [ln.split()[1] for ln in lines[5:]] == ["0.0", "1.0", "1.0", "1.0", "0.5"]
+
+
+def _run(skip: bool, tmp_path, name: str) -> str:
+    """Busy 0..20 s, idle 21..3000 s (ticked or skipped), a change at 3001 s."""
+    plant = Plant()
+    rec = OpenMetricsRecorder(plant.registry, 5.0)
+    for t in range(0, 21):
+        plant.counter.inc()
+        rec.on_sample(None, None, float(t))
+    if skip:
+        rec.on_skip(None, 21.0, 3000.0, 2980)
+    else:
+        for t in range(21, 3001):
+            rec.on_sample(None, None, float(t))
+    plant.gauge.labels("decode").set(4)
+    for t in range(3001, 3011):
+        rec.on_sample(None, None, float(t))
+    rec.finish(3010.0)
+    return render(rec, tmp_path, name)
+
+
+def test_a_skipped_idle_span_gives_the_points_of_ticking_through_it(tmp_path):
+    ticked, skipped = _run(False, tmp_path, "a.om"), _run(True, tmp_path, "b.om")
+    assert skipped == ticked
+    gauge = points(skipped, "t_queue_requests")
+    assert gauge[-3:] == [(3000.0, "0.0"), (3005.0, "4.0"), (3010.0, "4.0")]
+    gaps = [b - a for (a, _), (b, _) in itertools.pairwise(gauge)]
+    assert max(gaps) <= HEARTBEAT_S + 5.0
+
+
+def test_spilled_points_give_the_same_file_and_are_removed(tmp_path, monkeypatch):
+    whole = _run(True, tmp_path, "whole.om")
+    monkeypatch.setattr(om, "SPILL_CHARS", 1)
+    plant = Plant()
+    rec = OpenMetricsRecorder(plant.registry, 1.0, spill_dir=tmp_path / "spill")
+    for t in range(0, 50):
+        plant.counter.inc(t % 3)
+        rec.on_sample(None, None, float(t))
+    rec.finish(49.0)
+    assert any((tmp_path / "spill").iterdir())
+    text = render(rec, tmp_path, "spilled.om")
+    monkeypatch.setattr(om, "SPILL_CHARS", 10**9)
+    plant2 = Plant()
+    mem = OpenMetricsRecorder(plant2.registry, 1.0)
+    for t in range(0, 50):
+        plant2.counter.inc(t % 3)
+        mem.on_sample(None, None, float(t))
+    mem.finish(49.0)
+    assert text == render(mem, tmp_path, "memory.om")
+    assert render(rec, tmp_path, "again.om") == text  # a second write reads the spill again
+    rec.close()
+    assert not any((tmp_path / "spill").iterdir())
+    assert whole.endswith("# EOF\n")
+
+
+def test_bad_cadences_are_refused():
+    with pytest.raises(ValueError, match="interval"):
+        OpenMetricsRecorder(CollectorRegistry(), 0.0)
+    with pytest.raises(ValueError, match="heartbeats"):
+        OpenMetricsRecorder(CollectorRegistry(), 5.0, heartbeat_s=-1.0)
+    with pytest.raises(ValueError, match="heartbeats"):
+        OpenMetricsRecorder(CollectorRegistry(), 5.0, rate_heartbeat_s=600.0)
