@@ -84,11 +84,14 @@ class _VirtualTimerHandle(asyncio.TimerHandle):
     def _key(self) -> tuple[int, int]:
         return (self._when_ns, self._seq)
 
-    # heapq only needs __lt__; the rest keep the ordering total and consistent.
+    # heapq only needs __lt__ (the hot one: no tuples built); the rest keep the ordering
+    # total and consistent.
     def __lt__(self, other: object) -> bool:
-        if isinstance(other, _VirtualTimerHandle):
-            return self._key() < other._key()
-        return NotImplemented
+        try:
+            when, other_when = self._when_ns, other._when_ns  # type: ignore[attr-defined]
+        except AttributeError:
+            return NotImplemented
+        return when < other_when or (when == other_when and self._seq < other._seq)
 
     def __le__(self, other: object) -> bool:
         if isinstance(other, _VirtualTimerHandle):
