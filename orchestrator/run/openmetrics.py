@@ -106,17 +106,22 @@ class OpenMetricsRecorder:
 
     def on_skip(self, orch, first_s: float, last_s: float, ticks: int) -> None:
         """The run skipped `ticks` samples from `first_s` to `last_s` (a fast period apart),
-        nothing changing: keep the heartbeats due at the scrapes they would have made."""
+        the observation unchanged: keep the points a ticking run would have kept at its
+        scrapes in the span. The registry now holds the span's values: a series that moved
+        since the last scrape (at a sample between two scrapes, or a counter the skip
+        advanced, as the decisions counted per period) takes its value at the span's
+        first scrape, and heartbeats follow."""
         instants = self._skipped_scrapes(first_s, last_s, ticks)
         if not instants or self.last_s is None:
             return
-        for _, _, series in self._families.values():
-            for s in series.values():
-                due = s.written_s + s.heartbeat_s
-                while (i := bisect.bisect_left(instants, due - _EPS_S)) < len(instants):
-                    self._keep(s, s.point, instants[i])
-                    due = instants[i] + s.heartbeat_s
-                s.seen_s = instants[-1]
+        for fam, key, point in self._read():
+            s = self._series(fam.name, fam.type, fam.documentation, key)
+            self._observe(s, point, instants[0], False)
+            due = s.written_s + s.heartbeat_s
+            while (i := bisect.bisect_left(instants, due - _EPS_S)) < len(instants):
+                self._keep(s, s.point, instants[i])
+                due = instants[i] + s.heartbeat_s
+            s.seen_s = instants[-1]
         self.last_s = instants[-1]
         self.scrapes += len(instants)
 
@@ -143,29 +148,39 @@ class OpenMetricsRecorder:
             return  # already have this instant; timestamps must increase
         self.last_s = now_s
         self.scrapes += 1
-        for fam in self.registry.collect():
-            entry = self._families.get(fam.name)
-            if entry is None:
-                entry = self._families[fam.name] = (fam.type, fam.documentation, {})
-            points: dict[tuple, list[str]] = {}
-            for s in fam.samples:
-                if s.name.endswith("_created"):
-                    continue  # creation times are of the emulator's process, not the run
-                ident = (s.name, *s.labels.items())
-                cached = self._prefix.get(ident)
-                if cached is None:
-                    key = tuple((k, v) for k, v in s.labels.items() if k != "le")
-                    cached = self._prefix[ident] = (key, f"{s.name}{_labels(s.labels)} ")
-                points.setdefault(cached[0], []).append(cached[1] + floatToGoString(s.value))
-            series = entry[2]
-            for key, lines in points.items():
-                s = series.get(key)
-                if s is None:
-                    s = series[key] = _Series(self.rate_heartbeat_s if fam.type in _RATE_TYPES
-                                              else self.heartbeat_s)
-                self._observe(s, tuple(lines), now_s, keep_all)
+        for fam, key, point in self._read():
+            self._observe(self._series(fam.name, fam.type, fam.documentation, key), point,
+                          now_s, keep_all)
         if self._held_chars > SPILL_CHARS:
             self._spill_all()
+
+    def _read(self):
+        """(family, label set without "le", the point's lines) of every series now."""
+        for fam in self.registry.collect():
+            points: dict[tuple, list[str]] = {}
+            for sample in fam.samples:
+                if sample.name.endswith("_created"):
+                    continue  # creation times are of the emulator's process, not the run
+                ident = (sample.name, *sample.labels.items())
+                cached = self._prefix.get(ident)
+                if cached is None:
+                    key = tuple((k, v) for k, v in sample.labels.items() if k != "le")
+                    cached = self._prefix[ident] = (key,
+                                                    f"{sample.name}{_labels(sample.labels)} ")
+                points.setdefault(cached[0], []).append(
+                    cached[1] + floatToGoString(sample.value))
+            for key, lines in points.items():
+                yield fam, key, tuple(lines)
+
+    def _series(self, name: str, kind: str, help_text: str, key: tuple) -> _Series:
+        entry = self._families.get(name)
+        if entry is None:
+            entry = self._families[name] = (kind, help_text, {})
+        s = entry[2].get(key)
+        if s is None:
+            s = entry[2][key] = _Series(self.rate_heartbeat_s if kind in _RATE_TYPES
+                                        else self.heartbeat_s)
+        return s
 
     def _observe(self, s: _Series, point: tuple[str, ...], now_s: float, keep_all: bool) -> None:
         if point != s.point:

@@ -115,6 +115,35 @@ def test_a_skipped_idle_span_gives_the_points_of_ticking_through_it(tmp_path):
     assert max(gaps) <= HEARTBEAT_S + 5.0
 
 
+def test_a_counter_the_skip_advances_takes_its_value_at_the_span_start(tmp_path):
+    """Decisions are counted once a period, idle or not: the skip counts a span's at once,
+    and the recorder keeps that value from the span's first scrape; the run then goes on
+    with the ticking run's values."""
+    texts = []
+    for skip in (False, True):
+        plant = Plant()
+        rec = OpenMetricsRecorder(plant.registry, 5.0)
+        for t in range(0, 21):
+            plant.counter.inc()
+            rec.on_sample(None, None, float(t))
+        if skip:
+            plant.counter.inc(2980)  # the metrics listener's on_skip runs first
+            rec.on_skip(None, 21.0, 3000.0, 2980)
+        else:
+            for t in range(21, 3001):
+                plant.counter.inc()
+                rec.on_sample(None, None, float(t))
+        for t in range(3001, 3011):
+            plant.counter.inc()
+            rec.on_sample(None, None, float(t))
+        rec.finish(3010.0)
+        texts.append(points(render(rec, tmp_path, f"{skip}.om"), "t_done_requests_total"))
+    ticked, skipped = dict(texts[0]), texts[1]
+    assert skipped[4:7] == [(20.0, "21.0"), (25.0, "3001.0"), (55.0, "3001.0")]
+    assert all(ticked[t] == value for t, value in skipped if t <= 20 or t > 3000)
+    assert skipped[-1] == (3010.0, "3011.0") and len(skipped) < len(ticked) / 4
+
+
 def test_spilled_points_give_the_same_file_and_are_removed(tmp_path, monkeypatch):
     whole = _run(True, tmp_path, "whole.om")
     monkeypatch.setattr(om, "SPILL_CHARS", 1)
