@@ -2,8 +2,8 @@
 
 Replays the first N weka-cc-dev sessions (default 30) at their real think times, 240
 sessions an hour, default model and cluster, under cProfile, and prints the wall time,
-calls, fast-loop ticks (one per fast-loop period of simulated time), wall time per call
-and per tick, and the functions with the most time of their own and the most time
+calls, fast-loop samples taken and skipped over idle spans, wall time per call and per
+sample taken, and the functions with the most time of their own and the most time
 under them.
 
     python benchmarks/profile_replay.py [--sessions 30] [--controller buffered] [--top 25]
@@ -25,6 +25,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.replay_runner import DEV_TRACES, shared_missing
 
 
+class TickCounter:
+    """Counts the fast-loop samples taken, and those skipped over idle spans where the
+    replay skips them (the on_skip hook; code without it never calls it)."""
+
+    def __init__(self) -> None:
+        self.taken = 0
+        self.skipped = 0
+
+    def on_sample(self, orch, obs, now_s: float) -> None:
+        self.taken += 1
+
+    def on_skip(self, orch, first_s: float, last_s: float, ticks: int) -> None:
+        self.skipped += ticks
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sessions", type=int, default=30)
@@ -43,18 +58,18 @@ def main() -> int:
                            load=LoadOptions(sessions_per_hour=240.0,
                                             max_sessions=args.sessions))
     prepared = prepare([DEV_TRACES], "weka", settings)
+    ticks = TickCounter()
     profile = cProfile.Profile()
     wall0 = time.perf_counter()
     profile.enable()
-    result, summary = run_replay(prepared, settings)
+    result, summary = run_replay(prepared, settings, listeners=[ticks])
     profile.disable()
     wall_s = time.perf_counter() - wall0
     calls = summary["requests"]["completed"]
-    ticks = round(result.simulated_s / settings.control.fast_period_s)
     print(f"{args.sessions} sessions, {calls:,} calls, {result.simulated_s:,.0f} simulated s, "
-          f"~{ticks:,} fast-loop periods; wall {wall_s:.1f} s under cProfile: "
-          f"{wall_s / max(calls, 1) * 1e3:.2f} ms per call, "
-          f"{wall_s / max(ticks, 1) * 1e6:.0f} us per period")
+          f"{ticks.taken:,} fast-loop samples taken, {ticks.skipped:,} skipped as idle; wall "
+          f"{wall_s:.1f} s under cProfile: {wall_s / max(calls, 1) * 1e3:.2f} ms per call, "
+          f"{wall_s / max(ticks.taken, 1) * 1e6:.0f} us per sample taken")
     if args.out:
         profile.dump_stats(args.out)
     for key in ("tottime", "cumulative"):
