@@ -67,6 +67,26 @@ _Walk = tuple[tuple[int, ...], tuple[Blob, ...], int, BlobId | None]  # seq, cha
 _WALKS_KEPT = 64
 
 
+_SLICE_BLOCKS = 64
+
+
+def _common_blocks(seq: tuple[int, ...], pos: int, mine: tuple[int, ...], last: int) -> int:
+    """How many of the first `last` blocks of `mine` equal `seq` from `pos` (the first
+    does: the fork key matched it). Compared a slice of 64 at a time, then block by block
+    inside the slice where they part: a blob thousands of blocks long that a request
+    leaves near its end costs a few dozen slice compares, not a Python loop over it."""
+    common = 1
+    while common < last:
+        step = min(_SLICE_BLOCKS, last - common)
+        if seq[pos + common:pos + common + step] == mine[common:common + step]:
+            common += step
+            continue
+        while seq[pos + common] == mine[common]:
+            common += 1
+        return common
+    return common
+
+
 class BlobIndex:
     """Every blob ever described, and the trie that finds shared prefixes.
 
@@ -128,11 +148,7 @@ class BlobIndex:
             if seq[pos:end] == mine:
                 pos = end
             else:
-                common = 1  # the fork key matched the first block
-                last = min(len(mine), n - pos)
-                while common < last and seq[pos + common] == mine[common]:
-                    common += 1
-                pos += common
+                pos += _common_blocks(seq, pos, mine, min(len(mine), n - pos))
                 # The request leaves this blob midway: a branch may fork here.
             parent = child
         found = tuple(chain)

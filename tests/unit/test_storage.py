@@ -88,6 +88,20 @@ def test_same_blocks_after_same_prefix_are_one_blob_and_branches_fork():
     assert index.chain_of(3) == (0, 1, 3)
 
 
+def test_a_request_leaving_a_long_blob_matches_up_to_where_it_leaves():
+    # One blob of 300 blocks; requests leave it at every kind of place the slice-wise
+    # compare meets: inside the first slice, on a slice edge, past it, at its last block.
+    index = BlobIndex(block_tokens=64, kv_bytes_per_token=10)
+    blocks = list(range(1000, 1300))
+    _, (blob,) = index.describe(blocks)
+    index.register(blob)
+    for leave in (1, 2, 63, 64, 65, 128, 200, 299):
+        seq = [*blocks[:leave], -1, *blocks[leave + 1:]]
+        assert index.match(seq).matched_blocks == leave
+    assert index.match(blocks[:150]).matched_blocks == 150  # the request ends inside it
+    assert index.match(blocks + [7]).matched_blocks == 300
+
+
 def test_register_refuses_a_stale_or_duplicate_blob():
     index = BlobIndex(64, 10)
     _, (blob,) = index.describe([1, 2])
