@@ -35,6 +35,7 @@ MIN_NEW_TOKEN_RATIO = INIT_NEW_TOKEN_RATIO * 0.14
 NEW_TOKEN_RATIO_DECAY_STEPS = 600
 RESERVE_TOKENS = 4096  # the growth a sequence may still need, when no max_tokens is known
 RETRACT_STEPS = 20  # after a preemption the batch can run this many steps again
+_DECAY_PER_STEP = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / NEW_TOKEN_RATIO_DECAY_STEPS
 
 
 @dataclass
@@ -48,12 +49,12 @@ class GrowthReserve:
         return self.ratio * RESERVE_TOKENS
 
     def decay(self, steps: int) -> None:
-        self.ratio = float(self.ratio_after(steps))
+        # ratio_after's arithmetic on floats: one run's decay without numpy's per-call cost.
+        self.ratio = max(MIN_NEW_TOKEN_RATIO, self.ratio - float(steps) * _DECAY_PER_STEP)
 
     def ratio_after(self, steps):
         """The ratio after `steps` more decode steps (an array of steps gives an array)."""
-        step = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / NEW_TOKEN_RATIO_DECAY_STEPS
-        return np.maximum(MIN_NEW_TOKEN_RATIO, self.ratio - np.asarray(steps) * step)
+        return np.maximum(MIN_NEW_TOKEN_RATIO, self.ratio - np.asarray(steps) * _DECAY_PER_STEP)
 
     def after_preemption(self, generated: list[int]) -> None:
         """Re-estimate from the sequences left running: what they generated plus the
