@@ -11,6 +11,7 @@ from pathlib import Path
 from orchestrator.cli._common import UserError
 from orchestrator.cli._metrics_run import OM_NAME, metrics_hub
 from orchestrator.control.policies import UnknownPolicyError
+from orchestrator.run.fast_loop import PolicyError
 from orchestrator.run.output import (
     OutputError,
     SeriesWriter,
@@ -18,7 +19,6 @@ from orchestrator.run.output import (
     decision_logger,
     write_json,
 )
-from orchestrator.run.replay import PolicyError
 from orchestrator.run.settings import Prepared, RunSettings, prepare, run_replay
 
 

@@ -1,10 +1,12 @@
 """The control plane's async shell: sessions in, admission, routing, the two loops.
 
-Only this module (with `reconfig`) awaits anything on the orchestrator side.
-It samples the cluster every fast-loop period, hands the policies their
-lagged observations, applies their decisions, and records the series and the
-counters the summary is built from. Conservation is checked at every sample:
-submitted = completed + rejected + in flight.
+Only this module (with `fast_loop` and `reconfig`) awaits anything on the
+orchestrator side. The fast loop (`orchestrator.run.fast_loop`, mixed in)
+samples the cluster every period, hands the admission policy its lagged
+observation and applies its decision; the slow loop here does the same for
+reallocation; both record the series and the counters the summary is built
+from. Conservation is checked at every sample: submitted = completed +
+rejected + in flight.
 """
 
 from __future__ import annotations
@@ -13,16 +15,16 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 import numpy as np
 
 from orchestrator.control.config import ControlConfig
 from orchestrator.control.observe import ObservationLag
-from orchestrator.control.policies.base import AdmissionDecision, AdmissionPolicy
+from orchestrator.control.policies.base import AdmissionPolicy
 from orchestrator.control.realloc import Reallocator, ReallocDecision
 from orchestrator.control.router import FillCandidate, PrefixAffinityRouter
-from orchestrator.control.snapshot import Predictor, energy_j, hbm_per_gpu, observe
+from orchestrator.control.snapshot import Predictor, energy_j
+from orchestrator.run.fast_loop import ConservationError, FastLoop
 from orchestrator.run.reconfig import Reconfigurer
 from orchestrator.run.result import ReplayResult, decode_slots
 from orchestrator.run.series import Series
@@ -35,15 +37,7 @@ from workers.request import Request
 from workers.runtime import ClusterRuntime
 
 
-class PolicyError(RuntimeError):
-    """A policy returned something that is not a decision: names the policy."""
-
-
-class ConservationError(AssertionError):
-    """Calls appeared or vanished: the emulator is wrong, not the input."""
-
-
-class Orchestrator:
+class Orchestrator(FastLoop):
     def __init__(self, cluster: BoundCluster, sessions: Sequence[Session], policy: AdmissionPolicy,
                  control: ControlConfig, load: LoadOptions, seed: int,
                  on_progress: Callable[[int, int], None] | None = None, logger=None,
@@ -161,203 +155,11 @@ class Orchestrator:
         self.runtime.submit_fill(worker, req, now_s)
         return True
 
-    def _apply(self, decision: AdmissionDecision, now_s: float) -> None:
-        if not isinstance(decision, AdmissionDecision):
-            raise PolicyError(f"controller {self.policy.name!r} returned {type(decision).__name__}"
-                              f", not an AdmissionDecision")
-        if decision.decode_target_batch is not None:
-            self._apply_target_batch(decision.decode_target_batch)
-        if decision.reject_ttft_above_s is not None:
-            self._reject_predicted_misses(decision, now_s)
-        budget, background = decision.admit, decision.background_limit
-        released: list[Pending] = []
-        for pending in list(self.queue):
-            if budget <= 0:
-                break
-            if not pending.interactive:
-                if background is not None and background <= 0:
-                    continue
-                if background is not None:
-                    background -= 1
-            released.append(pending)
-            budget -= 1
-        for pending in released:
-            if not self._route(pending, now_s):
-                break
-            self.queue.remove(pending)
-            self.counters["admitted"] += 1
-            self._period_admitted += 1
-
-    def _apply_target_batch(self, per_unit: int) -> None:
-        for w in self.runtime.decode_workers.values():
-            w.set_target_batch(per_unit * w.slots_per_unit)
-
-    def _reject_predicted_misses(self, decision: AdmissionDecision, now_s: float) -> None:
-        """Predicted TTFT: time waited, plus the wait for the calls ahead at this period's
-        admission rate, plus a typical fill."""
-        rate = max(decision.admit, 1) / self.control.fast_period_s
-        fill_s = self.predictor.fill_latency_s(self.runtime)
-        for position, pending in enumerate(list(self.queue)):
-            predicted = now_s - pending.request.arrival_s + position / rate + fill_s
-            if predicted > decision.reject_ttft_above_s:
-                self.queue.remove(pending)
-                self._reject(pending)
-
-    def _sample(self, now_s: float) -> None:
-        rt = self.runtime
-        period = self.control.fast_period_s
-        busy = {}
-        fill_states = [w.state() for w in rt.fill_workers.values()]
-        decode_states = [w.state() for w in rt.decode_workers.values()]
-        busy_last = self._busy_last
-        for st in (*fill_states, *decode_states):
-            busy[st.name] = min(1.0, (st.busy_s - busy_last.get(st.name, 0.0)) / period)
-            busy_last[st.name] = st.busy_s
-        interactive = sum(p.interactive for p in self.queue) if self.queue else 0
-        obs = observe(rt, now_s, self.counters, len(self.queue), interactive, self.predictor, busy,
-                      fill_states, decode_states)
-        self.lag.record(obs)
-        in_flight = len(self._pending)
-        if in_flight:  # only an idle sample can repeat the last
-            self._same_samples, self._last_obs = 0, None
-        else:
-            content = replace(obs, time_s=0.0)
-            self._same_samples = self._same_samples + 1 if content == self._last_obs else 1
-            self._last_obs = content
-        c = self.counters
-        if c["submitted"] != c["completed"] + c["rejected"] + in_flight:
-            raise ConservationError(
-                f"at {now_s:.3f} s: submitted {c['submitted']} != completed {c['completed']} + "
-                f"rejected {c['rejected']} + in flight {in_flight}")
-        s = self.series
-        s.time_s.append(now_s)
-        s.decode_occupancy.append(obs.decode_occupancy)
-        s.decode_running.append(obs.decode_running)
-        s.decode_slots.append(obs.decode_slots)
-        s.backlog.append(obs.backlog)
-        s.ready_depth.append(obs.ready_depth)
-        s.admission_queue.append(obs.admission_queue)
-        # Work decode could be running: admitted and filled, or held back by admission.
-        s.upstream_waiting.append(obs.admission_queue + obs.ready_depth)
-        s.admitted.append(self._period_admitted)
-        s.completed.append(len(self._period_done))
-        ttfts = [r.ttft_s for r in self._period_done if r.ttft_s is not None]
-        s.ttft_mean_s.append(sum(ttfts) / len(ttfts) if ttfts else float("nan"))
-        s.add_breakdown(self._period_done)
-        s.ticks.append(1)
-        s.in_flight.append(in_flight)
-        s.submitted_total.append(c["submitted"])
-        s.completed_total.append(c["completed"])
-        s.rejected_total.append(c["rejected"])
-        workers = {p.name: p.workers for p in obs.pools}
-        last = s.workers_by_pool[-1] if s.workers_by_pool else None
-        s.workers_by_pool.append(last if workers == last else workers)  # shared when same
-        self._period_done = []
-        self._period_admitted = 0
-        if self._same_samples <= 1:  # HBM only changes while calls run or just after
-            states = {st.name: st for st in (*fill_states, *decode_states)}
-            self._peak_hbm_per_gpu = max(self._peak_hbm_per_gpu, hbm_per_gpu(
-                rt, self.weights_per_gpu, states))
-        self._notify("on_sample", obs, now_s)
-
     def _notify(self, event: str, *args) -> None:
         for listener in self.listeners:
             method = getattr(listener, event, None)
             if method is not None:
                 method(self, *args)
-
-    async def _fast_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        period = self.control.fast_period_s
-        # Idle spans are skipped in virtual time only: live time passes anyway.
-        skips = self.skip_idle and hasattr(loop, "time_ns")
-        try:
-            while True:
-                now_s = loop.time()
-                self._sample(now_s)
-                decision = self.policy.decide(self.lag.seen_at(now_s), now_s)
-                self._apply(decision, now_s)
-                self._decided(decision, now_s, 1)
-                if skips and self._idle():
-                    await self._skip_idle(loop, now_s)
-                else:
-                    await asyncio.sleep(period)
-        finally:
-            self._skipping_from_s = None
-
-    def _decided(self, decision: AdmissionDecision, now_s: float, ticks: int) -> None:
-        """Record a decision standing for `ticks` periods; the log only when it changes."""
-        reason = decision.reason.value
-        if ticks == 1:
-            self.series.reason.append(reason)
-            self.series.admit.append(decision.admit)
-            self._notify("on_decision", decision, now_s)
-        key = (decision.admit, reason, decision.decode_target_batch)
-        if not self.decisions or self.decisions[-1][1] != reason:
-            self.decisions.append((now_s, reason, ticks))
-        else:
-            t, r, n = self.decisions[-1]
-            self.decisions[-1] = (t, r, n + ticks)
-        if self.logger is not None and key != self._last_logged:
-            self._last_logged = key
-            self.logger.info("admission", t_s=round(now_s, 6), controller=self.policy.name,
-                             admit=decision.admit, reason=reason,
-                             decode_target_batch=decision.decode_target_batch,
-                             queue=len(self.queue), periods=ticks)
-
-    def _idle(self) -> bool:
-        """Nothing queued or in flight, no worker moving, and the policy has seen only
-        idle samples for as long as its observation lag: until the next arrival every
-        sample would be the last one restamped."""
-        return (not self._pending and not self.reconfigurer.busy()
-                and self._same_samples * self.control.fast_period_s
-                > self.control.observation_lag_s)
-
-    async def _skip_idle(self, loop, last_s: float) -> None:
-        """Sleep until work arrives, then account for the periods skipped and resume on
-        the sampling grid."""
-        period = self.control.fast_period_s
-        period_ns = round(period * 1e9)
-        last_ns = round(last_s * 1e9)
-        self.lag.hold(period)
-        self._skipping_from_s = last_s
-        self._wake.clear()
-        try:
-            await self._wake.wait()
-        finally:
-            now_ns = loop.time_ns()
-            # Samples strictly before now were idle; one at this instant sees the arrival.
-            ticks = max(0, -(-(now_ns - last_ns) // period_ns) - 1)
-            self._skipping_from_s = None
-            if ticks:
-                self._catch_up((last_ns + period_ns) / 1e9, ticks)
-        await asyncio.sleep((last_ns + (ticks + 1) * period_ns - now_ns) / 1e9)
-
-    def _catch_up(self, first_s: float, ticks: int) -> None:
-        """The skipped periods: the policy brought up to date (in closed form when it can),
-        the series, decisions and listeners told of `ticks` idle samples."""
-        period = self.control.fast_period_s
-        skip = getattr(self.policy, "skip_idle", None)
-        seen = self.lag.seen_at(first_s)
-        decision = skip(seen, first_s, ticks) if skip is not None and seen is not None else None
-        if decision is None:  # tick through: exact, a decide per period
-            for k in range(ticks):
-                t = first_s + k * period
-                decision = self.policy.decide(self.lag.seen_at(t), t)
-                if decision.decode_target_batch is not None:
-                    self._apply_target_batch(decision.decode_target_batch)
-        elif decision.decode_target_batch is not None:
-            self._apply_target_batch(decision.decode_target_batch)
-        if not isinstance(decision, AdmissionDecision):
-            raise PolicyError(f"controller {self.policy.name!r} returned "
-                              f"{type(decision).__name__}, not an AdmissionDecision")
-        self.series.repeat_idle(first_s, ticks, decision.reason.value, decision.admit)
-        self._decided(decision, first_s, ticks)
-        self._notify("on_skip", first_s, first_s + (ticks - 1) * period, ticks)
-
-    def wake(self) -> None:
-        """Work arrived (a call, a worker move): the fast loop samples again."""
-        self._wake.set()
 
     async def _slow_loop(self) -> None:
         loop = asyncio.get_running_loop()

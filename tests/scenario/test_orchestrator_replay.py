@@ -70,7 +70,7 @@ class _Broken:
 
 
 def test_a_policy_returning_the_wrong_shape_stops_the_run_with_its_name():
-    from orchestrator.run.replay import PolicyError
+    from orchestrator.run.fast_loop import PolicyError
 
     control = ControlConfig(realloc_enabled=False)
     orch = Orchestrator(small_cluster().bind(LLAMA), short_agent_sessions(2, 3), _Broken(),
