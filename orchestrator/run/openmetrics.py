@@ -6,9 +6,10 @@ it in the listeners) and keeps a series' point only when it says something
 new: when its value changed since the last scrape (with the point of the
 scrape before, when that was not kept, so a step is as sharp as in a full
 sampling), or a heartbeat after the series' last kept point: `HEARTBEAT_S`
-for gauges, so Prometheus, whose lookback is five minutes, sees every series
-continuously; `RATE_HEARTBEAT_S` for counters and histograms, so `rate()`
-over a one-minute window finds two points and reads 0 while nothing happens.
+for gauges and histograms, so Prometheus, whose lookback is five minutes,
+sees every series continuously; `RATE_HEARTBEAT_S` for counters, so `rate()`
+over a one-minute window finds two points and reads 0 while nothing happens
+(a histogram's quantiles have no value then, whatever its cadence).
 Spans the run skips as idle (`on_skip`) get their heartbeats and nothing
 else. The run's end is kept for every series.
 
@@ -41,7 +42,7 @@ HEARTBEAT_S = 240.0
 # $__rate_interval is at least four scrape intervals of its default 15 s
 # (https://grafana.com/docs/grafana/latest/datasources/prometheus/template-variables/).
 RATE_HEARTBEAT_S = 30.0
-_RATE_TYPES = frozenset({"counter", "histogram", "gaugehistogram", "summary"})
+_RATE_TYPES = frozenset({"counter"})
 # Text held in memory across all series before it goes to the spill files.
 SPILL_CHARS = 4_000_000
 _EPS_S = 1e-9  # sample instants are sums of float periods
@@ -83,7 +84,7 @@ class OpenMetricsRecorder:
             raise ValueError(f"metrics interval must be > 0 s, got {interval_s!r}")
         if not 0 < rate_heartbeat_s <= heartbeat_s:
             raise ValueError(f"metrics heartbeats must be 0 < {rate_heartbeat_s!r} (counters) "
-                             f"<= {heartbeat_s!r} (gauges) s")
+                             f"<= {heartbeat_s!r} (gauges, histograms) s")
         self.registry, self.interval_s = registry, interval_s
         self.heartbeat_s, self.rate_heartbeat_s = heartbeat_s, rate_heartbeat_s
         self.spill_parent = spill_dir  # None: the system's temporary directory

@@ -53,6 +53,8 @@ def test_an_unchanged_series_keeps_only_heartbeats_and_the_end(tmp_path):
     # A counter: every 30 s, so rate() over a minute has two points and reads 0.
     got = [t for t, _ in points(text, "t_done_requests_total")]
     assert got == [*(30.0 * k for k in range(34)), 1000.0]
+    got = [t for t, _ in points(text, "t_ttft_seconds_count")]  # a histogram: as a gauge
+    assert got == [0.0, 240.0, 480.0, 720.0, 960.0, 1000.0]
 
 
 def test_a_change_keeps_the_point_before_it_and_its_own(tmp_path):
