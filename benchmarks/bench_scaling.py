@@ -83,16 +83,26 @@ def plot(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    colours = {s: f"C{i}" for i, s in enumerate(dict.fromkeys(r["series"] for r in rows))}
     panels = (("calls", "wall s", "replay_s"), ("calls", "peak RSS MB", "peak_rss_mb"),
               ("simulated s", "wall s", "replay_s"))
     for ax, (xlabel, ylabel, key) in zip(axes, panels, strict=True):
         for series in dict.fromkeys(r["series"] for r in rows):
             pts = [r for r in rows if r["series"] == series]
+            if xlabel == "simulated s" and series != "span":
+                continue  # the span series alone holds calls and sessions fixed
             xs = [r["simulated_s"] if xlabel == "simulated s" else r["calls"] for r in pts]
-            ax.loglog(xs, [r[key] for r in pts], "o-", label=series)
+            ax.loglog(xs, [r[key] for r in pts], "o-", label=series, color=colours[series])
+        if key == "replay_s" and xlabel == "calls":  # a line of slope 1: cost per call fixed
+            calls = np.array([min(r["calls"] for r in rows), max(r["calls"] for r in rows)])
+            ax.loglog(calls, calls / 1000.0, "k--", lw=0.8, label="1,000 calls/s")
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(True, which="both", alpha=0.3)
+    axes[2].set_title("113 dev sessions, think x0.05, x1, x4", fontsize=9)
+    span = [r["replay_s"] for r in rows if r["series"] == "span"]
+    if span:  # a decade either side, so run-to-run noise does not read as a trend
+        axes[2].set_ylim(min(span) / 10, max(span) * 10)
     axes[0].legend(fontsize=8)
     fig.suptitle("replay cost: wall time and peak RSS against calls and simulated span")
     fig.tight_layout()
@@ -105,17 +115,21 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="two points per series")
     ap.add_argument("--png", type=Path, default=PNG)
     ap.add_argument("--json", action="store_true", help="the rows as JSON at the end")
+    ap.add_argument("--rows", type=Path, default=None,
+                    help="print and plot the rows of an earlier --json run instead of running")
     args = ap.parse_args()
     missing = shared_missing(DEV_TRACES, AZURE_CONV)
     if missing:
         print(missing)
         return 0
+    saved = json.loads(args.rows.read_text()) if args.rows else None
     rows = []
     print(f"{'series':<24} {'point':<18} {'calls':>9} {'sessions':>8} {'simulated s':>12} "
           f"{'wall s':>8} {'calls/s':>8} {'peak RSS MB':>11}")
-    for series, label, _, run in points(args.quick):
-        fig = run_isolated(run)
-        rows.append({"series": series, "point": label, **fig})
+    for row in saved or ({"series": series, "point": label, **run_isolated(run)}
+                         for series, label, _, run in points(args.quick)):
+        rows.append(row)
+        series, label, fig = row["series"], row["point"], row
         print(f"{series:<24} {label:<18} {fig['calls']:>9,} {fig['sessions']:>8,} "
               f"{fig['simulated_s']:>12,.0f} {fig['replay_s']:>8.1f} "
               f"{fig['calls'] / max(fig['replay_s'], 1e-9):>8,.0f} {fig['peak_rss_mb']:>11,.0f}",
