@@ -24,7 +24,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.replay_runner import ROOT, per_wall, run_isolated, spec, verdict
+from benchmarks.replay_runner import (
+    ROOT,
+    per_wall,
+    positive_ints,
+    run_isolated,
+    spec,
+    verdict,
+)
 
 PEAK_RSS_TARGET_MB = 2048.0
 SEED = 1
@@ -48,18 +55,15 @@ def base_trace(sessions: int) -> tuple[Path, int]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--calls", type=int, default=1_000_000, help="calls to replay, at least")
-    ap.add_argument("--base-sessions", type=int, default=200,
+    ap.add_argument("--calls", default="1000000", help="calls to replay, at least")
+    ap.add_argument("--base-sessions", default="200",
                     help="sessions synthesised once and repeated")
     ap.add_argument("--sessions-per-hour", type=float, default=240.0)
     ap.add_argument("--controller", default="buffered")
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout at the end")
     args = ap.parse_args()
-    for name in ("calls", "base_sessions"):
-        if getattr(args, name) <= 0:
-            print(f"--{name.replace('_', '-')}: expected an integer > 0, got "
-                  f"{getattr(args, name)}", file=sys.stderr)
-            return 2
+    args.calls = positive_ints("--calls", args.calls)[0]
+    args.base_sessions = positive_ints("--base-sessions", args.base_sessions)[0]
     path, base_calls = base_trace(args.base_sessions)
     repeat = math.ceil(args.calls / base_calls)
     if repeat > MAX_REPEAT:

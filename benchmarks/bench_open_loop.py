@@ -27,6 +27,7 @@ from benchmarks.replay_runner import (
     AZURE_CONV,
     H100_LLAMA_CLUSTER,
     per_wall,
+    positive_ints,
     run_isolated,
     shared_missing,
     spec,
@@ -60,6 +61,7 @@ def main() -> int:
     ap.add_argument("--controller", default="buffered")
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout at the end")
     args = ap.parse_args()
+    sizes = positive_ints("--sizes", args.sizes)
     missing = shared_missing(AZURE_CONV)
     if missing:
         print(missing)
@@ -67,7 +69,7 @@ def main() -> int:
     print(f"Azure conversation trace, open loop, llama-3.1-70b on {H100_LLAMA_CLUSTER.name}, "
           f"controller {args.controller}")
     out = {}
-    for size in (int(s) for s in args.sizes.split(",")):
+    for size in sizes:
         fig = run_isolated(open_loop_run(size, args.controller))
         out[str(size)] = fig
         print(line(fig), flush=True)

@@ -26,6 +26,7 @@ from benchmarks.replay_runner import (
     DEV_TRACES,
     ROOT,
     per_wall,
+    positive_ints,
     run_isolated,
     shared_missing,
     spec,
@@ -70,11 +71,13 @@ def line(label: str, fig: dict) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--controllers", default="retire,buffered")
-    ap.add_argument("--max-sessions", type=int, default=None,
+    ap.add_argument("--max-sessions", default=None,
                     help="replay only the first N sessions (a quick look, not the target)")
     ap.add_argument("--demo", action="store_true", help="also the demo's compressed load")
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout at the end")
     args = ap.parse_args()
+    if args.max_sessions is not None:
+        args.max_sessions = positive_ints("--max-sessions", args.max_sessions)[0]
     missing = shared_missing(DEV_TRACES)
     if missing:
         print(missing)

@@ -41,7 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.replay_runner import AZURE_CONV, shared_missing
+from benchmarks.replay_runner import AZURE_CONV, positive_ints, shared_missing
 
 MODEL = "meta-llama/Llama-2-70b-hf"
 DEVICE = "h100"
@@ -188,6 +188,7 @@ def main() -> int:
                          "operator, hours on two cores) or a single forest with 2 folds")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    sizes = positive_ints("--sizes", args.sizes)
     missing = shared_missing(AZURE_CONV)
     src = args.vidur_src.resolve()
     if not missing and not (src / "vidur" / "main.py").is_file():
@@ -210,7 +211,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="vidur-bench-") as tmp:
         work = Path(tmp)
         cache = work / "cache"  # the fitted execution-time models, shared by the runs
-        for n, size in enumerate(int(s) for s in args.sizes.split(",")):
+        for n, size in enumerate(sizes):
             trace = work / f"azure-conv-{size}.csv"
             write_trace(size, trace)
             cmd = [str(args.vidur_python), "-m", "vidur.main",

@@ -67,6 +67,18 @@ def per_wall(figures: dict) -> dict:
             "events_per_call": figures["events"] / calls}
 
 
+def positive_ints(option: str, text: str) -> list[int]:
+    """Comma-separated integers > 0, or SystemExit(2) after one line on stderr."""
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) <= 0:
+        print(f"{option}: expected integers > 0, comma-separated, got {text!r}", file=sys.stderr)
+        raise SystemExit(2)
+    return values
+
+
 def verdict(ok: bool) -> str:
     return "met" if ok else "NOT met"
 
