@@ -99,7 +99,7 @@ def test_a_request_leaving_a_long_blob_matches_up_to_where_it_leaves():
         seq = [*blocks[:leave], -1, *blocks[leave + 1:]]
         assert index.match(seq).matched_blocks == leave
     assert index.match(blocks[:150]).matched_blocks == 150  # the request ends inside it
-    assert index.match(blocks + [7]).matched_blocks == 300
+    assert index.match([*blocks, 7]).matched_blocks == 300
 
 
 def test_register_refuses_a_stale_or_duplicate_blob():
