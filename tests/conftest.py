@@ -2,10 +2,15 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
+# The full development traces live beside the repository, not in it (the bundled sample
+# is in traces/sample): tests that need them skip in a clone without ../shared.
+needs_shared = pytest.mark.skipif(not (SHARED / "traces").is_dir(),
+                                  reason="needs the shared traces in ../shared/traces")
 
 settings.register_profile(
     "default", deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from orchestrator.cli import main
-from tests.conftest import SHARED
+from tests.conftest import SHARED, needs_shared
 from traces import sample_path
 
 WEKA = SHARED / "traces" / "weka-cc-dev"
@@ -87,6 +87,7 @@ def test_stats_on_the_bundled_sample_agree_with_an_independent_computation(capsy
     assert got["subagent_calls"] > 0 and got["resets"] > 0
 
 
+@needs_shared
 @pytest.mark.slow
 def test_stats_on_the_whole_collection_agree_with_an_independent_computation(capsys):
     got = assert_stats_agree(capsys, WEKA)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy.stats import ks_2samp
 
-from tests.conftest import SHARED
+from tests.conftest import SHARED, needs_shared
 from traces import read_sessions
 from traces.synth import generate
 
@@ -17,6 +17,7 @@ def marginals(sessions):
     }
 
 
+@needs_shared
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_generated_marginals_are_close_to_the_real_sets(seed):

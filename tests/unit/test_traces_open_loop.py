@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tests.conftest import SHARED
+from tests.conftest import SHARED, needs_shared
 from traces import TraceError, read_sessions
 from traces.formats import Format, detect
 from traces.mooncake import FOLLOW_UP_WINDOW_S
@@ -48,6 +48,7 @@ def test_mooncake_follow_up_window(tmp_path):
     assert [len(s.calls) for s in read_sessions(path)] == [1, 1]
 
 
+@needs_shared
 def test_real_mooncake_trace_groups_into_sessions():
     sessions = list(read_sessions(SHARED / "traces" / "mooncake" / "synthetic_trace.jsonl"))
     assert sum(len(s.calls) for s in sessions) == 3993
@@ -128,6 +129,7 @@ def test_native_header_version_is_checked(tmp_path):
         list(read_sessions(path))
 
 
+@needs_shared
 def test_detection_of_every_shared_format():
     traces = SHARED / "traces"
     assert detect(traces / "weka-cc-dev" / "trace_0009.json.gz") is Format.WEKA
