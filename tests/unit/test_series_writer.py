@@ -61,3 +61,19 @@ def test_parquet_holds_the_same_records(tmp_path):
 def test_an_unknown_format_is_refused():
     with pytest.raises(ValueError, match="series format"):
         SeriesWriter("x", "xlsx")
+
+
+def test_parquet_without_pyarrow_is_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    import sys
+
+    from orchestrator.cli import main
+
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)  # import fails
+    try:
+        code = main(["replay", "--max-sessions", "1", "--no-progress", "--series-format",
+                     "parquet", "--out", str(tmp_path / "out")])
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--series-format parquet" in err[0]
+    assert "pyarrow" in err[0] and not (tmp_path / "out").exists()
