@@ -20,3 +20,15 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+
+def run_cli(argv, capsys):
+    """`tokenfactory ARGV` in this process: (exit code, stdout, stderr)."""
+    from orchestrator.cli import main
+
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err

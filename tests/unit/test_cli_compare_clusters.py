@@ -6,6 +6,7 @@ import json
 import pytest
 
 from orchestrator.cli import main
+from tests.conftest import run_cli
 
 NODES = """
 [pfs]
@@ -84,13 +85,7 @@ def no_plot(monkeypatch):
     monkeypatch.setattr(orchestrator.run.report, "plot_png", lambda results: b"")
 
 
-def run(argv, capsys):
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+run = run_cli
 
 
 def argv(d, *extra):

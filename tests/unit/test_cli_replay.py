@@ -5,18 +5,12 @@ import json
 
 import pytest
 
-from orchestrator.cli import main
+from tests.conftest import run_cli
 
 SMALL = ["--max-sessions", "2", "--think-scale", "0.01", "--no-progress"]
 
 
-def run(argv, capsys):
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+run = run_cli
 
 
 def test_replay_json_has_the_contract_keys_and_writes_its_directory(tmp_path, capsys):

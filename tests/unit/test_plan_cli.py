@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from orchestrator.cli import main
+from tests.conftest import run_cli
 from traces import sample_path
 
 BASE = ["plan", "--model", "kimi-k3-like", "--hardware", "gb200", "--gpus", "72"]
@@ -12,13 +12,7 @@ BASE = ["plan", "--model", "kimi-k3-like", "--hardware", "gb200", "--gpus", "72"
 SAMPLE = ["--trace", str(sample_path() / "trace_0471.json.gz")]
 
 
-def run(argv, capsys):
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+run = run_cli
 
 
 def test_json_is_one_object_with_each_pool_and_the_rate(capsys):
