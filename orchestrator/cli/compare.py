@@ -160,16 +160,9 @@ def cluster_rows(summaries: dict[str, dict]) -> list[tuple[str, list[str]]]:
 
 
 def print_cluster_table(summaries: dict[str, dict], title: str) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    from orchestrator.run.tables import print_rows
 
-    table = Table(title=title)
-    table.add_column("figure")
-    for name in summaries:
-        table.add_column(name, justify="right")
-    for label, cells in cluster_rows(summaries):
-        table.add_row(label, *cells)
-    Console().print(table)
+    print_rows(title, summaries, cluster_rows(summaries))
 
 
 def run(args: argparse.Namespace) -> int:

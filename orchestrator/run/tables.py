@@ -68,11 +68,16 @@ def summary_rows(summaries: dict[str, dict]) -> list[tuple[str, list[str]]]:
     return rows
 
 
-def summary_table(summaries: dict[str, dict], title: str = "replay summary") -> None:
+def print_rows(title: str, names, rows: list[tuple[str, list[str]]]) -> None:
+    """A table of figures (rows) by run (columns `names`) on the console."""
     table = Table(title=title)
     table.add_column("figure")
-    for name in summaries:
+    for name in names:
         table.add_column(name, justify="right")
-    for label, cells in summary_rows(summaries):
+    for label, cells in rows:
         table.add_row(label, *cells)
     Console().print(table)
+
+
+def summary_table(summaries: dict[str, dict], title: str = "replay summary") -> None:
+    print_rows(title, summaries, summary_rows(summaries))

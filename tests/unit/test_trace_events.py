@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import pytest
 
 from costmodel.phase import Phase
-from orchestrator.cli import main
 from orchestrator.run.trace_events import SessionSample, TraceRecorder, check_path, write
+from tests.conftest import run_cli
 from workers.events import EventLog
 from workers.request import Request
 
@@ -258,15 +258,6 @@ def test_the_cap_keeps_whole_sessions_and_says_so():
 
 
 # -- the command line --------------------------------------------------------------------------
-def run_cli(argv, capsys):
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
 @pytest.mark.parametrize("where", ["missing/t.json", "."])
 def test_a_bad_path_is_one_line_exit_2_before_the_run(tmp_path, capsys, where):
     target = tmp_path / where
