@@ -62,6 +62,9 @@ def peak_traced_bytes(path: Path) -> int:
 def main() -> None:
     shared = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT.parent / "shared" / "traces"
     weka = shared / "weka-cc-dev"
+    if not weka.is_dir():
+        print(f"skipped: {weka} not found (the shared traces sit beside the checkout)")
+        return
     seconds, (sessions, calls, blocks) = timed(lambda: count(weka))
     print(
         f"weka-cc-dev read: {seconds:.3f} s for {sessions} sessions, {calls:,} calls, "

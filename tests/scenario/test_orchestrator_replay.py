@@ -80,65 +80,60 @@ def test_a_policy_returning_the_wrong_shape_stops_the_run_with_its_name():
         VirtualClock().run(orch.run())
 
 
-def test_slow_loop_moves_a_worker_at_its_real_cost():
-    """Decode-heavy traffic on a cluster with idle fill capacity: the slow loop moves a
-    fill worker to decode, which drains it and loads the decode slice's weights first."""
+SLOW_LOOP = ControlConfig(realloc_enabled=True, realloc_dwell_s=120.0, realloc_ewma_s=30.0,
+                          realloc_threshold=0.3)
+
+
+def decode_heavy_replay(pools):
+    """400 single calls of 256 input and 2,000 output tokens, one every 0.5 s, on three
+    H200 nodes with `pools`, under the buffered controller and the slow loop."""
     from tests.factories import single_call_sessions
 
-    control = ControlConfig(realloc_enabled=True, realloc_dwell_s=120.0,
-                            realloc_ewma_s=30.0, realloc_threshold=0.3)
     sessions = single_call_sessions([0.5 * i for i in range(400)], input_tokens=256,
                                     output_tokens=2000)
     nodes = [{"name": f"n{i}", "rack": "r0", "hardware": "h200", "gpus": 8, "dram_gb": 2000,
               "dram_gb_per_s": 200} for i in range(3)]
-    pools = [
+    cluster = small_cluster(nodes=nodes, pools=pools).bind(LLAMA)
+    orch = Orchestrator(cluster, sessions, make_policy("buffered", SLOW_LOOP, 4), SLOW_LOOP,
+                        LoadOptions(), 1)
+    result = VirtualClock().run(orch.run())
+    return cluster, orch, result, summarize(result, SLOW_LOOP.ttft_target_s,
+                                            SLOW_LOOP.tpot_target_s)
+
+
+def test_slow_loop_moves_a_worker_at_its_real_cost():
+    """Decode-heavy traffic on a cluster with idle fill capacity: the slow loop moves a
+    fill worker to decode, which drains it and loads the decode slice's weights first."""
+    _, _, result, summary = decode_heavy_replay([
         {"name": "prefill", "phase": "prefill", "nodes": ["n0"], "gpus": 8, "tp": 4,
          "precision": "bf16"},
         {"name": "midfill", "phase": "midfill", "nodes": ["n1"], "gpus": 4, "tp": 4,
          "precision": "bf16"},
         {"name": "decode", "phase": "decode", "nodes": ["n2", "n1"], "gpus": 4, "tp": 4,
          "precision": "bf16", "target_batch": 4},
-    ]
-    cluster = small_cluster(nodes=nodes, pools=pools).bind(LLAMA)
-    orch = Orchestrator(cluster, sessions, make_policy("buffered", control, 4), control,
-                        LoadOptions(), 1)
-    result = VirtualClock().run(orch.run())
-    summary = summarize(result, control.ttft_target_s, control.tpot_target_s)
+    ])
     assert summary["requests"]["lost"] == 0
     moves = result.reconfigurations
     assert moves and moves[0][2] in ("prefill", "midfill") and moves[0][3] == "decode"
     assert summary["control"]["reconfigurations"] == len(moves)
     times = [m[0] for m in moves]
-    assert all(b - a >= control.realloc_dwell_s for a, b in itertools.pairwise(times))
+    assert all(b - a >= SLOW_LOOP.realloc_dwell_s for a, b in itertools.pairwise(times))
     workers = result.series.workers_by_pool
     assert workers[-1]["decode"] > workers[0]["decode"]
 
 
 def test_slow_loop_reshapes_a_worker_into_a_pool_of_another_size():
     """The donor pool's workers have 4 GPUs at FP8, the decode pool's 8 at BF16: the moved
-    worker serves decode at TP4 BF16 on its own 4 GPUs, its HBM tier sized to that layout's KV room, and every
-    call completes."""
-    from tests.factories import single_call_sessions
-
-    control = ControlConfig(realloc_enabled=True, realloc_dwell_s=120.0,
-                            realloc_ewma_s=30.0, realloc_threshold=0.3)
-    sessions = single_call_sessions([0.5 * i for i in range(400)], input_tokens=256,
-                                    output_tokens=2000)
-    nodes = [{"name": f"n{i}", "rack": "r0", "hardware": "h200", "gpus": 8, "dram_gb": 2000,
-              "dram_gb_per_s": 200} for i in range(3)]
-    pools = [
+    worker serves decode at TP4 BF16 on its own 4 GPUs, its HBM tier sized to that layout's
+    KV room, and every call completes."""
+    cluster, orch, result, summary = decode_heavy_replay([
         {"name": "prefill", "phase": "prefill", "nodes": ["n0"], "gpus": 8, "tp": 4,
          "precision": "fp8"},
         {"name": "midfill", "phase": "midfill", "nodes": ["n1"], "gpus": 8, "tp": 8,
          "precision": "bf16"},
         {"name": "decode", "phase": "decode", "nodes": ["n2"], "gpus": 8, "tp": 8,
          "precision": "bf16", "target_batch": 4},
-    ]
-    cluster = small_cluster(nodes=nodes, pools=pools).bind(LLAMA)
-    orch = Orchestrator(cluster, sessions, make_policy("buffered", control, 4), control,
-                        LoadOptions(), 1)
-    result = VirtualClock().run(orch.run())
-    summary = summarize(result, control.ttft_target_s, control.tpot_target_s)
+    ])
     assert summary["requests"]["completed"] == summary["requests"]["submitted"] == 400
     assert summary["requests"]["lost"] == 0
     assert result.reconfigurations[0][2:] == ("prefill", "decode")
