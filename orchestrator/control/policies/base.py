@@ -12,7 +12,9 @@ policy's optional `skip_idle(obs, first_s, ticks)` when it has one (advance the 
 in closed form as if `decide` had been called at `first_s`, `first_s + period`, ...,
 `ticks` times, seeing `obs` restamped with each lagged sample time, and return the
 last decision, or None to be ticked instead), else by calling `decide` once per
-skipped period (exact, cheap next to sampling). The skipped decisions' admissions
+skipped period (exact, cheap next to sampling, unless a decision changes the
+decode batch target: the held observation keeps the old slots until the span
+ends). The skipped decisions' admissions
 release nothing (the queue was empty); a decode batch target they set is applied.
 """
 
