@@ -88,7 +88,9 @@ class Reconfigurer:
         worker = min((w for w in donors if w.name in plans),
                      key=lambda w: (w.state().queue_depth + w.state().running, w.name))
         worker.accepting = False
-        self._tasks.append(asyncio.create_task(self._move(worker, plans[worker.name], now_s)))
+        task = asyncio.create_task(self._move(worker, plans[worker.name], now_s))
+        task.add_done_callback(_report_failure)
+        self._tasks.append(task)
         return True
 
     async def _move(self, worker, target: WorkerSpec, start_s: float) -> None:
@@ -145,3 +147,11 @@ class Reconfigurer:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _report_failure(task: asyncio.Task) -> None:
+    """A move that fails must stop the run (through the loop's exception handler, which
+    the orchestrator sets), not leave its worker removed and never added, silently."""
+    if not task.cancelled() and task.exception() is not None:
+        task.get_loop().call_exception_handler(
+            {"message": "a worker move failed", "exception": task.exception(), "task": task})

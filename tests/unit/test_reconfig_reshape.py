@@ -117,3 +117,22 @@ def test_move_refused_when_no_donor_can_be_reshaped(bound, monkeypatch):
 
     assert asyncio.run(run()) is False
     assert all(w.accepting for w in rc.runtime.fill_workers.values())
+
+
+def test_a_move_that_fails_reaches_the_loops_exception_handler(bound):
+    rc = _reconfigurer(bound)
+
+    def broken(spec):
+        raise RuntimeError("no weights")
+
+    rc.load_time_s = broken
+    seen = []
+
+    async def run():
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: seen.append(ctx))
+        assert rc.start(Move("midfill", "decode"), 0.0)
+        await asyncio.gather(*rc._tasks, return_exceptions=True)
+        await asyncio.sleep(0)  # done callbacks run after the task ends
+
+    asyncio.run(run())
+    assert [str(c["exception"]) for c in seen] == ["no weights"]
