@@ -1,0 +1,183 @@
+"""Links shared by the copies in flight on them: max-min fair bandwidth.
+
+A copy of KV crosses a path of links (a GPU's NVLink port, a node's NIC, the
+host link between a GPU and its CPU's memory, a rack cache's port, the parallel
+file system's front end). Copies in flight on the same link share its
+bandwidth. `Fabric` gives every flow its max-min fair rate (progressive
+filling, as flow-level network models and the processor-sharing view of a
+link do: Bertsekas and Gallager, *Data Networks*, 2nd ed., section 6.5.2), so
+two equal copies on one link each take twice as long as one alone, and a flow
+bottlenecked elsewhere leaves the rest of a link to the others.
+
+Rates change only when a flow starts or finishes, so the fabric is advanced
+from event to event in closed form: `advance(now_s)` finishes, in order, every
+flow whose last byte crosses by `now_s`, re-sharing the links after each. The
+fabric is pure: the async shell asks `next_finish_s()` when to wake.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """One link and its bandwidth in one direction."""
+
+    name: str
+    bytes_per_s: float
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("Link.name must be a non-empty name")
+        if not (math.isfinite(self.bytes_per_s) and self.bytes_per_s > 0):
+            raise ValueError(f"Link {self.name!r}: bytes_per_s must be finite and > 0, "
+                             f"got {self.bytes_per_s!r}")
+
+
+@dataclass(slots=True)
+class _Flow:
+    path: tuple[str, ...]
+    remaining_bytes: float
+    rate_bytes_per_s: float = 0.0
+
+
+class Fabric:
+    """The links of a cluster and the flows crossing them, at time `now_s`."""
+
+    def __init__(self, links: Iterable[Link]) -> None:
+        self._links: dict[str, Link] = {}
+        for link in links:
+            if link.name in self._links:
+                raise ValueError(f"Fabric: link {link.name!r} is listed twice")
+            self._links[link.name] = link
+        self._flows: dict[int, _Flow] = {}
+        self._next_id = 0
+        self.now_s = 0.0
+        self._carried: dict[str, float] = dict.fromkeys(self._links, 0.0)
+        self._finished: list[tuple[int, float]] = []
+
+    def link(self, name: str) -> Link:
+        try:
+            return self._links[name]
+        except KeyError:
+            raise KeyError(f"unknown link {name!r}") from None
+
+    def links(self) -> tuple[Link, ...]:
+        return tuple(self._links.values())
+
+    def start(self, now_s: float, path: Iterable[str], size_bytes: float) -> int:
+        """A copy of `size_bytes` over `path` begins at `now_s`; returns its flow id.
+        Flows that finished by `now_s` are kept for the next `advance` to return."""
+        path = tuple(dict.fromkeys(path))  # a link crossed twice is shared once
+        if not path:
+            raise ValueError("Fabric.start: a flow needs at least one link")
+        for name in path:
+            self.link(name)
+        if not (math.isfinite(size_bytes) and size_bytes >= 0):
+            raise ValueError(f"Fabric.start: size_bytes must be finite and >= 0, got {size_bytes!r}")
+        self._finished.extend(self._run_to(now_s))
+        flow_id = self._next_id
+        self._next_id += 1
+        self._flows[flow_id] = _Flow(path, float(size_bytes))
+        self._share()
+        return flow_id
+
+    def advance(self, now_s: float) -> list[tuple[int, float]]:
+        """Progress every flow to `now_s`; returns `(flow id, finish time)` of the flows
+        that finished, in finishing order."""
+        done, self._finished = self._finished, []
+        done.extend(self._run_to(now_s))
+        return done
+
+    def _run_to(self, now_s: float) -> list[tuple[int, float]]:
+        done: list[tuple[int, float]] = []
+        while self._flows:
+            finishes = {fid: self._finish_of(f) for fid, f in self._flows.items()}
+            finish_s = min(finishes.values())
+            if finish_s > now_s:
+                break
+            self._progress_to(finish_s)
+            for fid, t in finishes.items():
+                if t <= finish_s:
+                    flow = self._flows.pop(fid)
+                    for name in flow.path:  # the rounding left over crosses too
+                        self._carried[name] += flow.remaining_bytes
+                    done.append((fid, finish_s))
+            self._share()
+        self._progress_to(now_s)
+        return done
+
+    def next_finish_s(self) -> float | None:
+        """When the next flow finishes at today's rates (None with no flow in flight)."""
+        if self._finished:
+            return self.now_s
+        if not self._flows:
+            return None
+        return min(self._finish_of(f) for f in self._flows.values())
+
+    def rate(self, flow_id: int) -> float:
+        return self._flows[flow_id].rate_bytes_per_s
+
+    def remaining_bytes(self, flow_id: int) -> float:
+        return self._flows[flow_id].remaining_bytes
+
+    def in_flight(self) -> int:
+        return len(self._flows)
+
+    def carried_bytes(self, name: str) -> float:
+        """Bytes that crossed link `name` up to `now_s`: utilisation over a span is the
+        difference between two readings over bandwidth x span."""
+        self.link(name)
+        return self._carried[name]
+
+    def load_bytes_per_s(self, name: str) -> float:
+        """Bandwidth in use on link `name` now."""
+        return sum(f.rate_bytes_per_s for f in self._flows.values() if name in f.path)
+
+    def _finish_of(self, flow: _Flow) -> float:
+        if flow.remaining_bytes <= 0.0:
+            return self.now_s
+        if flow.rate_bytes_per_s <= 0.0:
+            return math.inf
+        return self.now_s + flow.remaining_bytes / flow.rate_bytes_per_s
+
+    def _progress_to(self, now_s: float) -> None:
+        if now_s < self.now_s:
+            raise ValueError(f"Fabric: time went back from {self.now_s} to {now_s}")
+        dt = now_s - self.now_s
+        if dt > 0.0:
+            for flow in self._flows.values():
+                moved = min(flow.remaining_bytes, flow.rate_bytes_per_s * dt)
+                flow.remaining_bytes -= moved
+                for name in flow.path:
+                    self._carried[name] += moved
+        self.now_s = now_s
+
+    def _share(self) -> None:
+        """Max-min fair rates by progressive filling: the link offering the smallest
+        equal share fixes the rate of every unfixed flow crossing it; repeat."""
+        spare = {name: link.bytes_per_s for name, link in self._links.items()}
+        unfixed: dict[str, list[int]] = {}
+        for fid, flow in self._flows.items():
+            for name in flow.path:
+                unfixed.setdefault(name, []).append(fid)
+        fixed: set[int] = set()
+        while unfixed:
+            name = min(unfixed, key=lambda n: (spare[n] / len(unfixed[n]), n))
+            share = max(0.0, spare[name] / len(unfixed[name]))
+            for fid in unfixed[name]:
+                if fid in fixed:
+                    continue
+                fixed.add(fid)
+                flow = self._flows[fid]
+                flow.rate_bytes_per_s = share
+                for other in flow.path:
+                    spare[other] -= share
+                    if other != name:
+                        unfixed[other].remove(fid)
+                        if not unfixed[other]:
+                            del unfixed[other]
+            del unfixed[name]

@@ -1,0 +1,72 @@
+"""Max-min fair sharing of links: the defining conditions hold at every event."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from storage.links import Fabric, Link
+
+LINKS = ("nvlink", "nic", "host", "rack", "pfs")
+
+flows = st.lists(
+    st.tuples(
+        st.floats(0.0, 10.0),  # start
+        st.lists(st.sampled_from(LINKS), min_size=1, max_size=3, unique=True),
+        st.floats(0.0, 1e3),  # bytes
+    ),
+    min_size=1, max_size=12,
+)
+bandwidths = st.lists(st.floats(1.0, 1e3), min_size=len(LINKS), max_size=len(LINKS))
+
+
+def assert_max_min_fair(fabric: Fabric, ids: list[int]) -> None:
+    """Feasible, and every flow has a saturated link on which no flow is faster: the
+    characterisation of the max-min fair allocation."""
+    live = [fid for fid in ids if fid in fabric._flows]
+    for link in fabric.links():
+        assert fabric.load_bytes_per_s(link.name) <= link.bytes_per_s * (1 + 1e-9)
+    for fid in live:
+        rate = fabric.rate(fid)
+        assert rate > 0.0
+        bottleneck = False
+        for name in fabric._flows[fid].path:
+            saturated = fabric.load_bytes_per_s(name) >= fabric.link(name).bytes_per_s * (1 - 1e-9)
+            fastest = all(fabric.rate(o) <= rate * (1 + 1e-9) for o in live
+                          if name in fabric._flows[o].path)
+            bottleneck |= saturated and fastest
+        assert bottleneck, f"flow {fid} at {rate} has no bottleneck link"
+
+
+@settings(max_examples=150, deadline=None)
+@given(flows, bandwidths)
+def test_rates_are_max_min_fair_and_every_byte_crosses_its_links(spec, bws):
+    fabric = Fabric(Link(name, bw) for name, bw in zip(LINKS, bws, strict=True))
+    ids, sizes, paths, starts, done = [], {}, {}, {}, {}
+    for start_s, path, size in sorted(spec, key=lambda f: f[0]):
+        done.update(fabric.advance(start_s))
+        fid = fabric.start(start_s, path, size)
+        ids.append(fid)
+        sizes[fid], paths[fid], starts[fid] = size, path, start_s
+        assert_max_min_fair(fabric, ids)
+    while fabric.in_flight():
+        done.update(fabric.advance(fabric.next_finish_s()))
+        assert_max_min_fair(fabric, ids)
+    assert sorted(done) == ids
+    for fid in ids:  # no flow beats its path's slowest link alone
+        alone_s = sizes[fid] / min(bws[LINKS.index(n)] for n in paths[fid])
+        assert done[fid] >= starts[fid] + alone_s * (1 - 1e-9) - 1e-12
+    for name in LINKS:
+        crossed = sum(sizes[fid] for fid in ids if name in paths[fid])
+        assert fabric.carried_bytes(name) == pytest.approx(crossed, rel=1e-9, abs=1e-6)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.floats(1.0, 1e3), min_size=1, max_size=10), st.floats(1.0, 1e3))
+def test_one_link_is_work_conserving(sizes, bw):
+    """Copies all present from the start on one link: the last finishes when the link
+    has carried them all at full bandwidth, whatever the sharing."""
+    fabric = Fabric([Link("nic", bw)])
+    for size in sizes:
+        fabric.start(0.0, ["nic"], size)
+    done = fabric.advance(1e12)
+    assert max(t for _, t in done) == pytest.approx(sum(sizes) / bw, rel=1e-9)
