@@ -68,10 +68,11 @@ def summary_rows(summaries: dict[str, dict]) -> list[tuple[str, list[str]]]:
     return rows
 
 
-def print_rows(title: str, names, rows: list[tuple[str, list[str]]]) -> None:
+def print_rows(title: str, names, rows: list[tuple[str, list[str]]],
+               first: str = "figure") -> None:
     """A table of figures (rows) by run (columns `names`) on the console."""
     table = Table(title=title)
-    table.add_column("figure")
+    table.add_column(first)
     for name in names:
         table.add_column(name, justify="right")
     for label, cells in rows:
