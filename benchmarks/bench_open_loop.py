@@ -11,7 +11,7 @@ simulated s per wall s, events per call and peak RSS.
 
     python benchmarks/bench_open_loop.py [--sizes 4000,10000] [--controller buffered] [--json]
 
-Needs ../shared (skips with a message otherwise).
+Reads the Azure conversation trace bundled in traces/data.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ s per wall s, events per call, peak RSS (target < 500 MB), and met / NOT met.
                                       [--demo] [--json]
 
 --demo also replays the demo's compressed load (the bundled sample x12, think x0.05,
-7,200 sessions an hour, on gb200-nvl72x1) with each controller. Needs ../shared.
+7,200 sessions an hour, on gb200-nvl72x1) with each controller. Reads the development traces bundled in traces/data.
 """
 
 from __future__ import annotations

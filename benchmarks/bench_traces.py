@@ -1,6 +1,6 @@
 """Trace reading speed and memory: prints measured figures, asserts nothing.
 
-Run: .venv/bin/python benchmarks/bench_traces.py [SHARED_TRACES_DIR]
+Run: .venv/bin/python benchmarks/bench_traces.py [TRACE_DATA_DIR]  (default: traces/data)
 """
 
 from __future__ import annotations
@@ -60,10 +60,10 @@ def peak_traced_bytes(path: Path) -> int:
 
 
 def main() -> None:
-    shared = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT.parent / "shared" / "traces"
+    shared = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "traces" / "data"
     weka = shared / "weka-cc-dev"
     if not weka.is_dir():
-        print(f"skipped: {weka} not found (the shared traces sit beside the checkout)")
+        print(f"skipped: {weka} not found (the data sets ship in traces/data)")
         return
     seconds, (sessions, calls, blocks) = timed(lambda: count(weka))
     print(

@@ -16,7 +16,7 @@ then find them in the cache; wall time and maximum RSS are read from time's repo
 
 DIR is a Vidur checkout (its data/ directory is read relative to it) and PY a Python with
 Vidur's requirements installed (`pip install -r DIR/requirements.txt`). Skips with a one-line
-reason when either or ../shared is missing.
+reason when either is missing.
 
 The attention profiles (data/profiling/compute/*/*/attention.csv) are stored in Git LFS;
 a checkout without LFS has pointers there. Then, with --stand-in-attention, this writes a

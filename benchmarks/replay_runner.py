@@ -21,18 +21,20 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# The shared traces sit beside the checkout; TOKENFACTORY_SHARED names another place.
-SHARED = Path(os.environ.get("TOKENFACTORY_SHARED", ROOT.parent / "shared"))
-DEV_TRACES = SHARED / "traces" / "weka-cc-dev"
-AZURE_CONV = SHARED / "traces" / "azure-2023" / "AzureLLMInferenceTrace_conv.csv"
+# The public data sets bundled in the repository (traces/data/README.md);
+# TOKENFACTORY_TRACE_DATA names another folder holding the same layout.
+TRACE_DATA = Path(os.environ.get("TOKENFACTORY_TRACE_DATA", ROOT / "traces" / "data"))
+DEV_TRACES = TRACE_DATA / "weka-cc-dev"
+AZURE_CONV = TRACE_DATA / "azure-2023" / "AzureLLMInferenceTrace_conv.csv"
 H100_LLAMA_CLUSTER = ROOT / "examples" / "clusters" / "hgx-h100-llama70b.toml"
 
 
 def shared_missing(*paths: Path) -> str | None:
-    """A one-line reason to skip when the shared traces are not beside the checkout."""
+    """A one-line reason to skip when a data set is missing (a checkout without
+    traces/data, or a TOKENFACTORY_TRACE_DATA that lacks it)."""
     for path in paths:
         if not path.exists():
-            return f"skipped: {path} not found (the shared traces sit beside the checkout)"
+            return f"skipped: {path} not found (the data sets ship in traces/data)"
     return None
 
 

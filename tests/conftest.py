@@ -2,15 +2,12 @@ import os
 import sys
 from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck, settings
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared"
-# The full development traces live beside the repository, not in it (the bundled sample
-# is in traces/sample): tests that need them skip in a clone without ../shared.
-needs_shared = pytest.mark.skipif(not (SHARED / "traces").is_dir(),
-                                  reason="needs the shared traces in ../shared/traces")
+# The public data sets the tests read ship in the repository (traces/data/README.md has
+# their sources and licences), so every test runs from a fresh clone.
+TRACE_DATA = ROOT / "traces" / "data"
 
 settings.register_profile(
     "default", deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True

@@ -18,4 +18,16 @@ def sample_path() -> Path:
     return Path(__file__).resolve().parent / "sample"
 
 
-__all__ = ["Call", "Format", "Session", "TraceError", "read_sessions", "sample_path"]
+# The public data sets bundled in traces/data (README.md there: sources, licences).
+DATA_SETS = ("weka-cc-dev", "mooncake", "azure-2023")
+
+
+def data_path(name: str) -> Path:
+    """The folder of a bundled public data set: one of `DATA_SETS`."""
+    if name not in DATA_SETS:
+        raise ValueError(f"data set {name!r}: expected one of {', '.join(DATA_SETS)}")
+    return Path(__file__).resolve().parent / "data" / name
+
+
+__all__ = ["DATA_SETS", "Call", "Format", "Session", "TraceError", "data_path", "read_sessions",
+           "sample_path"]

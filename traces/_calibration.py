@@ -1,6 +1,6 @@
 """Quantile tables of the `weka-cc-dev` agent collection, for the synthetic generator.
 
-Regenerate with `python -m traces._calibration ../shared/traces/weka-cc-dev`
+Regenerate with `python -m traces._calibration traces/data/weka-cc-dev`
 and paste the output over the tables below. Each table holds the quantiles
 at `QUANTILE_LEVELS` of one marginal; the generator draws from them by
 inverse CDF, interpolating in log(1 + x) so heavy tails stay heavy.

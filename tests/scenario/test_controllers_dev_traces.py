@@ -10,12 +10,11 @@ import pytest
 
 from orchestrator.run.demo import DEV_CLUSTER, DEV_LOAD, DecisionRecorder
 from orchestrator.run.settings import RunSettings, prepare, run_replay
-from tests.conftest import SHARED, needs_shared
+from tests.conftest import TRACE_DATA
 
-DEV = SHARED / "traces" / "weka-cc-dev"
+DEV = TRACE_DATA / "weka-cc-dev"
 
 
-@needs_shared
 @pytest.mark.slow
 def test_on_the_dev_traces_neither_controller_binds_and_the_runs_agree():
     base = RunSettings(cluster=DEV_CLUSTER, load=DEV_LOAD, seed=1)

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from orchestrator.cli import main
-from tests.conftest import SHARED, needs_shared
+from tests.conftest import TRACE_DATA
 from traces import sample_path
 
-WEKA = SHARED / "traces" / "weka-cc-dev"
+WEKA = TRACE_DATA / "weka-cc-dev"
 
 
 def visit(requests, agent, state, values, counts):
@@ -87,7 +87,6 @@ def test_stats_on_the_bundled_sample_agree_with_an_independent_computation(capsy
     assert got["subagent_calls"] > 0 and got["resets"] > 0
 
 
-@needs_shared
 @pytest.mark.slow
 def test_stats_on_the_whole_collection_agree_with_an_independent_computation(capsys):
     got = assert_stats_agree(capsys, WEKA)

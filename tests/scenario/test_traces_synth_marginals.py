@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy.stats import ks_2samp
 
-from tests.conftest import SHARED, needs_shared
+from tests.conftest import TRACE_DATA
 from traces import read_sessions
 from traces.synth import generate
 
@@ -17,11 +17,15 @@ def marginals(sessions):
     }
 
 
-@needs_shared
+@pytest.fixture(scope="module")
+def real():
+    """The collection's marginals, read once for the three seeds."""
+    return marginals(read_sessions(TRACE_DATA / "weka-cc-dev"))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_generated_marginals_are_close_to_the_real_sets(seed):
-    real = marginals(read_sessions(SHARED / "traces" / "weka-cc-dev"))
+def test_generated_marginals_are_close_to_the_real_sets(seed, real):
     synth = marginals(generate(600, np.random.default_rng(seed)))
     for name in real:
         statistic = ks_2samp(real[name], synth[name]).statistic

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tests.conftest import SHARED, needs_shared
+from tests.conftest import TRACE_DATA
 from traces import TraceError, read_sessions
 from traces.formats import Format, detect
 from traces.mooncake import FOLLOW_UP_WINDOW_S
@@ -48,9 +48,8 @@ def test_mooncake_follow_up_window(tmp_path):
     assert [len(s.calls) for s in read_sessions(path)] == [1, 1]
 
 
-@needs_shared
 def test_real_mooncake_trace_groups_into_sessions():
-    sessions = list(read_sessions(SHARED / "traces" / "mooncake" / "synthetic_trace.jsonl"))
+    sessions = list(read_sessions(TRACE_DATA / "mooncake" / "synthetic_trace.jsonl"))
     assert sum(len(s.calls) for s in sessions) == 3993
     assert len(sessions) == 2649
     assert all(s.start_s is not None for s in sessions)
@@ -129,9 +128,8 @@ def test_native_header_version_is_checked(tmp_path):
         list(read_sessions(path))
 
 
-@needs_shared
-def test_detection_of_every_shared_format():
-    traces = SHARED / "traces"
+def test_detection_of_every_bundled_format():
+    traces = TRACE_DATA
     assert detect(traces / "weka-cc-dev" / "trace_0009.json.gz") is Format.WEKA
     assert detect(traces / "mooncake" / "synthetic_trace.jsonl") is Format.MOONCAKE
     assert detect(traces / "azure-2023" / "AzureLLMInferenceTrace_conv.csv") is Format.AZURE
