@@ -98,3 +98,23 @@ def trace_files(paths: list[Path] | tuple[Path, ...]) -> Iterator[Path]:
             yield path
         else:
             raise TraceError(path, None, "path", "no such file or directory")
+
+
+def single_kind(paths: list[Path] | tuple[Path, ...]) -> Format:
+    """The one format every trace file under `paths` has, told by `detect`; a
+    TraceError naming each path and its kinds when they differ (one replay reads
+    one kind: the kinds differ in block size and in whether sessions carry a clock)."""
+    kinds: dict[str, list[Format]] = {}
+    for path in paths:
+        for member in trace_files([path]):
+            found = kinds.setdefault(str(path), [])
+            kind = detect(member)
+            if kind not in found:
+                found.append(kind)
+    distinct = {k for found in kinds.values() for k in found}
+    if len(distinct) > 1:
+        named = ", ".join(f"{p} ({'+'.join(k.value for k in found)})"
+                          for p, found in kinds.items())
+        raise TraceError(named, None, "format",
+                         "trace kinds mixed in one replay; give files of one kind")
+    return distinct.pop() if distinct else Format.AUTO

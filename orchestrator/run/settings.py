@@ -59,7 +59,7 @@ def prepare(paths: Sequence[str | Path], trace_format: str, settings: RunSetting
     make_policy(settings.controller, settings.control)  # refuses unknown names
     load_plugin("reallocator", settings.reallocator, settings.control)
     load_plugin("router", settings.router, settings.control)
-    sessions = tuple(read_sessions(list(paths), trace_format))
+    sessions = tuple(read_sessions(list(paths), trace_format, one_kind=True))
     if not sessions:
         raise ValueError(f"no sessions in {', '.join(str(p) for p in paths)}")
     return Prepared(model, cluster, sessions)
@@ -92,6 +92,9 @@ def run_replay(prepared: Prepared, settings: RunSettings,
                         controller=settings.controller)
     if backend is not None:
         summary["live"] = {**backend.summary(), "interrupted": orch.interrupted}
+        ledger = summary["live"].get("ledger")
+        if ledger is not None:  # measured by the call ledger (orchestrator.run.ledger)
+            summary["requests"].update(lost=ledger["lost"], in_flight=ledger["in_flight"])
     margin = summary["control"]["phase_margin_deg"]
     if margin is not None and margin < 0:
         sys.stderr.write(

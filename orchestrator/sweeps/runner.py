@@ -45,7 +45,7 @@ class SweepReport:
 def read_sessions_or_fail(paths: Sequence[str | Path], trace_format: str):
     from traces import read_sessions
 
-    sessions = tuple(read_sessions(list(paths), trace_format))
+    sessions = tuple(read_sessions(list(paths), trace_format, one_kind=True))
     if not sessions:
         raise GridError(f"no sessions in {', '.join(str(p) for p in paths)}")
     return sessions
