@@ -76,6 +76,9 @@ class DecodeWorker:
         self._requeueing = False
         self._replan = False
         self.accepting = True
+        self._resident: float | None = None  # kv_resident_bytes, until the batch changes
+        self._state_key: tuple | None = None
+        self._state: WorkerState | None = None
         ready.subscribe(self._on_ready)
 
     @property
@@ -97,17 +100,31 @@ class DecodeWorker:
         return len(self.running) + len(self._loading) + len(self._loaded)
 
     def kv_resident_bytes(self) -> float:
-        """KV of the running batch, in KVCapacity units (sum of per-GPU footprints)."""
-        return sum(self._footprint(r) for r in self.running)
+        """KV of the running batch, in KVCapacity units (sum of per-GPU footprints).
+        Kept until the batch or its sequences' lengths change (`_batch_changed`)."""
+        if self._resident is None:
+            self._resident = sum(self._footprint(r) for r in self.running)
+        return self._resident
+
+    def _batch_changed(self) -> None:
+        """Called wherever `running` or a running sequence's length changes."""
+        self._resident = None
 
     def state(self) -> WorkerState:
-        return WorkerState(
+        # Asked every fast-loop period: the last state is handed out again (it is frozen)
+        # while nothing in it changed.
+        key = (len(self._loading) + len(self._loaded), len(self.running),
+               self.kv_resident_bytes(), self._tokens_done, self._busy_s, self.target_batch,
+               self.accepting)
+        if key == self._state_key:
+            return self._state
+        self._state_key = key
+        self._state = WorkerState(
             name=self.name, pool=self.spec.pool, phase="decode",
-            queue_depth=len(self._loading) + len(self._loaded), running=len(self.running),
-            kv_resident_bytes=self.kv_resident_bytes(),
+            queue_depth=key[0], running=key[1], kv_resident_bytes=key[2],
             kv_capacity_bytes=float(self.kv.instance_bytes),
-            tokens_done=self._tokens_done, busy_s=self._busy_s,
-            target_batch=self.target_batch, accepting=self.accepting)
+            tokens_done=key[3], busy_s=key[4], target_batch=key[5], accepting=key[6])
+        return self._state
 
     def set_target_batch(self, sequences: int) -> None:
         """A controller's intervention: takes effect at the end of the current step."""
@@ -180,6 +197,8 @@ class DecodeWorker:
             req.enter(LatencyPart.DECODE, now_s)
             self.running.append(req)
             self.log.add(now_s, self.name, "join", req.call_id)
+        if self._loaded:
+            self._batch_changed()
         self._loaded.clear()
 
     async def run(self) -> None:
@@ -267,6 +286,7 @@ class DecodeWorker:
         first, in front of the calls already waiting there."""
         gone = {id(r) for r in reqs}
         self.running = [r for r in self.running if id(r) not in gone]
+        self._batch_changed()
         for req in reqs:
             release_fetch(self.store, self.hbm, self._fetches.pop(req.call_id))
             req.preemptions += 1
@@ -313,12 +333,14 @@ class DecodeWorker:
             gain = steps if gained is None else int(gained[i])
             gain = min(gain, req.remaining)
             req.generated += gain
+            self._batch_changed()  # a retirement's listeners may ask for the KV held
             self._tokens_done += gain
             if req.remaining > 0:
                 still.append(req)
                 continue
             self._retire(req, now_s)
         self.running = still
+        self._batch_changed()
 
     def _retire(self, req: Request, now_s: float) -> None:
         release_fetch(self.store, self.hbm, self._fetches.pop(req.call_id))

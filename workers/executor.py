@@ -157,6 +157,7 @@ class ExecutedDecodeWorker(DecodeWorker):
         self.accepting = False
         out = [*self.running, *self._loaded, *self._loading.values()]
         self.running, self._loaded = [], []
+        self._batch_changed()
         self._loading.clear()
         for req in out:
             result = self._fetches.pop(req.call_id, None)

@@ -163,6 +163,8 @@ class FillWorker:
         self._busy_s = 0.0
         self._wake: asyncio.Event | None = None
         self.accepting = True
+        self._state_key: tuple | None = None
+        self._state: WorkerState | None = None
 
     @property
     def name(self) -> str:
@@ -177,12 +179,19 @@ class FillWorker:
             self._wake.set()
 
     def state(self) -> WorkerState:
-        return WorkerState(
+        # The fast loop asks every period; most periods nothing here changed, so the last
+        # state is handed out again (it is frozen) instead of built anew.
+        key = (len(self.queue), self._in_flight, self._tokens_done, self._busy_s, self.accepting)
+        if key == self._state_key:
+            return self._state
+        self._state_key = key
+        self._state = WorkerState(
             name=self.name, pool=self.spec.pool, phase=self.spec.phase.name.lower(),
-            queue_depth=len(self.queue), running=self._in_flight,
+            queue_depth=key[0], running=key[1],
             kv_resident_bytes=0.0, kv_capacity_bytes=float(self.spec.kv_capacity_bytes),
-            tokens_done=self._tokens_done, busy_s=self._busy_s,
-            target_batch=self.spec.batch.max_batch_sequences, accepting=self.accepting)
+            tokens_done=key[2], busy_s=key[3],
+            target_batch=self.spec.batch.max_batch_sequences, accepting=key[4])
+        return self._state
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()

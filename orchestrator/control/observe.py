@@ -10,7 +10,8 @@ retirements ring.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
+from operator import attrgetter
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,13 @@ class Observation:
     @property
     def decode_occupancy(self) -> float:
         return self.decode_running / self.decode_slots if self.decode_slots else 0.0
+
+    def content(self) -> tuple:
+        """Every field but the time: equal for two snapshots of an unchanged cluster."""
+        return _CONTENT(self)
+
+
+_CONTENT = attrgetter(*(f.name for f in fields(Observation) if f.name != "time_s"))
 
 
 class ObservationLag:

@@ -73,9 +73,10 @@ class Predictor:
 def observe(rt: ClusterRuntime, now_s: float, counters: dict[str, int], queue_total: int,
             queue_interactive: int, predictor: Predictor, busy_fraction: dict[str, float],
             fill_states: list | None = None, decode_states: list | None = None,
-            ) -> Observation:
+            pool_memo: dict | None = None) -> Observation:
     """The cluster now; `fill_states`/`decode_states`: the workers' states, when the
-    caller has just taken them."""
+    caller has just taken them. `pool_memo`: a dict the caller keeps between calls, so a
+    pool whose figures did not change gets its last PoolObservation again."""
     if fill_states is None:
         fill_states = [w.state() for w in rt.fill_workers.values()]
     if decode_states is None:
@@ -103,8 +104,11 @@ def observe(rt: ClusterRuntime, now_s: float, counters: dict[str, int], queue_to
             p[4] += st.target_batch
         p[5] += busy_fraction.get(st.name, 0.0)
         p[6] += 1
-    pool_obs = tuple(PoolObservation(name, p[0], p[1], p[2], p[3], p[4], p[5] / p[6])
-                     for name, p in sorted(pools.items()))
+    if pool_memo is None:
+        pool_obs = tuple(PoolObservation(name, p[0], p[1], p[2], p[3], p[4], p[5] / p[6])
+                         for name, p in sorted(pools.items()))
+    else:
+        pool_obs = tuple(_pool(pool_memo, name, p) for name, p in sorted(pools.items()))
     return Observation(
         time_s=now_s, admission_queue=queue_total,
         admission_queue_interactive=queue_interactive,
@@ -119,18 +123,38 @@ def observe(rt: ClusterRuntime, now_s: float, counters: dict[str, int], queue_to
     )
 
 
+def _pool(memo: dict, name: str, p: list) -> PoolObservation:
+    """The pool's observation from its figures, the last one again when they repeat."""
+    figures = (p[0], p[1], p[2], p[3], p[4], p[5] / p[6])
+    last = memo.get(name)
+    if last is None or last[0] != figures:
+        last = memo[name] = (figures, PoolObservation(name, *figures))
+    return last[1]
+
+
 def hbm_per_gpu(rt: ClusterRuntime, weights_per_gpu: dict[str, float],
-                states: dict | None = None) -> float:
+                states: dict | None = None, memo: dict | None = None) -> float:
     """The most any worker holds per GPU now: its slice's weights and the KV in its HBM:
     the blobs there or, for a decode worker, the KV of the sequences it runs, whichever
     is more (a running sequence's input is among the blobs it pinned). `states`: the
-    workers' states by name, when the caller has just taken them."""
+    workers' states by name, when the caller has just taken them. `memo`: a dict the
+    caller keeps between calls (with `states`): a worker whose blob bytes and running
+    KV did not change is not priced again."""
     used = rt.store.placement.used_bytes
     best = 0.0
     for w in (*rt.fill_workers.values(), *rt.decode_workers.values()):
         resident = states[w.name].kv_resident_bytes if states is not None else None
-        best = max(best, worker_hbm_per_gpu(w, weights_per_gpu[w.spec.pool],
-                                            used.get(w.hbm, 0), resident))
+        blob_bytes = used.get(w.hbm, 0)
+        if memo is None or states is None:
+            value = worker_hbm_per_gpu(w, weights_per_gpu[w.spec.pool], blob_bytes, resident)
+        else:
+            key = (w, blob_bytes, resident)
+            last = memo.get(w.name)
+            if last is None or last[0] != key:
+                last = memo[w.name] = (key, worker_hbm_per_gpu(
+                    w, weights_per_gpu[w.spec.pool], blob_bytes, resident))
+            value = last[1]
+        best = max(best, value)
     return best
 
 

@@ -12,7 +12,6 @@ the cluster is idle and brings the policy up to date on waking
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 
 from orchestrator.control.policies.base import AdmissionDecision
 from orchestrator.control.snapshot import hbm_per_gpu, observe
@@ -84,13 +83,13 @@ class FastLoop:
             busy_last[st.name] = st.busy_s
         interactive = sum(p.interactive for p in self.queue) if self.queue else 0
         obs = observe(rt, now_s, self.counters, len(self.queue), interactive, self.predictor, busy,
-                      fill_states, decode_states)
+                      fill_states, decode_states, self._pool_memo)
         self.lag.record(obs)
         in_flight = len(self._pending)
         if in_flight:  # only an idle sample can repeat the last
             self._same_samples, self._last_obs = 0, None
         else:
-            content = replace(obs, time_s=0.0)
+            content = obs.content()
             self._same_samples = self._same_samples + 1 if content == self._last_obs else 1
             self._last_obs = content
         c = self.counters
@@ -126,7 +125,7 @@ class FastLoop:
         if self._same_samples <= 1:  # HBM only changes while calls run or just after
             states = {st.name: st for st in (*fill_states, *decode_states)}
             self._peak_hbm_per_gpu = max(self._peak_hbm_per_gpu, hbm_per_gpu(
-                rt, self.weights_per_gpu, states))
+                rt, self.weights_per_gpu, states, self._hbm_memo))
         self._notify("on_sample", obs, now_s)
 
     async def _fast_loop(self) -> None:

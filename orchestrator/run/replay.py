@@ -92,6 +92,9 @@ class Orchestrator(FastLoop):
         self._period_admitted = 0
         self._busy_last: dict[str, float] = {}
         self._peak_hbm_per_gpu = 0.0
+        # What the samples reuse while workers and pools repeat their figures (snapshot).
+        self._pool_memo: dict = {}
+        self._hbm_memo: dict = {}
 
     # -- sessions and calls ----------------------------------------------------------
     def _next_call_id(self) -> int:
