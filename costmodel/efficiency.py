@@ -29,7 +29,7 @@ class Efficiency:
     # Big FP8 GEMMs reach ~0.68 (DeepGEMM: 1,350+ TFLOPS on H800), but a step mixes
     # small grouped GEMMs, BF16 attention and glue kernels. The one calibrated factor,
     # set by hand on the six compute-bound cases of costmodel/validation.py (all within
-    # 0.98-1.34x at 0.40). The stated rule there (least squares in log ratio) gives 0.36
+    # 0.975-1.343x at 0.40). The stated rule there (least squares in log ratio) gives 0.36
     # on those six and 0.34 with the memory/latency-bound cases added (the 64k-context
     # one, whose MLA attention is FLOP-heavy, pulls it); batch-1 decode barely depends on
     # it. Per-case and leave-one-out figures: docs/costmodel.md.

@@ -4,8 +4,13 @@ Bands (costmodel/validation.py): every case's predicted/measured ratio within
 [0.67, 1.5], except the known misses, which must lie outside it (so the docs'
 list of misses stays true) and within [0.67, 2.5] (so they cannot get worse
 unnoticed). Leave-one-out: `compute` fitted without a compute-bound case still
-predicts it within [0.67, 1.5].
+predicts it within [0.67, 1.5]. Pinned: every ratio docs/costmodel.md prints
+(shipped, in-sample, leave-one-out) within 5% of what the code computes, and
+the fitted `compute` values it prints within one grid step.
 """
+
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -80,8 +85,13 @@ def test_the_fit_on_compute_bound_cases_is_near_the_shipped_value():
     assert 0.3 <= fitted <= 0.40
 
 
-def _check_leave_one_out(grid):
-    all_fit, rows = leave_one_out(grid=grid)
+@pytest.fixture(scope="module")
+def near_leave_one_out():
+    return leave_one_out(grid=NEAR_GRID)
+
+
+def _check_leave_one_out(grid, result=None):
+    all_fit, rows = result or leave_one_out(grid=grid)
     assert len(rows) == len(CASES)
     assert grid[0] < all_fit < grid[-1]
     for r in rows:
@@ -91,10 +101,56 @@ def _check_leave_one_out(grid):
         assert abs(r.loo_compute - all_fit) <= 0.03, r.case.name
 
 
-def test_leave_one_out_predicts_each_compute_bound_case_within_band():
-    _check_leave_one_out(NEAR_GRID)
+def test_leave_one_out_predicts_each_compute_bound_case_within_band(near_leave_one_out):
+    _check_leave_one_out(NEAR_GRID, near_leave_one_out)
 
 
 @pytest.mark.slow
 def test_leave_one_out_on_the_full_grid():
     _check_leave_one_out(COMPUTE_GRID)
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "costmodel.md"
+# A row of the two validation tables: | [case](url) notes | measured | shipped |
+# in-sample | leave-one-out (its fitted compute) |
+TABLE_ROW = re.compile(r"^\| \[[^\]]+\]\((https://[^)]+)\)[^|]* \| ([\d,.]+) \| ([\d.]+) \| "
+                       r"([\d.]+) \| ([\d.]+) \(([\d.]+)\) \|$")
+PIN = 0.05  # a documented ratio may be this far (relative) from the computed one
+
+
+def documented():
+    """The validation section of docs/costmodel.md and its table rows, in table order."""
+    section = DOCS.read_text().split("## Calibration and validation", 1)[1]
+    rows = [m.groups() for line in section.splitlines() if (m := TABLE_ROW.match(line))]
+    return section, rows
+
+
+def test_every_documented_ratio_is_within_5_percent_of_the_code(near_leave_one_out):
+    _, rows = documented()
+    _, computed = near_leave_one_out
+    assert len(rows) == len(CASES) == len(computed)
+    for (url, measured, *ratios, loo_compute), c in zip(rows, computed, strict=True):
+        # The tables list the cases in CASES order: the same source and figure.
+        assert url == c.case.source, c.case.name
+        assert float(measured.replace(",", "")) == pytest.approx(c.case.measured, rel=1e-3)
+        for doc, got in zip(map(float, ratios),
+                            (c.shipped_ratio, c.in_sample_ratio, c.loo_ratio), strict=True):
+            assert abs(got / doc - 1) <= PIN, f"{c.case.name}: docs {doc}, code {got:.3f}"
+        assert abs(float(loo_compute) - c.loo_compute) <= 0.01 + 1e-9, c.case.name
+
+
+def test_the_documented_fits_and_ranges_are_the_code_s(near_leave_one_out):
+    section, _ = documented()
+    six = [c for c in CASES if c.regime is Regime.COMPUTE]
+    fit_all = near_leave_one_out[0]  # on every case
+    fit_six = fit_compute(ratio_table(six, grid=NEAR_GRID), NEAR_GRID)
+    stated = re.search(r"([\d.]+) on the six compute-bound cases, ([\d.]+) on all fourteen",
+                       section)
+    assert (float(stated[1]), float(stated[2])) == (fit_six, fit_all)
+    # "all within LO-HIx": true of the shipped ratios on the compute-bound cases, and
+    # each end pinned to the computed one.
+    lo, hi = map(float, re.search(r"all within ([\d.]+)-([\d.]+)x", section).groups())
+    ratios = [predict(c).ratio for c in six]
+    assert lo <= min(ratios) and max(ratios) <= hi, (lo, hi, min(ratios), max(ratios))
+    assert abs(min(ratios) / lo - 1) <= PIN and abs(max(ratios) / hi - 1) <= PIN
+
