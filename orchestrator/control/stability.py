@@ -46,3 +46,51 @@ def phase_margin_deg(controller: str, config: ControlConfig, fill_latency_s: flo
     _, h = signal.freqresp(tf, [crossover])
     phase = np.angle(h[0]) - delay * crossover
     return float(math.degrees(phase) + 180.0)
+
+
+# A closed-loop resonant peak of 1.01 (0.09 dB) is a damping ratio of ~0.65 in a second-
+# order loop: a step overshoots ~7%. Below it the response is called not ringing.
+RESONANCE = 1.01
+
+
+def _phase_crossover(tf: signal.TransferFunction, delay: float, lo: float, hi: float
+                     ) -> float | None:
+    """The lowest frequency in (lo, hi) where the open loop's phase reaches -180 degrees."""
+    w = np.geomspace(lo, hi, 4000)
+    _, h = signal.freqresp(tf, w)
+    phase = np.unwrap(np.angle(h)) - delay * w + math.pi
+    below = np.nonzero(phase <= 0.0)[0]
+    if not len(below) or below[0] == 0:
+        return None
+    k = below[0]
+    return float(optimize.brentq(
+        lambda x: float(np.angle(signal.freqresp(tf, [x])[1][0])) - delay * x + math.pi,
+        w[k - 1], w[k]))
+
+
+def ringing_period_s(controller: str, config: ControlConfig, pipeline_s: float
+                     ) -> float | None:
+    """The period at which the linearised loop rings, from the run's observation lag and
+    measured pipeline delay `pipeline_s` (admission to joining decode), or None if it is
+    not predicted to ring.
+
+    Negative phase margin: the linear loop is unstable and the admission limits (admit
+    nothing below zero, never more than the free slots) bound it into a limit cycle at
+    the phase crossover, where the open loop's phase is -180 degrees (describing-function
+    analysis of a saturating loop: Slotine and Li, *Applied Nonlinear Control*, 1991,
+    ch. 5). Positive margin: the closed loop's resonant peak, if its gain exceeds
+    `RESONANCE` (damped ringing, damping ratio below ~0.65); a loop with no such peak
+    does not ring."""
+    tf, delay = open_loop(controller, config, pipeline_s)
+    lo, hi = 1e-5, 2 * math.pi / (2 * config.fast_period_s)  # up to the sampling Nyquist
+    if phase_margin_deg(controller, config, pipeline_s) < 0:
+        w180 = _phase_crossover(tf, delay, lo, hi)
+        return None if w180 is None else 2 * math.pi / w180
+    w = np.geomspace(lo, hi, 4000)
+    _, h = signal.freqresp(tf, w)
+    loop = h * np.exp(-1j * delay * w)
+    closed = np.abs(loop / (1 + loop))
+    k = int(np.argmax(closed))
+    if closed[k] <= RESONANCE or k in (0, len(w) - 1):
+        return None
+    return float(2 * math.pi / w[k])

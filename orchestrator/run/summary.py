@@ -107,13 +107,33 @@ def oscillation(result: ReplayResult) -> dict[str, float | None]:
     return out
 
 
-def _phase_margin(result: ReplayResult) -> float | None:
-    from orchestrator.control.stability import phase_margin_deg
+def pipeline_s(result: ReplayResult) -> float:
+    """Mean time from a fill's start to the call's KV loaded in decode (fill plus transfer)
+    over the completed calls: the delay an admission takes to reach decode, measured."""
+    done = [r for r in result.requests if r.done_s is not None]
+    if not done:
+        return 0.0
+    return sum(r.parts_s[LatencyPart.FILL] + r.parts_s[LatencyPart.TRANSFER]
+               for r in done) / len(done)
 
+
+def loop_model(result: ReplayResult) -> dict[str, float | None]:
+    """The linearised admission loop at this run's observation lag and measured pipeline
+    delay: its phase margin and predicted ringing period (model-derived figures, beside the
+    measured `oscillation_period_s`). None for a controller without a linear model."""
+    from orchestrator.control.stability import phase_margin_deg, ringing_period_s
+
+    delay = pipeline_s(result)
+    out: dict[str, float | None] = {"lag_s": result.control.observation_lag_s,
+                                    "pipeline_s": delay, "phase_margin_deg": None,
+                                    "predicted_ringing_period_s": None}
     try:
-        return phase_margin_deg(result.policy, result.control, result.predicted_fill_latency_s)
+        out["phase_margin_deg"] = phase_margin_deg(result.policy, result.control, delay)
+        out["predicted_ringing_period_s"] = ringing_period_s(result.policy, result.control,
+                                                             delay)
     except ValueError:  # a controller without a linear model
-        return None
+        pass
+    return out
 
 
 def starvation(result: ReplayResult) -> float:
@@ -146,6 +166,7 @@ def summarize(result: ReplayResult, ttft_target_s: float, tpot_target_s: float,
     admitted = s.array("admitted")[w]
     reconf = len(result.reconfigurations)
     osc = oscillation(result)
+    model = loop_model(result)
     return {
         "run": run,
         "controller": controller or result.policy,
@@ -183,7 +204,13 @@ def summarize(result: ReplayResult, ttft_target_s: float, tpot_target_s: float,
                                                       - np.percentile(occ, 5))
                                                 if len(occ) else 0.0),
             "admission_rate_variation": _cv(admitted),
-            "phase_margin_deg": _phase_margin(result),
+            # Model-derived (the linearised loop at the run's lag and measured pipeline),
+            # beside the measured oscillation period: docs/metrics.md.
+            "phase_margin_deg": model["phase_margin_deg"],
+            "ringing_period_s": {"predicted": model["predicted_ringing_period_s"],
+                                 "measured": osc["oscillation_period_s"]},
+            "loop_model": {"lag_s": model["lag_s"], "pipeline_s": model["pipeline_s"]},
+            "model_derived": ["phase_margin_deg", "ringing_period_s.predicted"],
             "reconfigurations": reconf,
             "reconfigurations_per_hour": reconf / duration * 3600.0,
         },
