@@ -6,7 +6,7 @@ An expert instance (hardware E, `ep` GPUs) holds only the routed experts; it may
 serve several attention instances (`attention_instances`, N:1). In every MoE
 layer each token goes attention -> experts -> attention: dispatch and combine
 cross scale-up when both instances sit in one scale-up domain, else scale-out
-(BRIEF.md section 6: fewer experts per GPU read faster, at the price of heavy
+(the source essay, docs/sources.md: fewer experts per GPU read faster, at the price of heavy
 all-to-all).
 
 Every term is the colocated phase cost's (`costmodel/phase.py`), evaluated on

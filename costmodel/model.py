@@ -104,7 +104,7 @@ class ModelSpec:
     @property
     def n_layer_groups(self) -> int:
         """Pipeline stages may only split between groups: one full-attention layer and
-        the linear or local layers around it (BRIEF.md section 3)."""
+        the linear or local layers around it (the source essay, docs/sources.md)."""
         return max(1, self.n_full_layers)
 
     # --- per-layer parameter counts -------------------------------------------------

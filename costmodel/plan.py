@@ -1,5 +1,5 @@
 """`tokenfactory plan`: size a cluster's pools from a trace, as the essay's ten-step
-method does (BRIEF.md section 11), with the cost core.
+method does (docs/sources.md), with the cost core.
 
 Pure: workload statistics + model + hardware + GPUs + targets -> a `Plan`. Phases are
 split (prefill, midfill, decode, as the router splits calls by cached prefix); for each

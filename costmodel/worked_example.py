@@ -1,4 +1,4 @@
-"""The worked example (BRIEF.md section 10): a Kimi K3-like model on GB200 NVL72,
+"""The worked example (docs/sources.md): a Kimi K3-like model on GB200 NVL72,
 B200 and B300, 16-64 GPUs per instance, seven workloads; and a check of the
 essay's findings against what our cost model says.
 

@@ -4,7 +4,7 @@ Fills (prefill and midfill) take a FIFO token budget per step, long prompts in
 chunks: the cost core prices each request's attention and the distinct experts
 the step's tokens touch, as a batch sorted by expert loads each once. Decode is
 continuous batching towards a small target batch under a KV memory limit
-(BRIEF.md section 5: decode's best batch is often 1-5).
+(the source essay, docs/sources.md: decode's best batch is often 1-5).
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ class ClusterError(CostModelError):
 class BatchPolicySpec:
     max_batch_tokens: int  # fills: new tokens per step, summed over sequences
     max_batch_sequences: int  # fills: sequences per step; decode: hard cap
-    target_batch: int  # decode: sequences decoding together (small: BRIEF.md section 5)
+    target_batch: int  # decode: sequences decoding together (small: the source essay's batching)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Control configuration: the seven time scales (BRIEF.md section 7) and the gains.
+"""Control configuration: the seven time scales (the source essay's scheduling and control
+part, docs/sources.md) and the gains.
 
 A configuration that exists is valid. Loops that are not separated in time
 are refused with the numbers: the fast loop's period must be at least 10x

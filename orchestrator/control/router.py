@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-# A prefix at least this long makes a call midfill work (BRIEF.md section 1: midfill
+# A prefix at least this long makes a call midfill work (the source essay, docs/sources.md: midfill
 # is a long cached prefix, 10k-100k+, with a short suffix).
 MIDFILL_MIN_PREFIX_TOKENS = 4096
 

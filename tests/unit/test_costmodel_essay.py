@@ -1,4 +1,5 @@
-"""The source essay's checks (BRIEF.md sections 3-5), as arithmetic on the cost core."""
+"""The source essay's checks (its parallelism, KV crossover and batching
+parts; docs/sources.md), as arithmetic on the cost core."""
 
 import numpy as np
 import pytest

@@ -18,7 +18,7 @@ GB200 = load_hardware("gb200")
 
 def agent_like(calls=200, output_tokens=300, context=100_000):
     """Agent sessions in miniature: one cold call in ten, the rest long cached prefixes
-    with short suffixes (BRIEF.md section 1)."""
+    with short suffixes (the source essay's midfill, docs/sources.md)."""
     rng = np.random.default_rng(7)
     inp = rng.uniform(0.5, 1.5, calls) * context
     cold = np.arange(calls) % 10 == 0

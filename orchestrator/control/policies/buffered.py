@@ -1,6 +1,6 @@
 """`buffered`: ready buffers, admission on a smoothed backlog and a predicted service rate.
 
-The remedies of BRIEF.md section 7, together:
+The remedies the source essay names for admission (docs/sources.md), together:
 - a ready buffer between fill and decode holds `ready_buffer_s` seconds of decode
   service, so a retirement is refilled at once from filled work;
 - admission runs at the decode service rate the cost core predicts, corrected
@@ -29,7 +29,7 @@ class BufferedAdmission:
         self.config = config
         self.period_s = config.fast_period_s
         self.base_target_batch = base_target_batch
-        # Growing the decode batch trades latency for throughput (BRIEF.md section 5): off
+        # Growing the decode batch trades latency for throughput (the source essay's batching part): off
         # unless a maximum above the pool's target is given.
         self.max_target_batch = max_target_batch or base_target_batch
         self._ewma: float | None = None

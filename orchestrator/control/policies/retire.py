@@ -1,4 +1,4 @@
-"""`retire`: admit on decode retirements (the anti-pattern of BRIEF.md section 7).
+"""`retire`: admit on decode retirements (the anti-pattern the source essay names).
 
 Implemented as a reasonable engineer would write it, and no worse: each
 period, admit as many new calls as decode has slots that retirements have
