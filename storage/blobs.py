@@ -103,7 +103,9 @@ class BlobIndex:
                 raise ValueError(f"BlobIndex.{name} must be an int > 0, got {value!r}")
         self.block_tokens = block_tokens
         self.kv_bytes_per_token = kv_bytes_per_token
-        self._blobs: dict[BlobId, Blob] = {}
+        # Ids are handed out densely from 0, so a blob and its size are list items.
+        self._blobs: list[Blob] = []
+        self.sizes: list[int] = []  # kv_bytes by blob id
         self._children: dict[_ForkKey, BlobId] = {}
         # Where recent walks stopped, by the sequence walked (the same tuple is
         # matched to route, fetch and write a call). Blobs are only ever added and
@@ -115,13 +117,12 @@ class BlobIndex:
         return len(self._blobs)
 
     def __getitem__(self, blob_id: BlobId) -> Blob:
-        try:
+        if isinstance(blob_id, int) and 0 <= blob_id < len(self._blobs):
             return self._blobs[blob_id]
-        except KeyError:
-            raise KeyError(f"unknown blob {blob_id}") from None
+        raise KeyError(f"unknown blob {blob_id}")
 
     def __contains__(self, blob_id: object) -> bool:
-        return blob_id in self._blobs
+        return isinstance(blob_id, int) and 0 <= blob_id < len(self._blobs)
 
     def match(self, block_ids: Sequence[int]) -> PrefixMatch:
         """The longest prefix of ``block_ids`` that existing blobs cover."""
@@ -206,7 +207,8 @@ class BlobIndex:
         key = (blob.parent, blob.first_block, blob.block_ids[0])
         if key in self._children:
             raise ValueError(f"blob {blob.id} duplicates blob {self._children[key]}")
-        self._blobs[blob.id] = blob
+        self._blobs.append(blob)
+        self.sizes.append(blob.kv_bytes)
         self._children[key] = blob.id
 
     def chain_of(self, blob_id: BlobId) -> tuple[BlobId, ...]:

@@ -20,25 +20,50 @@ from storage.plans import Source, Step, StepKind
 from storage.tiers import Location, StoreLayout
 
 _NONE: frozenset[Location] = frozenset()
+_UNKNOWN = frozenset(("unknown",))  # not yet worked out (None is a real answer: no copy left)
 
 
 class Placement:
     """Where each blob has copies; per location, its blobs with their last use
-    time in least-recently-used order, and the bytes they use."""
+    time in least-recently-used order, and the bytes they use.
+
+    A blob's holders are one shared frozenset per distinct set of places
+    (``shared_set``): a store keeps every blob a session ever wrote, and a few
+    dozen sets of places stand for all of them (a set per blob was a fifth of
+    the store's memory)."""
 
     def __init__(self, layout: StoreLayout) -> None:
         self.layout = layout
-        self.copies: dict[BlobId, set[Location]] = {}  # no entry once the last copy goes
+        self.copies: dict[BlobId, frozenset[Location]] = {}  # no entry once the last copy goes
         self.at: dict[Location, dict[BlobId, float]] = {loc: {} for loc in layout.all_locations()}
         self.used_bytes: dict[Location, int] = dict.fromkeys(layout.all_locations(), 0)
         self.capacity_bytes: dict[Location, int] = {
             loc: layout.spec(loc).capacity_bytes for loc in layout.all_locations()
         }
         # Striping depends on the layout alone: one per destination and holders.
-        self.stripes: dict[Location, dict[Location | frozenset[Location], Stripe]] = {}
+        self.stripes: dict[Location, dict[frozenset[Location], Stripe]] = {}
+        # The shared holder sets, and the set after adding or removing one place.
+        self._plus: dict[tuple[frozenset[Location] | None, Location], frozenset[Location]] = {}
+        self._minus: dict[tuple[frozenset[Location], Location], frozenset[Location] | None] = {}
+        self._sets: dict[frozenset[Location], frozenset[Location]] = {}
 
     def holders(self, blob_id: BlobId) -> tuple[Location, ...]:
         return tuple(sorted(self.copies.get(blob_id, ())))
+
+    def shared_set(self, held: Collection[Location]) -> frozenset[Location]:
+        """The one shared frozenset equal to ``held``."""
+        out = frozenset(held)
+        return self._sets.setdefault(out, out)
+
+    def _with(self, held: frozenset[Location] | None, location: Location) -> frozenset[Location]:
+        out = self._plus[(held, location)] = self.shared_set(
+            (location,) if held is None else (*held, location))
+        return out
+
+    def _without(self, held: frozenset[Location], location: Location) -> frozenset[Location] | None:
+        rest = held - {location}
+        out = self._minus[(held, location)] = self.shared_set(rest) if rest else None
+        return out
 
     def add(self, blob_id: BlobId, location: Location, kv_bytes: int, now_s: float) -> None:
         self.add_run((blob_id,), location, kv_bytes, now_s)
@@ -49,15 +74,14 @@ class Placement:
         """Copies of ``blob_ids`` (``kv_bytes`` in all) now exist at ``location``."""
         here = self.at[location]
         copies = self.copies
+        plus = self._plus
         for blob_id in blob_ids:
             if blob_id in here:
                 raise ValueError(f"blob {blob_id} already has a copy at {location}")
             here[blob_id] = now_s
             held = copies.get(blob_id)
-            if held is None:
-                copies[blob_id] = {location}
-            else:
-                held.add(location)
+            grown = plus.get((held, location))
+            copies[blob_id] = self._with(held, location) if grown is None else grown
         self.used_bytes[location] += kv_bytes
 
     def remove(self, blob_id: BlobId, location: Location, kv_bytes: int) -> None:
@@ -67,14 +91,19 @@ class Placement:
         """The copies of ``blob_ids`` (``kv_bytes`` in all) at ``location`` are gone."""
         here = self.at[location]
         copies = self.copies
+        minus = self._minus
         for blob_id in blob_ids:
             if blob_id not in here:
                 raise ValueError(f"blob {blob_id} has no copy at {location}")
             del here[blob_id]
             held = copies[blob_id]
-            held.remove(location)
-            if not held:
+            rest = minus.get((held, location), _UNKNOWN)
+            if rest is _UNKNOWN:
+                rest = self._without(held, location)
+            if rest is None:
                 del copies[blob_id]
+            else:
+                copies[blob_id] = rest
         self.used_bytes[location] -= kv_bytes
 
     def touch(self, blob_id: BlobId, location: Location, now_s: float) -> None:
@@ -260,10 +289,7 @@ class Draft:
         out = []
         for blob_id in blob_ids:
             held = copies.get(blob_id, _NONE) if pristine else self.holder_set(blob_id)
-            if len(held) == 1:
-                (key,) = held
-            else:
-                key = frozenset(held)
+            key = held if type(held) is frozenset else frozenset(held)
             stripe = known.get(key)
             if stripe is None:
                 stripe = known[key] = Stripe(self.layout, dst, held)
@@ -321,8 +347,7 @@ class Draft:
         """Release the copies of ``blob_ids`` at ``location``, in order."""
         if not blob_ids:
             return
-        blobs = self.index
-        kv_bytes = sum(blobs[b].kv_bytes for b in blob_ids)
+        kv_bytes = sum(map(self.index.sizes.__getitem__, blob_ids))
         added, removed = self._changes(location)
         added.difference_update(blob_ids)
         removed.update(blob_ids)

@@ -15,7 +15,6 @@ Typical worker use::
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
 from storage.blobs import BlobId, BlobIndex, PrefixMatch
@@ -33,36 +32,41 @@ class BlobStore:
         self.counters = StoreCounters()
         self.version = 0  # bumped by every mutation; a plan applies to its version only
         self._refs: dict[str, set[BlobId]] = {}
-        self._ref_count: Counter[BlobId] = Counter()
+        self._ref_count: list[int] = []  # live sessions referencing each blob, by blob id
         self._pins: dict[Location, dict[BlobId, int]] = {}  # pin counts by place, then blob
 
     # -- sessions and pins ------------------------------------------------
     def referenced(self, blob_id: BlobId) -> bool:
-        return self._ref_count.get(blob_id, 0) > 0
+        counts = self._ref_count
+        return 0 <= blob_id < len(counts) and counts[blob_id] > 0
 
     def sessions_referencing(self, blob_id: BlobId) -> int:
-        return self._ref_count.get(blob_id, 0)
+        counts = self._ref_count
+        return counts[blob_id] if 0 <= blob_id < len(counts) else 0
 
     def ref(self, session_id: str, blob_ids: Iterable[BlobId]) -> None:
         """Mark blobs as needed by a live session (with their ancestors)."""
         held = self._refs.setdefault(session_id, set())
+        counts = self._ref_count
+        if len(counts) < len(self.index):
+            counts.extend([0] * (len(self.index) - len(counts)))
+        copies = self.placement.copies
         for blob_id in [b for b in blob_ids if b not in held]:  # (most are, in a long chain)
             # Walk up to the first ancestor already held: a chain is referenced once.
             needed: BlobId | None = blob_id
             while needed is not None and needed not in held:
-                if not self.placement.copies.get(needed):
+                if needed not in copies:
                     raise ValueError(f"session {session_id!r}: blob {needed} has no copy left")
                 held.add(needed)
-                self._ref_count[needed] += 1
+                counts[needed] += 1
                 needed = self.index[needed].parent
         self.version += 1
 
     def release(self, session_id: str) -> None:
         """The session ended: its blobs become ordinary cache entries."""
+        counts = self._ref_count
         for blob_id in self._refs.pop(session_id, ()):
-            self._ref_count[blob_id] -= 1
-            if not self._ref_count[blob_id]:
-                del self._ref_count[blob_id]
+            counts[blob_id] -= 1
         self.version += 1
 
     def session_blobs(self, session_id: str) -> frozenset[BlobId]:
@@ -110,7 +114,7 @@ class BlobStore:
 
     def hot_blobs(self, min_sessions: int) -> tuple[BlobId, ...]:
         """Blobs live sessions share (system prompts): candidates for the rack cache."""
-        return tuple(sorted(b for b, n in self._ref_count.items() if n >= min_sessions))
+        return tuple(BlobId(b) for b, n in enumerate(self._ref_count) if n > 0 and n >= min_sessions)
 
     def snapshot(self) -> CounterSnapshot:
         return self.counters.snapshot(dict(self.placement.used_bytes))
