@@ -61,37 +61,75 @@ class Observation:
 _CONTENT = attrgetter(*(f.name for f in fields(Observation) if f.name != "time_s"))
 
 
+class _Repeats:
+    """Samples the shell took without recording them one by one: `count` snapshots,
+    `obs` restamped every `period_ns` from `next_ns` on. `held`: the last of them is
+    held once delivered (`ObservationLag.hold`)."""
+
+    __slots__ = ("count", "held", "next_ns", "obs", "period_ns")
+
+    def __init__(self, obs: Observation, period_ns: int, count: int) -> None:
+        self.obs, self.period_ns, self.count, self.held = obs, period_ns, count, True
+        self.next_ns = round(obs.time_s * 1e9)
+
+
 class ObservationLag:
     """Delivers, at time t, the newest snapshot taken at or before t - lag_s.
 
     `hold(period_s)` says the newest snapshot repeats every `period_s` until the next
     `record` (the shell skips sampling an idle cluster, whose snapshots would only differ
     in their time): in between, `seen_at` returns copies of it stamped with the sample
-    times on that grid, as if they had been recorded.
+    times on that grid, as if they had been recorded. `hold(period_s, obs, repeats)`
+    says the same of `repeats` samples not recorded, `obs` restamped a period apart
+    from its own time, the last of them then held (`release(taken)`: only the first
+    `taken` of them were taken, and none is held).
     """
 
     def __init__(self, lag_s: float) -> None:
         if lag_s < 0:
             raise ValueError(f"observation lag must be >= 0 s, got {lag_s}")
         self.lag_s = lag_s
-        self._pending: deque[Observation] = deque()
+        self._pending: deque[Observation | _Repeats] = deque()
         self._current: Observation | None = None
         self._hold: tuple[Observation, int, int] | None = None  # obs, its ns, period ns
         self._synth: Observation | None = None
+        self._repeats: _Repeats | None = None  # the last hold's, while some are pending
 
     def record(self, obs: Observation) -> None:
         self._pending.append(obs)
 
-    def hold(self, period_s: float) -> None:
+    def hold(self, period_s: float, obs: Observation | None = None, repeats: int = 0) -> None:
+        if obs is not None:
+            self._repeats = _Repeats(obs, round(period_s * 1e9), repeats)
+            self._pending.append(self._repeats)
+            return
         held = self._pending[-1] if self._pending else self._current
         if held is not None:
             self._hold = (held, round(held.time_s * 1e9), round(period_s * 1e9))
 
+    def release(self, taken: int) -> None:
+        """Of the last hold's repeats, only the first `taken` were samples; none is held."""
+        run = self._repeats
+        if run is not None:
+            delivered = (run.next_ns - round(run.obs.time_s * 1e9)) // run.period_ns
+            run.count = max(0, taken - delivered)
+            run.held = False
+            self._repeats = None
+
     def seen_at(self, now_s: float) -> Observation | None:
         # A 1 ns tolerance absorbs float rounding of equal instants.
         horizon = now_s - self.lag_s + 1e-9
-        while self._pending and self._pending[0].time_s <= horizon:
-            self._current = self._pending.popleft()
+        pending = self._pending
+        while pending:
+            head = pending[0]
+            if type(head) is _Repeats:
+                if not self._deliver(head, horizon):
+                    break
+                pending.popleft()
+            elif head.time_s <= horizon:
+                self._current = pending.popleft()
+            else:
+                break
         if self._hold is not None:
             held, start_ns, period_ns = self._hold
             if self._current is held:
@@ -104,3 +142,21 @@ class ObservationLag:
             elif self._current is not None and self._current.time_s > held.time_s:
                 self._hold = self._synth = None
         return self._current
+
+    def _deliver(self, run: _Repeats, horizon: float) -> bool:
+        """The run's samples due by `horizon` become current, in turn; True when none is
+        left (the last then held, if it is)."""
+        while run.count and run.next_ns / 1e9 <= horizon:
+            time_s = run.next_ns / 1e9
+            self._current = run.obs if run.obs.time_s == time_s else replace(run.obs,
+                                                                             time_s=time_s)
+            run.next_ns += run.period_ns
+            run.count -= 1
+            if not run.count and run.held:
+                self._hold = (self._current, run.next_ns - run.period_ns, run.period_ns)
+                self._synth = None
+        if run.count:
+            return False
+        if self._repeats is run:
+            self._repeats = None
+        return True

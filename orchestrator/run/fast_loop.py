@@ -12,7 +12,9 @@ the cluster is idle and brings the policy up to date on waking
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
+from orchestrator.control.observe import Observation
 from orchestrator.control.policies.base import AdmissionDecision
 from orchestrator.control.snapshot import hbm_per_gpu, observe
 from orchestrator.run.sessions import Pending
@@ -24,6 +26,19 @@ class PolicyError(RuntimeError):
 
 class ConservationError(AssertionError):
     """Calls appeared or vanished: the emulator is wrong, not the input."""
+
+
+class _IdleSpan:
+    """The fast loop asleep over an idle span from the sample at `start_ns`: the lead
+    samples still to take (`lead`, the next at `next_ns`, seeing `obs` restamped) and
+    those taken."""
+
+    __slots__ = ("lead", "next_ns", "obs", "period_ns", "start_ns", "taken")
+
+    def __init__(self, start_ns: int, period_ns: int, lead: int, obs: Observation) -> None:
+        self.start_ns, self.period_ns, self.lead, self.obs = start_ns, period_ns, lead, obs
+        self.next_ns = start_ns + period_ns
+        self.taken = 0
 
 
 class FastLoop:
@@ -85,6 +100,13 @@ class FastLoop:
         obs = observe(rt, now_s, self.counters, len(self.queue), interactive, self.predictor, busy,
                       fill_states, decode_states, self._pool_memo)
         self.lag.record(obs)
+        self._record(obs, now_s, (fill_states, decode_states))
+
+    def _record(self, obs: Observation, now_s: float, states: tuple | None) -> None:
+        """A sample's bookkeeping: idle repeats, conservation, the series, the HBM peak
+        (`states`: the workers' fill and decode states; None for a lead sample, which
+        cannot have moved it) and the listeners."""
+        rt = self.runtime
         in_flight = len(self._pending)
         if in_flight:  # only an idle sample can repeat the last
             self._same_samples, self._last_obs = 0, None
@@ -122,8 +144,8 @@ class FastLoop:
         s.workers_by_pool.append(last if workers == last else workers)  # shared when same
         self._period_done = []
         self._period_admitted = 0
-        if self._same_samples <= 1:  # HBM only changes while calls run or just after
-            states = {st.name: st for st in (*fill_states, *decode_states)}
+        if states is not None and self._same_samples <= 1:  # HBM moves only with calls
+            states = {st.name: st for st in (*states[0], *states[1])}
             self._peak_hbm_per_gpu = max(self._peak_hbm_per_gpu, hbm_per_gpu(
                 rt, self.weights_per_gpu, states, self._hbm_memo))
         self._notify("on_sample", obs, now_s)
@@ -140,15 +162,17 @@ class FastLoop:
                 decision = self.policy.decide(self.lag.seen_at(now_s), now_s)
                 self._apply(decision, now_s)
                 self._decided(decision, now_s, 1)
-                if skips and self._idle():
+                if skips and self._quiet():
                     await self._skip_idle(loop, now_s)
                 else:
                     await asyncio.sleep(period)
         finally:
-            self._skipping_from_s = None
+            self._skipping_from_s = self._span = None
 
-    def _decided(self, decision: AdmissionDecision, now_s: float, ticks: int) -> None:
-        """Record a decision standing for `ticks` periods; the log only when it changes."""
+    def _decided(self, decision: AdmissionDecision, now_s: float, ticks: int,
+                 queue: int | None = None) -> None:
+        """Record a decision standing for `ticks` periods; the log only when it changes.
+        `queue`: the admission queue it faced, when not the queue now."""
         reason = decision.reason.value
         if ticks == 1:
             self.series.reason.append(reason)
@@ -165,35 +189,103 @@ class FastLoop:
             self.logger.info("admission", t_s=round(now_s, 6), controller=self.policy.name,
                              admit=decision.admit, reason=reason,
                              decode_target_batch=decision.decode_target_batch,
-                             queue=len(self.queue), periods=ticks)
+                             queue=len(self.queue) if queue is None else queue,
+                             periods=ticks)
 
-    def _idle(self) -> bool:
-        """Nothing queued or in flight, no worker moving, and the policy has seen only
-        idle samples for as long as its observation lag: until the next arrival every
-        sample would be the last one restamped."""
-        return (not self._pending and not self.reconfigurer.busy()
-                and self._same_samples * self.control.fast_period_s
-                > self.control.observation_lag_s)
+    def _quiet(self) -> bool:
+        """Nothing queued or in flight and no worker moving: until work arrives (which
+        wakes the loop) every sample would see the cluster as it is now."""
+        return not self._pending and not self.reconfigurer.busy()
+
+    def _lead(self, next_obs: Observation) -> int:
+        """Samples a loop sampling every period would still take before skipping: it
+        skips once the policy has seen only idle samples for as long as its observation
+        lag (`_same_samples` periods of the same content). `next_obs`: the next sample."""
+        period, lag = self.control.fast_period_s, self.control.observation_lag_s
+        same = self._same_samples
+        if same * period > lag:
+            return 0
+        same = same + 1 if next_obs.content() == self._last_obs else 1
+        lead = 1
+        while same * period <= lag:
+            same, lead = same + 1, lead + 1
+        return lead
+
+    def _next_idle_obs(self, next_s: float) -> Observation:
+        """The sample at `next_s` of a cluster that stays as it is: this one with no busy
+        time in its period (nothing runs) and the same figures otherwise."""
+        rt = self.runtime
+        fill_states = [w.state() for w in rt.fill_workers.values()]
+        decode_states = [w.state() for w in rt.decode_workers.values()]
+        idle = dict.fromkeys((st.name for st in (*fill_states, *decode_states)), 0.0)
+        return observe(rt, next_s, self.counters, 0, 0, self.predictor, idle, fill_states,
+                       decode_states, self._pool_memo)
 
     async def _skip_idle(self, loop, last_s: float) -> None:
         """Sleep until work arrives, then account for the periods skipped and resume on
-        the sampling grid."""
+        the sampling grid. The first samples of the span (`_lead`: those a loop sampling
+        every period takes before it skips) are taken as it would have, when the span
+        ends or just before anything else happens (`flush_idle`); the rest are caught up
+        as skipped."""
         period = self.control.fast_period_s
         period_ns = round(period * 1e9)
         last_ns = round(last_s * 1e9)
-        self.lag.hold(period)
+        next_obs = self._next_idle_obs((last_ns + period_ns) / 1e9)
+        lead = self._lead(next_obs)
+        if lead:
+            self.lag.hold(period, next_obs, lead)
+        else:
+            self.lag.hold(period)
+        span = self._span = _IdleSpan(last_ns, period_ns, lead, next_obs)
         self._skipping_from_s = last_s
         self._wake.clear()
+        cancelled = False
         try:
             await self._wake.wait()
+        except asyncio.CancelledError:
+            cancelled = True
+            raise
         finally:
             now_ns = loop.time_ns()
+            # A run stopped on the sampling grid (a deadline) had its sample there while
+            # the loop still sampled every period.
+            self.flush_idle(now_ns + 1 if cancelled else now_ns)
+            self._span = None
             # Samples strictly before now were idle; one at this instant sees the arrival.
             ticks = max(0, -(-(now_ns - last_ns) // period_ns) - 1)
+            rest = ticks - span.taken
             self._skipping_from_s = None
-            if ticks:
-                self._catch_up((last_ns + period_ns) / 1e9, ticks)
+            if span.lead:  # woken before the lead was over: those after are taken awake
+                self.lag.release(span.taken)
+            if rest > 0:
+                self._catch_up((last_ns + (span.taken + 1) * period_ns) / 1e9, rest)
         await asyncio.sleep((last_ns + (ticks + 1) * period_ns - now_ns) / 1e9)
+
+    def flush_idle(self, now_ns: int) -> None:
+        """Take the lead samples of the idle span due strictly before `now_ns`, as a loop
+        sampling every period would have: called before anything changes what they see
+        (an arrival, the slow loop) and when the span ends."""
+        span = self._span
+        if span is None:
+            return
+        while span.lead and span.next_ns < now_ns:
+            now_s = span.next_ns / 1e9
+            obs = span.obs if span.obs.time_s == now_s else replace(span.obs, time_s=now_s)
+            self._record(obs, now_s, None)
+            decision = self.policy.decide(self.lag.seen_at(now_s), now_s)
+            self._apply_idle(decision)
+            self._decided(decision, now_s, 1, queue=0)
+            span.lead -= 1
+            span.taken += 1
+            span.next_ns += span.period_ns
+
+    def _apply_idle(self, decision: AdmissionDecision) -> None:
+        """A decision on an empty queue: only a decode batch target to apply."""
+        if not isinstance(decision, AdmissionDecision):
+            raise PolicyError(f"controller {self.policy.name!r} returned "
+                              f"{type(decision).__name__}, not an AdmissionDecision")
+        if decision.decode_target_batch is not None:
+            self._apply_target_batch(decision.decode_target_batch)
 
     def _catch_up(self, first_s: float, ticks: int) -> None:
         """The skipped periods: the policy brought up to date (in closed form when it can),

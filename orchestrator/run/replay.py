@@ -82,6 +82,7 @@ class Orchestrator(FastLoop):
         self._last_logged: tuple | None = None
         self._wake = asyncio.Event()
         self._skipping_from_s: float | None = None
+        self._span = None  # the idle span the fast loop sleeps through (fast_loop._IdleSpan)
         self._same_samples = 0  # consecutive samples equal but for their time
         self._last_obs = None
         self.realloc_decisions: list[ReallocDecision] = []
@@ -102,6 +103,8 @@ class Orchestrator(FastLoop):
 
     async def _submit(self, req: Request) -> str:
         loop = asyncio.get_running_loop()
+        if self._span is not None:  # the idle span's samples before this arrival
+            self.flush_idle(loop.time_ns())
         req.arrival_s = loop.time()
         pending = Pending(req, loop.create_future(), req.interactive)
         self.counters["submitted"] += 1
@@ -169,6 +172,8 @@ class Orchestrator(FastLoop):
         await asyncio.sleep(self.control.slow_period_s)
         while True:
             now_s = loop.time()
+            if self._span is not None:  # the idle span's samples before this decision
+                self.flush_idle(loop.time_ns())
             decision = self.realloc.decide(self.lag.seen_at(now_s), now_s)
             self.realloc_decisions.append(decision)
             self.realloc_times_s.append(now_s)

@@ -117,3 +117,86 @@ def test_a_held_observation_is_seen_restamped_on_the_sampling_grid_until_the_nex
     assert lag.seen_at(10.0).time_s == 8.0  # held samples before the new record
     assert lag.seen_at(11.0).admission_queue == 4
     assert lag.seen_at(15.0).time_s == 9.0  # the hold ended at the new record
+
+
+class _Timeline:
+    """Every listener call, in order, with the simulated time it speaks of."""
+
+    def __init__(self):
+        self.calls = []
+
+    def on_sample(self, orch, obs, now_s):
+        self.calls.append(("sample", now_s, obs.time_s, obs.admission_queue))
+
+    def on_decision(self, orch, decision, now_s):
+        self.calls.append(("decision", now_s))
+
+    def on_submit(self, orch, req, now_s):
+        self.calls.append(("submit", now_s))
+
+    def on_done(self, orch, req, now_s):
+        self.calls.append(("done", now_s))
+
+    def on_reallocation(self, orch, decision, now_s):
+        self.calls.append(("realloc", now_s))
+
+
+class _CountsSamples(Orchestrator):
+    taken = 0
+
+    def _sample(self, now_s):
+        self.taken += 1
+        super()._sample(now_s)
+
+
+def _timeline(skip_idle):
+    control = ControlConfig(realloc_enabled=True)
+    timeline = _Timeline()
+    orch = _CountsSamples(small_cluster().bind(LLAMA), short_agent_sessions(5, 6, seed=2),
+                          make_policy("buffered", control, 4), control,
+                          LoadOptions(sessions_per_hour=120), 1, listeners=[timeline],
+                          skip_idle=skip_idle)
+    result = VirtualClock().run(orch.run())
+    return orch, result, timeline.calls
+
+
+def test_the_lead_of_an_idle_span_is_taken_without_waking_and_in_order():
+    orch, result, calls = _timeline(skip_idle=True)
+    _, t_result, t_calls = _timeline(skip_idle=False)
+    sampled = sum(1 for t in result.series.ticks if t == 1)
+    # The loop sleeps as soon as the cluster is quiet: fewer samples taken awake than
+    # samples recorded one by one (the lead's are taken on waking).
+    assert orch.taken < sampled - 10
+    # Listeners hear of every sample in time order, each before the arrival that ended
+    # its span, with the figures a loop sampling every period saw. (The decisions of a
+    # span's skipped periods are told on waking, as before.)
+    times = [c[1] for c in calls if c[0] != "decision"]
+    assert times == sorted(times)
+    samples = [c for c in calls if c[0] == "sample"]
+    assert all(c[1] == c[2] for c in samples)
+    ticked = {c[1]: c for c in t_calls if c[0] == "sample"}
+    assert all(ticked[c[1]] == c for c in samples)
+    events = [c for c in calls if c[0] in ("submit", "done", "realloc")]
+    assert events == [c for c in t_calls if c[0] in ("submit", "done", "realloc")]
+
+
+def test_repeats_not_recorded_are_seen_as_recorded_samples_and_the_last_held():
+    lag = ObservationLag(2.0)
+    for t in (0.0, 1.0):
+        lag.record(_obs(t))
+    lag.hold(1.0, replace(_obs(2.0), decode_slots=4), repeats=2)  # samples at 2 and 3
+    assert lag.seen_at(3.0).time_s == 1.0  # recorded
+    assert lag.seen_at(4.0).decode_slots == 4 and lag.seen_at(4.0).time_s == 2.0
+    assert lag.seen_at(6.0).time_s == 4.0 and lag.seen_at(6.0).decode_slots == 4  # held
+    assert lag.seen_at(5.0).time_s == 3.0  # never older than what was delivered
+    lag.record(_obs(7.0, queue=2))
+    assert lag.seen_at(8.5).time_s == 6.0  # held until the new record is due
+    assert lag.seen_at(9.0).admission_queue == 2
+    released = ObservationLag(2.0)
+    released.record(_obs(0.0))
+    released.hold(1.0, _obs(1.0, queue=5), repeats=3)
+    released.release(1)  # only the sample at 1 was taken; the next recorded is at 2
+    released.record(_obs(2.0, queue=1))
+    assert released.seen_at(3.0).admission_queue == 5
+    assert released.seen_at(4.0).admission_queue == 1
+    assert released.seen_at(9.0).time_s == 2.0  # nothing held
