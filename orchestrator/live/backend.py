@@ -1,14 +1,16 @@
 """The orchestrator's side of live mode: worker processes, their connections, failures.
 
 `LiveBackend.start(orch)` listens on a private Unix socket (or TCP on
-127.0.0.1 with a port), starts ceil(workers / K) worker processes and waits
-for each one's Hello. `executor` sends each step to the process hosting its
-worker. A process is lost when its connection ends, its process exits or it
-is silent for longer than the heartbeat timeout; its workers' calls are then
-re-dispatched (`failover`) and, after a delay, a new process takes its
-workers. Bad peers (garbage, oversized frames, unknown messages, a wrong
-token) lose their connection with a logged reason; nothing they send reaches
-the run.
+127.0.0.1 with a port), starts ceil(workers / K) worker processes, each under a
+supervisor (`supervise`), and waits until each has said Hello; a process lost
+before it connects is started again like any other. `executor` sends each step
+to the process hosting its worker. A process is lost when its connection ends,
+its process exits or it is silent for longer than the heartbeat timeout; its
+workers' calls are then re-dispatched (`failover`) and, after a delay, a new
+process takes its workers. Bad peers (garbage, oversized frames, unknown
+messages, a wrong token) lose their connection with a logged reason; nothing
+they send reaches the run. Messages still arriving on the connection of a
+process already declared lost are dropped and counted (`late_results_dropped`).
 """
 
 from __future__ import annotations
@@ -21,24 +23,22 @@ import os
 import secrets
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import structlog
 
 from orchestrator.live.failover import Failover
 from orchestrator.live.messages import Heartbeat, Hello, Shutdown, Step, StepDone
 from orchestrator.live.options import LiveError, LiveOptions
+from orchestrator.live.supervise import ProcessHandle, ProcessSupervisor, ProcState
 from orchestrator.live.transport import BadFrame, read_message, write_message
-from orchestrator.live.worker_proc import TOKEN_ENV
-from workers.executor import WorkerLost
+from orchestrator.run.ledger import LedgerListener, held_call_ids
+from workers.executor import LOST_RETRY_S, WorkerLost
 
-_ROOT = Path(__file__).resolve().parents[2]
+__all__ = ["LiveBackend", "ProcState", "ProcessHandle", "RemoteExecutor"]
 
 
 def stderr_logger():
@@ -46,21 +46,6 @@ def stderr_logger():
         structlog.PrintLogger(sys.stderr),
         processors=[structlog.processors.add_log_level,
                     structlog.processors.KeyValueRenderer(key_order=["event"])])
-
-
-@dataclass(eq=False)
-class ProcessHandle:
-    index: int
-    workers: list[str]
-    proc: asyncio.subprocess.Process | None = None
-    writer: asyncio.StreamWriter | None = None
-    connected: asyncio.Event = field(default_factory=asyncio.Event)
-    alive: bool = True
-    last_seen_s: float = 0.0  # monotonic wall seconds
-    pending: dict[int, asyncio.Future] = field(default_factory=dict)
-    rss_bytes: int = 0
-    steps_done: int = 0
-    starts: int = 0
 
 
 class RemoteExecutor:
@@ -72,7 +57,10 @@ class RemoteExecutor:
 
     async def run(self, worker: str, duration_s: float, call_ids: Sequence[int]) -> None:
         handle = self.backend.host_of(worker)
-        if handle is None or not handle.alive or handle.writer is None:
+        if handle is None or handle.state is not ProcState.CONNECTED or handle.writer is None:
+            # No process to run it (a worker created while every process is restarting):
+            # its worker tries again after a pause rather than at once, in a spin.
+            await asyncio.sleep(LOST_RETRY_S)
             raise WorkerLost(worker)
         step_id = next(self._ids)
         try:
@@ -92,17 +80,22 @@ class RemoteExecutor:
             handle.pending.pop(step_id, None)
 
 
-class LiveBackend:
+class LiveBackend(ProcessSupervisor):
     def __init__(self, options: LiveOptions, speed: float) -> None:
         self.options, self.speed = options, speed
         self.executor = RemoteExecutor(self)
         self.log = stderr_logger()
         self.events: list[tuple[str, dict]] = []  # (event, fields), for the summary and tests
         self.handles: list[ProcessHandle] = []
+        self.spawned: list[asyncio.subprocess.Process] = []
         self.lost_total = 0
         self.restarts_total = 0
         self.bad_peers_total = 0
+        self.late_results_dropped = 0
+        self.stop_reason: str | None = None
         self.address = ""
+        self.ledger = LedgerListener()
+        self.ledger_report = None
         self._host: dict[str, ProcessHandle] = {}
         self._token = secrets.token_hex(16)
         self._server: asyncio.Server | None = None
@@ -110,7 +103,9 @@ class LiveBackend:
         self._tasks: set[asyncio.Task] = set()
         self._conn_tasks: set[asyncio.Task] = set()
         self._stopping = False
-        self._planned = 0
+        self._running = False  # the runtime's workers run: losses are evacuated
+        self._started: asyncio.Future | None = None
+        self._orch = None
         self.failover: Failover | None = None
 
     # -- helpers -----------------------------------------------------------------------
@@ -122,6 +117,15 @@ class LiveBackend:
         self.events.append((event, fields))
         getattr(self.log, level)(event, **fields)
 
+    def _notify(self, event: str, *args) -> None:
+        """Observers among the run's listeners (fault injection in tests) may define
+        on_process_started(backend, handle), on_process_connected(backend, handle, reader,
+        writer), on_process_lost(backend, handle) and on_stopping(backend)."""
+        for listener in getattr(self._orch, "listeners", ()):
+            method = getattr(listener, event, None)
+            if method is not None:
+                method(self, *args)
+
     def _spawn_task(self, coro) -> asyncio.Task:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
@@ -130,8 +134,8 @@ class LiveBackend:
 
     def host_of(self, worker: str) -> ProcessHandle | None:
         handle = self._host.get(worker)
-        if handle is None:  # a worker the slow loop created: the least loaded live process
-            live = [h for h in self.handles if h.alive]
+        if handle is None:  # a worker the slow loop created: the least loaded connected one
+            live = [h for h in self.handles if h.state is ProcState.CONNECTED]
             if not live:
                 return None
             handle = min(live, key=lambda h: (len(h.workers), h.index))
@@ -141,7 +145,7 @@ class LiveBackend:
 
     @property
     def pids(self) -> list[int]:
-        return [h.proc.pid for h in self.handles if h.proc is not None]
+        return [p.pid for p in self.spawned]
 
     # -- start -------------------------------------------------------------------------
     async def start(self, orch) -> None:
@@ -149,17 +153,24 @@ class LiveBackend:
         k = self.options.workers_per_process
         groups = [names[i:i + k] for i in range(0, len(names), k)]
         self.options.check_processes(len(groups), len(names))
+        self._orch = orch
+        orch.listeners.append(self.ledger)
         self.failover = Failover(orch, self._event)
-        self._planned = len(groups)
+        self._started = asyncio.get_running_loop().create_future()
+        self.handles = [ProcessHandle(i, list(group)) for i, group in enumerate(groups)]
+        self._host = {name: h for h in self.handles for name in h.workers}
         await self._listen()
         try:
-            for i, group in enumerate(groups):
-                handle = ProcessHandle(i, list(group))
-                self.handles.append(handle)
-                for name in group:
-                    self._host[name] = handle
+            for handle in self.handles:
                 await self._start_process(handle)
-            await self._await_hellos(self.handles)
+                self._spawn_task(self._supervise(handle))
+            # Every process connected at once: one lost after its Hello, while others were
+            # still starting, holds its workers (none has calls yet) until it is back.
+            while True:
+                await self._started
+                if all(h.state is ProcState.CONNECTED for h in self.handles):
+                    break
+                self._started = asyncio.get_running_loop().create_future()
         except BaseException:
             await self.stop()
             raise
@@ -167,6 +178,7 @@ class LiveBackend:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal, orch, sig)
         self._spawn_task(self._monitor())
+        self._running = True
         self._event("live_started", level="info", processes=len(self.handles),
                     address=self.address)
 
@@ -194,36 +206,6 @@ class LiveBackend:
             raise LiveError(f"--live-host {o.host} --live-port {o.port}: "
                             f"{exc.strerror or exc}") from None
 
-    async def _start_process(self, handle: ProcessHandle) -> None:
-        env = {**os.environ, TOKEN_ENV: self._token,
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(_ROOT),
-                                                           os.environ.get("PYTHONPATH")]))}
-        try:
-            handle.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "orchestrator.live.worker_proc",
-                "--connect", self.address, "--process", str(handle.index),
-                "--speed", repr(self.speed), "--heartbeat-s", repr(self.options.heartbeat_s),
-                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                start_new_session=True)  # a terminal's Ctrl-C is the orchestrator's to handle
-        except OSError as exc:
-            raise LiveError(f"cannot start worker process {handle.index + 1} of "
-                            f"{self._planned}: {exc.strerror or exc}") from None
-        handle.starts += 1
-        handle.alive = True
-        handle.connected = asyncio.Event()
-        handle.last_seen_s = time.monotonic()  # wall-clock ok: heartbeats are wall time
-        self._spawn_task(self._watch_exit(handle, handle.proc))
-
-    async def _await_hellos(self, handles: list[ProcessHandle]) -> None:
-        waits = [h.connected.wait() for h in handles]
-        try:
-            await asyncio.wait_for(asyncio.gather(*waits),
-                                   timeout=self._sim(self.options.startup_timeout_s))
-        except TimeoutError:
-            missing = [h.index for h in handles if not h.connected.is_set()]
-            raise LiveError(f"worker processes {missing} did not connect within "
-                            f"{self.options.startup_timeout_s:g} s") from None
-
     # -- connections -------------------------------------------------------------------
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         handle: ProcessHandle | None = None
@@ -238,19 +220,12 @@ class LiveBackend:
             handle = self._accept(first, writer)
             if handle is None:
                 return
+            self._notify("on_process_connected", handle, reader, writer)
             while True:
                 msg = await read_message(reader, self.options.max_frame_bytes)
                 if msg is None:
                     break
-                handle.last_seen_s = time.monotonic()  # wall-clock ok: heartbeat timeout
-                if isinstance(msg, StepDone):
-                    future = handle.pending.get(msg.id)
-                    if future is not None and not future.done():
-                        future.set_result(None)
-                elif isinstance(msg, Heartbeat):
-                    handle.rss_bytes, handle.steps_done = msg.rss_bytes, msg.steps_done
-                else:
-                    raise BadFrame(f"a worker does not send {type(msg).__name__}")
+                self._receive(handle, writer, msg)
         except BadFrame as exc:
             reason = str(exc)
             self._bad_peer(handle, reason)
@@ -270,6 +245,24 @@ class LiveBackend:
             if handle is not None and handle.writer is writer:
                 self.lose(handle, reason)
 
+    def _receive(self, handle: ProcessHandle, writer: asyncio.StreamWriter, msg) -> None:
+        if handle.writer is not writer:
+            # The process was declared lost (silent, or its connection failed) and this
+            # arrived since: its steps were re-dispatched, so a result now is stale.
+            if isinstance(msg, StepDone):
+                self.late_results_dropped += 1
+                self._event("late_result_dropped", process=handle.index, step=msg.id)
+            return
+        handle.last_seen_s = time.monotonic()  # wall-clock ok: heartbeat timeout
+        if isinstance(msg, StepDone):
+            future = handle.pending.get(msg.id)
+            if future is not None and not future.done():
+                future.set_result(None)
+        elif isinstance(msg, Heartbeat):
+            handle.rss_bytes, handle.steps_done = msg.rss_bytes, msg.steps_done
+        else:
+            raise BadFrame(f"a worker does not send {type(msg).__name__}")
+
     def _bad_peer(self, handle: ProcessHandle | None, reason: str) -> None:
         self.bad_peers_total += 1
         self._event("connection_closed", reason=reason,
@@ -283,12 +276,17 @@ class LiveBackend:
         if not secrets.compare_digest(msg.token, self._token):
             raise BadFrame("hello with a wrong token")
         handle = next((h for h in self.handles if h.index == msg.process), None)
-        if handle is None or handle.connected.is_set() or not handle.alive or (
+        if handle is None or handle.state is not ProcState.STARTING or (
                 handle.proc is None or handle.proc.pid != msg.pid):
             raise BadFrame(f"hello from an unexpected process {msg.process} (pid {msg.pid})")
         handle.writer = writer
+        handle.state = ProcState.CONNECTED
+        handle.connects += 1
         handle.last_seen_s = time.monotonic()  # wall-clock ok
         handle.connected.set()
+        if not self._started.done() and all(h.state is ProcState.CONNECTED
+                                            for h in self.handles):
+            self._started.set_result(None)
         return handle
 
     # -- failures ----------------------------------------------------------------------
@@ -303,63 +301,45 @@ class LiveBackend:
             await asyncio.sleep(self._sim(self.options.heartbeat_s))
             now = time.monotonic()  # wall-clock ok: heartbeats are wall time
             for h in self.handles:
-                if h.alive and h.connected.is_set() and now - h.last_seen_s > timeout_s:
+                if h.state is ProcState.CONNECTED and now - h.last_seen_s > timeout_s:
                     self.lose(h, f"silent for {now - h.last_seen_s:.2f} s")
+            self.failover.release_held()  # a fill worker may have joined by a move
 
     def lose(self, handle: ProcessHandle, reason: str) -> None:
-        """Mark the process lost, hand its calls to other workers, restart it later."""
+        """Mark the process lost and hand its calls to other workers; its supervisor
+        starts it again."""
         if self._stopping or not handle.alive:
             return
-        handle.alive = False
+        connected = handle.state is ProcState.CONNECTED
+        handle.state = ProcState.LOST
+        handle.last_loss = reason
         self.lost_total += 1
         if handle.proc is not None and handle.proc.returncode is None:
             handle.proc.kill()  # a silent process must not come back with stale steps
         if handle.writer is not None:
             handle.writer.close()
             handle.writer = None
-        moved = self.failover.evacuate(handle.workers)
+        moved = self.failover.evacuate(handle.workers) if self._running else 0
         self._event("worker_process_lost", process=handle.index, reason=reason,
-                    workers=",".join(handle.workers), redispatched=moved)
+                    workers=",".join(handle.workers), redispatched=moved,
+                    connected=connected)
+        self._notify("on_process_lost", handle)
         for future in handle.pending.values():
             if not future.done():
                 future.set_exception(WorkerLost(f"process {handle.index}"))
                 future.exception()  # its awaiting step gets it; never "unretrieved"
         handle.pending.clear()
-        if self.options.restart and handle.starts <= self.options.max_restarts:
-            self._spawn_task(self._restart(handle))
-            return
-        rt = self.failover.runtime
-        if not any(w.accepting for w in rt.fill_workers.values()) or not any(
-                w.accepting for w in rt.decode_workers.values()):
-            # No fill or no decode worker left and none coming back: the run cannot end.
-            self._event("no_workers_left", level="error", process=handle.index)
-            self.failover.orch.interrupt()
-
-    async def _restart(self, handle: ProcessHandle) -> None:
-        await asyncio.sleep(self._sim(self.options.restart_delay_s))
-        if self._stopping:
-            return
-        if handle.proc is not None:
-            await handle.proc.wait()
-        try:
-            await self._start_process(handle)
-            await self._await_hellos([handle])
-        except LiveError as exc:
-            self._event("worker_process_restart_failed", process=handle.index, reason=str(exc))
-            handle.alive = False
-            if handle.proc is not None and handle.proc.returncode is None:
-                handle.proc.kill()
-            return
-        self.restarts_total += 1
-        self.failover.restore(handle.workers)
-        self._event("worker_process_restarted", level="info", process=handle.index,
-                    pid=handle.proc.pid)
+        handle.lost.set()
 
     # -- stop --------------------------------------------------------------------------
     async def stop(self) -> None:
         """Shut every worker process down (Shutdown, then SIGKILL after a grace period),
-        reap them all and close the listener."""
+        reap every process ever started and close the listener."""
+        if self._orch is not None and self._running:
+            self.ledger_report = self.ledger.ledger.reconcile(
+                held_call_ids(self._orch, self.failover.held))
         self._stopping = True
+        self._notify("on_stopping")
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
@@ -370,15 +350,7 @@ class LiveBackend:
             if h.writer is not None:
                 with contextlib.suppress(ConnectionError, RuntimeError):
                     write_message(h.writer, Shutdown())
-        procs = [h.proc for h in self.handles if h.proc is not None]
-        try:
-            await asyncio.wait_for(asyncio.gather(*(p.wait() for p in procs)),
-                                   timeout=self._sim(self.options.shutdown_grace_s))
-        except TimeoutError:
-            for p in procs:
-                if p.returncode is None:
-                    p.kill()
-            await asyncio.gather(*(p.wait() for p in procs))
+        await self._reap()
         for h in self.handles:
             if h.writer is not None:
                 h.writer.close()
@@ -390,7 +362,24 @@ class LiveBackend:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             self._tmpdir = None
 
+    async def _reap(self) -> None:
+        procs = [p for p in self.spawned if p.returncode is None]
+        try:
+            await asyncio.wait_for(asyncio.gather(*(p.wait() for p in procs)),
+                                   timeout=self._sim(self.options.shutdown_grace_s))
+        except TimeoutError:
+            for p in procs:
+                if p.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        p.kill()  # stopped (SIGSTOP) or deaf: SIGKILL reaches it all the same
+            await asyncio.gather(*(p.wait() for p in procs))
+
     def summary(self) -> dict:
-        return {"worker_processes": len(self.handles), "processes_lost": self.lost_total,
-                "processes_restarted": self.restarts_total,
-                "bad_connections": self.bad_peers_total}
+        out = {"worker_processes": len(self.handles), "processes_lost": self.lost_total,
+               "processes_restarted": self.restarts_total,
+               "bad_connections": self.bad_peers_total,
+               "late_results_dropped": self.late_results_dropped,
+               "stop_reason": self.stop_reason}
+        if self.ledger_report is not None:
+            out["ledger"] = self.ledger_report.as_dict()
+        return out

@@ -28,6 +28,7 @@ import pytest
 
 from orchestrator.live.options import LiveOptions
 from orchestrator.run.settings import RunSettings, prepare, run_replay
+from tests.scenario.live_faults import Watchdog
 from traces import sample_path
 from traces.replay import LoadOptions
 
@@ -43,9 +44,20 @@ def replay(listeners=(), **changes):
     return run_replay(prepared, settings, listeners=list(listeners))
 
 
+def watched(settings, listeners, wall_s=120.0):
+    """A live run that fails its test, rather than hanging the suite, if it never ends."""
+    watchdog = Watchdog(wall_s)
+    out = run_replay(prepare([sample_path()], "auto", settings), settings,
+                     listeners=[*listeners, watchdog])
+    assert not watchdog.fired, f"the run was still going after {wall_s:g} wall seconds"
+    return out
+
+
 def live(listeners=(), cluster=None, **options):
     changes = {} if cluster is None else {"cluster": str(cluster)}
-    return replay(listeners, clock="live", speed=SPEED, live=LiveOptions(**options), **changes)
+    settings = RunSettings(load=LOAD, clock="live", speed=SPEED, live=LiveOptions(**options),
+                           **changes)
+    return watched(settings, listeners)
 
 
 def call_key(req):
@@ -143,8 +155,7 @@ def test_kill_9_of_two_processes_at_once_under_heavier_load_loses_no_call(seed):
     killer = Killer(seed, kills=3, at_once=2, until_s=600.0)
     settings = RunSettings(load=load, clock="live", speed=200.0,
                            live=LiveOptions(workers_per_process=2))
-    result, summary = run_replay(prepare([sample_path()], "auto", settings), settings,
-                                 listeners=[killer])
+    result, summary = watched(settings, [killer])
     req = summary["requests"]
     assert len(killer.killed) == 6
     assert req["lost"] == 0 and req["in_flight"] == 0

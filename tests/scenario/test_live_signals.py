@@ -30,13 +30,13 @@ def children(pid):
     return [int(p) for p in out.split()]
 
 
-def wait_for_children(proc, n, timeout_s=30.0):
+def wait_for_children(proc, n, timeout_s=30.0, poll_s=0.1):
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
         kids = children(proc.pid)
         if len(kids) >= n:
             return kids
-        time.sleep(0.1)
+        time.sleep(poll_s)
     raise AssertionError(f"only {children(proc.pid)} started")
 
 
@@ -81,3 +81,27 @@ def test_a_silent_worker_process_is_lost_by_its_heartbeats_and_replaced():
     assert summary["live"]["processes_lost"] == 1 and summary["live"]["processes_restarted"] == 1
     assert "reason='silent for" in err
     gone(kids)
+
+
+def test_six_sessions_with_a_worker_process_killed_right_after_spawn_complete_every_call():
+    # The operator's run of issue 16: six agent sessions at speed 500, one worker process
+    # killed with SIGKILL as soon as it is spawned (it has not connected yet): it is started
+    # again and the run completes as many calls as the virtual replay of the same sessions.
+    args = ["replay", "--max-sessions", "6", "--think-scale", "0.01", "--no-progress",
+            "--json"]
+    virtual = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120)
+    assert virtual.returncode == 0, virtual.stderr
+    calls = json.loads(virtual.stdout)["requests"]["completed"]
+    proc = subprocess.Popen([*CLI, *args, "--clock", "live", "--speed", "500"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    victim = wait_for_children(proc, 1, poll_s=0.002)[0]
+    os.kill(victim, signal.SIGKILL)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    summary = json.loads(out)
+    req, live = summary["requests"], summary["live"]
+    assert req["completed"] == req["submitted"] == calls
+    assert req["lost"] == 0 and live["ledger"]["lost"] == 0
+    assert live["processes_lost"] == 1 and live["processes_restarted"] == 1
+    assert "connected=False" in err and "reason='process exited with status -9'" in err
+    gone([victim])

@@ -1,0 +1,225 @@
+"""Live mode: faults at any moment, start-up and shutdown included. A worker process lost
+before it connects is started again like any other; one that cannot be started within its
+restarts stops the start (one line) or the run (every call accounted for by the ledger);
+a kill at shutdown loses nothing completed and leaves no process; a result arriving from a
+process already declared lost is dropped. Each runs seconds of wall time: marked slow."""
+
+import collections
+import os
+import signal
+
+import pytest
+
+from orchestrator.live.messages import StepDone
+from orchestrator.live.options import LiveError, LiveOptions
+from orchestrator.live.transport import encode
+from orchestrator.run.settings import RunSettings, prepare, run_replay
+from tests.scenario.live_faults import (
+    Fault,
+    FaultInjector,
+    Watchdog,
+    moved_by_losses,
+    no_process_left,
+)
+from traces import sample_path
+from traces.replay import LoadOptions
+
+pytestmark = pytest.mark.slow
+
+SPEED = 200.0
+LOAD = LoadOptions(max_sessions=1, think_scale=0.01)
+OPTIONS = {"workers_per_process": 4, "restart_delay_s": 0.2, "startup_timeout_s": 3.0,
+           "shutdown_grace_s": 1.0}
+
+
+def run(listeners=(), load=LOAD, **options):
+    settings = RunSettings(load=load, clock="live", speed=SPEED,
+                           live=LiveOptions(**{**OPTIONS, **options}))
+    watchdog = Watchdog(60.0)
+    result, summary = run_replay(prepare([sample_path()], "auto", settings), settings,
+                                 listeners=[*listeners, watchdog])
+    assert not watchdog.fired, "the run hung"
+    return result, summary
+
+
+@pytest.fixture(scope="module")
+def virtual():
+    settings = RunSettings(load=LOAD)
+    result, summary = run_replay(prepare([sample_path()], "auto", settings), settings)
+    return collections.Counter((r.session_id, r.input_tokens, r.output_tokens)
+                               for r in result.requests), summary["requests"]["completed"]
+
+
+def assert_every_call_completed_once(result, summary, virtual):
+    keys, completed = virtual
+    req = summary["requests"]
+    assert req["completed"] == req["submitted"] == completed, req
+    assert req["lost"] == 0 and req["in_flight"] == 0
+    assert len({r.call_id for r in result.requests}) == completed
+    assert collections.Counter((r.session_id, r.input_tokens, r.output_tokens)
+                               for r in result.requests) == keys
+    ledger = summary["live"]["ledger"]
+    assert ledger["lost"] == ledger["final_twice"] == ledger["in_flight"] == 0
+    assert ledger["completed"] == ledger["issued"] == completed
+
+
+def test_a_process_killed_right_after_spawn_is_started_again_and_serves(virtual):
+    faults = FaultInjector([Fault("sigkill", 1, "spawn")])
+    result, summary = run([faults])
+    assert faults.log == [("sigkill", 1, "spawn", faults.log[0][3])]
+    assert_every_call_completed_once(result, summary, virtual)
+    assert summary["live"]["processes_lost"] == 1
+    assert summary["live"]["processes_restarted"] == 1
+    lost = [f for e, f in faults.backend.events if e == "worker_process_lost"]
+    assert lost[0]["connected"] is False and "status -9" in lost[0]["reason"]
+    assert not no_process_left(faults.backend.pids)
+
+
+def test_a_process_silent_before_it_connects_is_started_again(virtual):
+    # SIGSTOP at spawn for longer than the start-up timeout: no Hello in time.
+    faults = FaultInjector([Fault("sigstop", 0, "spawn", hold_s=5.0)])
+    result, summary = run([faults], startup_timeout_s=1.0)
+    assert_every_call_completed_once(result, summary, virtual)
+    reasons = [f["reason"] for e, f in faults.backend.events if e == "worker_process_lost"]
+    assert reasons == ["no hello within 1 s"]
+    faults.resume_all()
+    assert not no_process_left(faults.backend.pids)
+
+
+class KillEverySpawn:
+    def __init__(self, process):
+        self.process, self.pids = process, []
+
+    def on_process_started(self, backend, handle):
+        if handle.index == self.process:
+            self.pids.append(handle.proc.pid)
+            os.kill(handle.proc.pid, signal.SIGKILL)
+
+
+def test_a_process_that_cannot_start_within_its_restarts_stops_the_start_with_one_line():
+    killer = KillEverySpawn(1)
+    with pytest.raises(LiveError) as exc:
+        run([killer], max_restarts=2)
+    assert str(exc.value) == ("worker process 2 of 2 could not be started (3 starts): "
+                              "process exited with status -9")
+    assert len(killer.pids) == 3
+
+
+class KillAgainAtRestart:
+    """Kill the process hosting every worker at `at_s`, then each of its restarts."""
+
+    def __init__(self, at_s, restarts_killed):
+        self.at_s, self.left = at_s, restarts_killed
+        self.killed = False
+
+    def on_sample(self, orch, obs, now_s):
+        self.backend = orch.backend
+        if not self.killed and now_s >= self.at_s:
+            self.killed = True
+            os.kill(orch.backend.handles[0].proc.pid, signal.SIGKILL)
+
+    def on_process_started(self, backend, handle):
+        if self.killed and self.left:
+            self.left -= 1
+            os.kill(handle.proc.pid, signal.SIGKILL)
+
+
+def test_a_kill_during_a_restart_is_the_same_restarts_concern(virtual):
+    # The restarted process is killed before it connects: one supervisor starts it again
+    # (no second restart racing the first), and the run completes.
+    faults = KillAgainAtRestart(30.0, restarts_killed=1)
+    result, summary = run([faults])
+    assert_every_call_completed_once(result, summary, virtual)
+    assert summary["live"]["processes_lost"] == 2
+    assert summary["live"]["processes_restarted"] == 1
+    assert not no_process_left(faults.backend.pids)
+
+
+def test_a_process_given_up_mid_run_stops_it_with_every_call_accounted_for():
+    faults = KillAgainAtRestart(30.0, restarts_killed=5)
+    _, summary = run([faults], workers_per_process=8, max_restarts=2)
+    live, req = summary["live"], summary["requests"]
+    assert live["interrupted"] is True
+    assert live["stop_reason"].startswith("worker process 1 given up after 3 starts")
+    ledger = live["ledger"]
+    assert ledger["lost"] == 0 and ledger["in_flight"] > 0
+    assert ledger["completed"] + ledger["rejected"] + ledger["in_flight"] == ledger["issued"]
+    assert req["in_flight"] == ledger["in_flight"] and req["lost"] == 0
+    assert not no_process_left(faults.backend.pids)
+
+
+def test_a_kill_of_every_process_during_shutdown_loses_nothing_completed(virtual):
+    faults = FaultInjector([Fault("sigkill", 0, "shutdown"), Fault("sigkill", 1, "shutdown")])
+    result, summary = run([faults])
+    assert len(faults.log) == 2
+    assert_every_call_completed_once(result, summary, virtual)
+    assert summary["live"]["processes_lost"] == 0  # a process stopping is not lost
+    assert not no_process_left(faults.backend.pids)
+
+
+class LateResult:
+    """SIGSTOP the process of a worker with a step in flight. Once the process is declared
+    lost (silent), the frame of a StepDone for that step arrives on its old connection (fed
+    to the orchestrator's reader of it, as bytes in the socket at the moment of the loss
+    would be), and the process gets SIGCONT."""
+
+    def __init__(self):
+        self.conns, self.stopped, self.late_step = {}, None, None
+
+    def on_process_connected(self, backend, handle, reader, writer):
+        self.conns[handle.index] = reader
+
+    def on_sample(self, orch, obs, now_s):
+        self.backend = orch.backend
+        if self.stopped is None and now_s >= 20.0:
+            busy = [h for h in orch.backend.handles if h.pending]
+            if busy:
+                self.stopped = busy[0]
+                os.kill(busy[0].proc.pid, signal.SIGSTOP)
+
+    def on_process_lost(self, backend, handle):
+        if handle is self.stopped and self.late_step is None and handle.pending:
+            self.late_step = min(handle.pending)
+            self.conns[handle.index].feed_data(encode(StepDone(self.late_step)))
+            os.kill(handle.proc.pid, signal.SIGCONT)
+
+
+def test_a_result_arriving_after_its_process_was_declared_lost_is_dropped(virtual):
+    late = LateResult()
+    result, summary = run([late], heartbeat_timeout_s=0.5)
+    assert late.late_step is not None
+    dropped = [f for e, f in late.backend.events if e == "late_result_dropped"]
+    assert dropped == [{"process": late.stopped.index, "step": late.late_step}]
+    assert summary["live"]["late_results_dropped"] == 1
+    assert_every_call_completed_once(result, summary, virtual)
+    assert summary["requests"]["redispatched"] == moved_by_losses(late.backend) > 0
+    assert not no_process_left(late.backend.pids)
+
+
+class Dropper:
+    """Drops the tenth call on purpose as it arrives (out of the admission queue), then
+    stops the run 20 simulated seconds later."""
+
+    def __init__(self):
+        self.submitted, self.dropped, self.stop_at_s = 0, None, None
+
+    def on_submit(self, orch, req, now_s):
+        self.submitted += 1
+        if self.submitted == 10:
+            assert orch.queue[-1].request is req
+            orch.queue.pop()
+            self.dropped, self.stop_at_s = req.call_id, now_s + 20.0
+
+    def on_sample(self, orch, obs, now_s):
+        if self.stop_at_s is not None and now_s >= self.stop_at_s:
+            orch.interrupt()
+
+
+def test_a_call_dropped_on_purpose_is_lost_by_the_ledger():
+    dropper = Dropper()
+    _, summary = run([dropper])
+    assert dropper.dropped is not None
+    ledger = summary["live"]["ledger"]
+    assert ledger["lost"] == 1 and ledger["lost_call_ids"] == [dropper.dropped]
+    assert summary["requests"]["lost"] == 1
+    assert ledger["completed"] + ledger["in_flight"] + ledger["lost"] == ledger["issued"]
