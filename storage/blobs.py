@@ -28,18 +28,29 @@ BlobId = NewType("BlobId", int)
 
 @dataclass(frozen=True, slots=True)
 class Blob:
-    """KV of ``block_ids`` at positions first_block.. after ``parent``'s chain."""
+    """KV of ``block_ids`` at positions first_block.. after ``parent``'s chain.
+
+    The first block's id is kept apart from the ``rest``: the fork key already
+    holds it, a walk compares only the rest, and the index keeps one ``rest``
+    tuple per distinct content (a session replayed again with its first block
+    id shifted, as ``--repeat`` does, shares every other block with the first).
+    """
 
     id: BlobId
     parent: BlobId | None
     first_block: int
-    block_ids: tuple[int, ...]
+    first_id: int
+    rest: tuple[int, ...]
     tokens: int
     kv_bytes: int
 
     @property
+    def block_ids(self) -> tuple[int, ...]:
+        return (self.first_id, *self.rest)
+
+    @property
     def end_block(self) -> int:
-        return self.first_block + len(self.block_ids)
+        return self.first_block + 1 + len(self.rest)
 
 
 _blob_id = operator.attrgetter("id")
@@ -70,18 +81,19 @@ _WALKS_KEPT = 64
 _SLICE_BLOCKS = 64
 
 
-def _common_blocks(seq: tuple[int, ...], pos: int, mine: tuple[int, ...], last: int) -> int:
-    """How many of the first `last` blocks of `mine` equal `seq` from `pos` (the first
-    does: the fork key matched it). Compared a slice of 64 at a time, then block by block
-    inside the slice where they part: a blob thousands of blocks long that a request
-    leaves near its end costs a few dozen slice compares, not a Python loop over it."""
+def _common_blocks(seq: tuple[int, ...], pos: int, rest: tuple[int, ...], last: int) -> int:
+    """How many of the first `last` blocks of a blob equal `seq` from `pos`: its first
+    (the fork key matched it), then those of its `rest` that do. Compared a slice of 64
+    at a time, then block by block inside the slice where they part: a blob thousands of
+    blocks long that a request leaves near its end costs a few dozen slice compares, not
+    a Python loop over it."""
     common = 1
     while common < last:
         step = min(_SLICE_BLOCKS, last - common)
-        if seq[pos + common:pos + common + step] == mine[common:common + step]:
+        if seq[pos + common:pos + common + step] == rest[common - 1:common - 1 + step]:
             common += step
             continue
-        while seq[pos + common] == mine[common]:
+        while seq[pos + common] == rest[common - 1]:
             common += 1
         return common
     return common
@@ -106,6 +118,8 @@ class BlobIndex:
         # Ids are handed out densely from 0, so a blob and its size are list items.
         self._blobs: list[Blob] = []
         self.sizes: list[int] = []  # kv_bytes by blob id
+        # One tuple per distinct `rest` of a registered blob, which new blobs share.
+        self._contents: dict[tuple[int, ...], tuple[int, ...]] = {}
         self._children: dict[_ForkKey, BlobId] = {}
         # Where recent walks stopped, by the sequence walked (the same tuple is
         # matched to route, fetch and write a call). Blobs are only ever added and
@@ -142,14 +156,14 @@ class BlobIndex:
                 break
             blob = blobs[child]
             chain.append(blob)
-            mine = blob.block_ids
-            end = pos + len(mine)
+            rest = blob.rest
+            end = pos + 1 + len(rest)
             # Compare the whole blob in one slice (the common case: it all
             # matches), block by block only where they part.
-            if seq[pos:end] == mine:
+            if seq[pos + 1:end] == rest:
                 pos = end
             else:
-                pos += _common_blocks(seq, pos, mine, min(len(mine), n - pos))
+                pos += _common_blocks(seq, pos, rest, min(len(rest) + 1, n - pos))
                 # The request leaves this blob midway: a branch may fork here.
             parent = child
         found = tuple(chain)
@@ -174,14 +188,15 @@ class BlobIndex:
         parent = match.chain[-1].id if match.chain else None
         new: list[Blob] = []
         next_id = len(self._blobs)
+        contents = self._contents
         for start, end in itertools.pairwise(bounds):
             if start == end:
                 continue
-            run = tuple(block_ids[start:end])
-            tokens = len(run) * self.block_tokens
-            blob = Blob(
-                BlobId(next_id), parent, start, run, tokens, tokens * self.kv_bytes_per_token
-            )
+            rest = tuple(block_ids[start + 1:end])
+            rest = contents.get(rest, rest)
+            tokens = (end - start) * self.block_tokens
+            blob = Blob(BlobId(next_id), parent, start, block_ids[start], rest, tokens,
+                        tokens * self.kv_bytes_per_token)
             new.append(blob)
             parent = blob.id
             next_id += 1
@@ -194,19 +209,20 @@ class BlobIndex:
         if blob.parent is not None:
             parent = self[blob.parent]
             inside = blob.first_block - parent.first_block
-            if not 0 < inside <= len(parent.block_ids) or (
-                inside < len(parent.block_ids) and parent.block_ids[inside] == blob.block_ids[0]
+            if not 0 < inside <= len(parent.rest) + 1 or (
+                inside <= len(parent.rest) and parent.rest[inside - 1] == blob.first_id
             ):
                 raise ValueError(
                     f"blob {blob.id} does not fork from parent {blob.parent} at block {blob.first_block}"
                 )
         elif blob.first_block != 0:
             raise ValueError(f"root blob {blob.id} must start at block 0, got {blob.first_block}")
-        if not blob.block_ids:
-            raise ValueError(f"blob {blob.id} covers no blocks")
-        key = (blob.parent, blob.first_block, blob.block_ids[0])
+        key = (blob.parent, blob.first_block, blob.first_id)
         if key in self._children:
             raise ValueError(f"blob {blob.id} duplicates blob {self._children[key]}")
+        shared = self._contents.setdefault(blob.rest, blob.rest)
+        if shared is not blob.rest:  # equal content described twice before either was recorded
+            object.__setattr__(blob, "rest", shared)
         self._blobs.append(blob)
         self.sizes.append(blob.kv_bytes)
         self._children[key] = blob.id

@@ -76,6 +76,7 @@ def lookup_tokens(
     hits: dict[Tier, int] = {}
     at_dst = placement.at[dst]
     copies = placement.copies
+    fastest = placement.fastest_tier
     chain = match.chain
     # A blob is used up to where the next one forks off, or the match ends.
     used_ends = [blob.first_block for blob in chain[1:]]
@@ -83,9 +84,9 @@ def lookup_tokens(
         used_ends.append(match.matched_blocks)
     for blob, used_end in zip(chain, used_ends, strict=True):
         first = blob.first_block
-        end = first + len(blob.block_ids)
+        end = first + 1 + len(blob.rest)
         tokens = ((used_end if used_end < end else end) - first) * block_tokens
-        served = dst.tier if blob.id in at_dst else min(copies[blob.id]).tier
+        served = dst.tier if blob.id in at_dst else fastest[copies[blob.id]]
         hits[served] = hits.get(served, 0) + tokens
     unmatched = requested_tokens - match.matched_tokens
     served_by = hits.items()

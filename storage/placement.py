@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 
 from storage.blobs import BlobId, BlobIndex
 from storage.plans import Source, Step, StepKind
-from storage.tiers import Location, StoreLayout
+from storage.tiers import Location, StoreLayout, Tier
 
 _NONE: frozenset[Location] = frozenset()
 _UNKNOWN = frozenset(("unknown",))  # not yet worked out (None is a real answer: no copy left)
@@ -46,14 +46,23 @@ class Placement:
         self._plus: dict[tuple[frozenset[Location] | None, Location], frozenset[Location]] = {}
         self._minus: dict[tuple[frozenset[Location], Location], frozenset[Location] | None] = {}
         self._sets: dict[frozenset[Location], frozenset[Location]] = {}
+        # The fastest and slowest tier of each shared set: a lookup serves a blob from
+        # the first; an offload drops a copy that the second holds further down.
+        self.fastest_tier: dict[frozenset[Location], Tier] = {}
+        self.slowest_tier: dict[frozenset[Location], Tier] = {}
 
     def holders(self, blob_id: BlobId) -> tuple[Location, ...]:
         return tuple(sorted(self.copies.get(blob_id, ())))
 
     def shared_set(self, held: Collection[Location]) -> frozenset[Location]:
-        """The one shared frozenset equal to ``held``."""
+        """The one shared frozenset equal to ``held`` (not empty)."""
         out = frozenset(held)
-        return self._sets.setdefault(out, out)
+        known = self._sets.get(out)
+        if known is None:
+            known = self._sets[out] = out
+            self.fastest_tier[out] = min(out).tier
+            self.slowest_tier[out] = max(out).tier
+        return known
 
     def _with(self, held: frozenset[Location] | None, location: Location) -> frozenset[Location]:
         out = self._plus[(held, location)] = self.shared_set(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
+from itertools import filterfalse
 
 from storage.blobs import BlobId, BlobIndex, PrefixMatch
 from storage.counters import CounterSnapshot, StoreCounters, lookup_tokens
@@ -51,7 +52,7 @@ class BlobStore:
         if len(counts) < len(self.index):
             counts.extend([0] * (len(self.index) - len(counts)))
         copies = self.placement.copies
-        for blob_id in [b for b in blob_ids if b not in held]:  # (most are, in a long chain)
+        for blob_id in list(filterfalse(held.__contains__, blob_ids)):  # most are held
             # Walk up to the first ancestor already held: a chain is referenced once.
             needed: BlobId | None = blob_id
             while needed is not None and needed not in held:
@@ -103,6 +104,8 @@ class BlobStore:
         """Longest cached prefix whose blobs all still have a copy somewhere."""
         match = self.index.match(block_ids)
         copies = self.placement.copies
+        if all(map(copies.__contains__, match.blob_ids)):  # the common case, in C
+            return match
         for i, blob in enumerate(match.chain):
             if blob.id not in copies:  # a blob's entry goes with its last copy
                 end = blob.first_block
@@ -185,21 +188,21 @@ class BlobStore:
             "hit_tokens": hits,
             "miss_tokens": misses,
         }
-        at_dst = self.placement.at[dst]
-        missing = [b for b in match.chain if b.id not in at_dst]  # the draft is still empty
-        if not match.chain or not missing:
+        # The draft is still empty: read the committed placement.
+        ids = list(filterfalse(self.placement.at[dst].__contains__, common["chain"]))
+        if not ids:
             action = FetchAction.HIT if match.chain else FetchAction.MISS
             return self._plan(draft, Purpose.FETCH, dst, action=action, **common)
         protect = frozenset(common["chain"])
-        missing_bytes = sum([b.kv_bytes for b in missing])
+        sizes = list(map(self.index.sizes.__getitem__, ids))
+        missing_bytes = sum(sizes)
         if not draft.make_room(dst, missing_bytes, protect):
             return self._no_fit(Purpose.FETCH, dst, now_s, NoFit.NO_ROOM, **common)
-        ids = [b.id for b in missing]
-        sizes = [b.kv_bytes for b in missing]
         stripes = draft.stripes(ids, dst)
         times_s = [n / stripe.rate for n, stripe in zip(sizes, stripes, strict=True)]
         load_time_s = sum(times_s)
-        missing_tokens = sum(b.tokens for b in missing)
+        # Exact: every blob holds its tokens x kv_bytes_per_token bytes.
+        missing_tokens = missing_bytes // self.index.kv_bytes_per_token
         recompute_time_s = math.inf if recompute_s is None else recompute_s(missing_tokens)
         common |= {"load_time_s": load_time_s, "recompute_time_s": recompute_time_s}
         if recompute_time_s < load_time_s:
@@ -255,18 +258,21 @@ class BlobStore:
         here = self.placement.at[src]
         copies = self.placement.copies
         pins = self._pins.get(src, {})
+        slowest = self.placement.slowest_tier
         for blob_id in ids:
             if draft.pristine:
                 if blob_id not in here or blob_id in pins:
                     continue
-                held = copies[blob_id]
+                if slowest[copies[blob_id]] > src.tier:  # a slower copy exists
+                    drops.append(blob_id)
+                    continue
             else:
                 if not draft.has(blob_id, src) or self.pinned(blob_id, src):
                     continue
                 held = draft.holder_set(blob_id)
-            if len(held) > 1 and max(held).tier > src.tier:  # a slower copy exists
-                drops.append(blob_id)
-                continue
+                if len(held) > 1 and max(held).tier > src.tier:  # a slower copy exists
+                    drops.append(blob_id)
+                    continue
             draft.drop_run(drops, src)
             drops.clear()
             if not draft.demote(blob_id, src, protect):
@@ -310,7 +316,13 @@ class BlobStore:
             self.index.register(blob)
         for step in plan.steps:
             self._apply_step(step, plan.now_s)
-        self.placement.touch_run(plan.chain, plan.location, plan.now_s)
+        chain = plan.chain
+        last = plan.steps[-1] if plan.steps else None
+        if not (chain and last is not None and last.kind is not StepKind.DROP
+                and last.location == plan.location and last.blob_ids[-len(chain):] == chain):
+            # (When the last step added the whole chain there, in order, just now, it is
+            # already the most recently used, in chain order: touching it changes nothing.)
+            self.placement.touch_run(chain, plan.location, plan.now_s)
         if plan.purpose is Purpose.FETCH:
             self.counters.hit_tokens.update(plan.hit_tokens)
             self.counters.miss_tokens.update(plan.miss_tokens)
@@ -326,9 +338,8 @@ class BlobStore:
                 if blob_id in pins:
                     raise ValueError(f"plan drops pinned blob {blob_id} at {location}")
             self.placement.remove_run(step.blob_ids, location, step.kv_bytes)
-            copies = self.placement.copies
-            for blob_id in step.blob_ids:
-                if blob_id not in copies and self.referenced(blob_id):
+            for blob_id in filterfalse(self.placement.copies.__contains__, step.blob_ids):
+                if self.referenced(blob_id):
                     raise AssertionError(f"plan dropped the last copy of live blob {blob_id}")
             self.counters.dropped_blobs += len(step.blob_ids)
             return

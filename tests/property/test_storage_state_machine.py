@@ -3,6 +3,9 @@
 The model keeps only what the store must never get wrong: the content of
 every blob ever written, which sessions are live and what they reference,
 which copies are pinned, the tokens looked up and the bytes planned to move.
+Sessions also grow chains call by call (each call resends the last one and
+adds a few blocks, or backs up and branches), and every prefix match is
+checked against a block-by-block walk of the model's blobs.
 """
 
 import itertools
@@ -59,6 +62,7 @@ class BlobStoreMachine(RuleBasedStateMachine):
         self.pins: list[tuple[int, Location]] = []
         self.requested_tokens = 0
         self.moved_bytes = 0
+        self.written: list[tuple[int, ...]] = []  # every sequence written, in order
 
     def _apply(self, plan) -> None:
         if not plan.fits:
@@ -75,7 +79,53 @@ class BlobStoreMachine(RuleBasedStateMachine):
 
     @rule(blocks=prompts, where=hbms, dt=now_steps, cut=st.integers(1, 4))
     def write(self, blocks, where, dt, cut):
-        self._apply(self.store.plan_write(blocks, where, self._tick(dt), segment_ends=[cut]))
+        self._write(tuple(blocks), where, dt, [cut])
+
+    def _write(self, blocks, where, dt, segment_ends=()):
+        plan = self.store.plan_write(blocks, where, self._tick(dt), segment_ends=segment_ends)
+        self._apply(plan)
+        if plan.fits:
+            self.written.append(blocks)
+
+    @precondition(lambda self: self.written)
+    @rule(data=st.data(), where=hbms, dt=now_steps,
+          more=st.lists(st.integers(0, 5), min_size=1, max_size=4))
+    def next_call(self, data, where, dt, more):
+        """A session's next call: an earlier call resent, cut short (a branch that
+        backs up) or not, with new blocks after it; chains grow blob by blob."""
+        earlier = data.draw(st.sampled_from(self.written))
+        keep = data.draw(st.integers(1, len(earlier)))
+        self._write((*earlier[:keep], *more), where, dt)
+
+    def reference_match(self, blocks) -> tuple[tuple[int, ...], int]:
+        """The cached prefix found block by block over the model's blobs: the child of
+        (parent, position) that starts with the next block, followed while its blocks
+        match; a blob with no copy left ends the match where it starts."""
+        children = {(parent, first, ids[0]): blob_id
+                    for blob_id, (parent, first, ids, _) in self.contents.items()}
+        chain, pos, parent = [], 0, None
+        while pos < len(blocks):
+            child = children.get((parent, pos, blocks[pos]))
+            if child is None or not self.store.holders(child):
+                break
+            chain.append(child)
+            ids = self.contents[child][2]
+            k = 0
+            while k < len(ids) and pos + k < len(blocks) and blocks[pos + k] == ids[k]:
+                k += 1
+            pos, parent = pos + k, child
+        return tuple(chain), pos
+
+    @precondition(lambda self: self.written)
+    @rule(data=st.data(), more=st.lists(st.integers(0, 9), max_size=3))
+    def match_equals_the_block_by_block_walk(self, data, more):
+        earlier = data.draw(st.sampled_from(self.written))
+        keep = data.draw(st.integers(0, len(earlier)))
+        blocks = (*earlier[:keep], *more)
+        for _ in range(2):  # the second walk of the same tuple resumes the first
+            match = self.store.match(blocks)
+            assert (match.blob_ids, match.matched_blocks) == self.reference_match(blocks)
+            assert match.matched_tokens == match.matched_blocks * BLOCK_TOKENS
 
     @rule(
         blocks=prompts,
@@ -168,6 +218,32 @@ class BlobStoreMachine(RuleBasedStateMachine):
             assert self.store.session_blobs(session) == blob_ids
             for blob_id in blob_ids:
                 assert self.store.holders(blob_id), f"live blob {blob_id} of {session} lost"
+
+    @invariant()
+    def holder_sets_are_shared_and_true(self):
+        """Each blob's holders are the one shared set of the places whose list holds
+        it; reference counts are the live sessions that reference the blob."""
+        placement = self.store.placement
+        where_held: dict[int, set] = {}
+        for where in ALL:
+            for blob_id in placement.at[where]:
+                where_held.setdefault(blob_id, set()).add(where)
+        assert {b: set(h) for b, h in placement.copies.items()} == where_held
+        for held in placement.copies.values():
+            assert placement.shared_set(held) is held
+            assert placement.fastest_tier[held] == min(held).tier
+            assert placement.slowest_tier[held] == max(held).tier
+        for blob_id in self.contents:
+            live = sum(blob_id in refs for refs in self.refs.values())
+            assert self.store.sessions_referencing(blob_id) == live
+            assert self.store.referenced(blob_id) == (live > 0)
+
+    @invariant()
+    def equal_contents_share_one_tuple(self):
+        by_rest: dict[tuple, tuple] = {}
+        for blob_id in self.contents:
+            rest = self.store.index[blob_id].rest
+            assert by_rest.setdefault(rest, rest) is rest
 
     @invariant()
     def pinned_copies_stay(self):
