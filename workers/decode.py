@@ -73,6 +73,8 @@ class DecodeWorker:
         self.preempted = 0  # sequences this worker preempted
         self.recomputed_tokens = 0  # tokens it recomputed resuming sequences
         self._interrupt: asyncio.Event | None = None
+        # The run's wait for a poke: (future, its timeout's timer), while one is armed.
+        self._waiter: tuple[asyncio.Future, asyncio.TimerHandle] | None = None
         self._requeueing = False
         self._replan = False
         self.accepting = True
@@ -134,6 +136,39 @@ class DecodeWorker:
     def _poke(self) -> None:
         if self._interrupt is not None:
             self._interrupt.set()
+        if self._waiter is not None:
+            fut, timer = self._waiter
+            self._waiter = None
+            timer.cancel()
+            if not fut.done():
+                fut.set_result(True)
+
+    def _poked_or_timeout(self, loop: asyncio.AbstractEventLoop,
+                          timeout_s: float) -> asyncio.Future:
+        """A future that is True at the next poke (at once if poked already) and False
+        once `timeout_s` has passed without one: `wait_for(self._interrupt.wait(),
+        timeout_s)` told apart by its result, with one future and one timer instead of a
+        task, a wrapper future and a cancellation, each costing event-loop turns."""
+        fut = loop.create_future()
+        if timeout_s <= 0:
+            fut.set_result(False)
+        elif self._interrupt.is_set():
+            fut.set_result(True)
+        else:
+            self._waiter = (fut, loop.call_later(timeout_s, self._timed_out, fut))
+        return fut
+
+    def _timed_out(self, fut: asyncio.Future) -> None:
+        if self._waiter is not None and self._waiter[0] is fut:
+            self._waiter = None
+        if not fut.done():
+            fut.set_result(False)
+
+    def _forget_waiter(self) -> None:
+        """A run ended (or was cancelled) while its wait was still armed."""
+        if self._waiter is not None:
+            self._waiter[1].cancel()
+            self._waiter = None
 
     def _on_ready(self) -> None:
         # Start loading at once; the running batch is interrupted only when KV arrives.
@@ -308,19 +343,20 @@ class DecodeWorker:
         ends the run at the end of the step in progress, unless nothing needs the batch
         to change (a spurious wake), in which case the run goes on unpriced again."""
         loop = asyncio.get_running_loop()
-        while True:
-            try:
-                await asyncio.wait_for(self._interrupt.wait(), timeout=ends[-1] - loop.time())
-            except TimeoutError:
-                return len(ends)
-            t = loop.time()
-            j = min(int(np.searchsorted(ends, t, side="left")), len(ends) - 1)
-            if ends[j] > t:
-                await asyncio.sleep(ends[j] - t)
-            if (self._loaded or self._replan or self.target_batch < len(self.running)
-                    or j == len(ends) - 1):
-                return j + 1
-            self._interrupt.clear()
+        try:
+            while True:
+                if not await self._poked_or_timeout(loop, ends[-1] - loop.time()):
+                    return len(ends)
+                t = loop.time()
+                j = min(int(np.searchsorted(ends, t, side="left")), len(ends) - 1)
+                if ends[j] > t:
+                    await asyncio.sleep(ends[j] - t)
+                if (self._loaded or self._replan or self.target_batch < len(self.running)
+                        or j == len(ends) - 1):
+                    return j + 1
+                self._interrupt.clear()
+        finally:
+            self._forget_waiter()
 
     def _advance(self, steps: int, start_s: float, now_s: float,
                  gained: np.ndarray | None = None) -> None:
@@ -330,14 +366,16 @@ class DecodeWorker:
         self._reserve.decay(steps)
         still: list[Request] = []
         for i, req in enumerate(self.running):
+            remaining = req.output_tokens - req.generated
             gain = steps if gained is None else int(gained[i])
-            gain = min(gain, req.remaining)
+            if gain > remaining:
+                gain = remaining
             req.generated += gain
-            self._batch_changed()  # a retirement's listeners may ask for the KV held
             self._tokens_done += gain
-            if req.remaining > 0:
+            if gain < remaining:
                 still.append(req)
                 continue
+            self._resident = None  # its listeners may ask for the KV held
             self._retire(req, now_s)
         self.running = still
         self._batch_changed()
