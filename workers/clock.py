@@ -43,6 +43,9 @@ except ImportError:  # pragma: no cover - depends on the platform
 _T = TypeVar("_T")
 
 NS_PER_S = 1_000_000_000
+# With only its own wake-up pipe registered (threads' call_soon_threadsafe lands in the
+# ready queue anyway), a virtual loop that does not block polls its selector this often.
+_POLL_EVERY = 64
 # asyncio's own heuristics for compacting cancelled timers out of the heap.
 _MIN_SCHEDULED_TIMER_HANDLES = 100
 _MIN_CANCELLED_TIMER_HANDLES_FRACTION = 0.5
@@ -121,7 +124,10 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
     """A stdlib selector loop whose clock jumps to the next timer when idle.
 
     Real file descriptors, subprocesses and threads still work: the selector
-    is polled with timeout 0 on every iteration. While a thread or a
+    is polled with timeout 0 on every iteration while anything beyond the
+    loop's own wake-up pipe (or a signal handler) is registered, and every
+    64th iteration otherwise (a thread's ``call_soon_threadsafe`` lands in the
+    ready queue without it). While a thread or a
     subprocess is busy, though, virtual time keeps jumping past pending
     timers; code that needs wall-clock waits on real I/O belongs on the live
     clock. With nothing ready and no timer at all the loop blocks in
@@ -132,6 +138,10 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         super().__init__(selector)
         self._now_ns = 0
         self._timer_seq = 0
+        # Callbacks run so far (the one running included): a caller that reads it twice
+        # knows whether anything else ran in between (the fast loop's unchanged samples).
+        self.handles_run = 0
+        self._polls_skipped = 0
 
     # -- time -------------------------------------------------------------
     def time(self) -> float:
@@ -173,6 +183,11 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         return timer
 
     # -- one iteration ----------------------------------------------------
+    def _watching_io(self) -> bool:
+        """Anything registered beyond the loop's own wake-up pipe, or a signal handler:
+        then the selector is polled on every iteration."""
+        return len(self._selector.get_map()) > 1 or bool(getattr(self, "_signal_handlers", None))
+
     def _drop_cancelled_timers(self) -> None:
         scheduled = self._scheduled
         if (
@@ -200,12 +215,16 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         Replaces ``BaseEventLoop._run_once``: the stdlib version would sleep in
         ``select`` until the next timer and compares float deadlines.
         """
-        self._drop_cancelled_timers()
+        if self._timer_cancelled_count:
+            self._drop_cancelled_timers()
         idle = not self._ready and not self._stopping
         timeout = None if idle and not self._scheduled else 0
-        event_list = self._selector.select(timeout)
-        self._process_events(event_list)
-        event_list = None  # break reference cycles on exceptions, as asyncio does
+        self._polls_skipped += 1
+        if timeout is None or self._polls_skipped >= _POLL_EVERY or self._watching_io():
+            self._polls_skipped = 0
+            event_list = self._selector.select(timeout)
+            self._process_events(event_list)
+            event_list = None  # break reference cycles on exceptions, as asyncio does
 
         if not self._ready and not self._stopping and self._scheduled:
             # Nothing runnable: jump to the earliest deadline instead of waiting.
@@ -221,6 +240,7 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
             handle = self._ready.popleft()
             if handle._cancelled:
                 continue
+            self.handles_run += 1
             if self._debug:
                 self._current_handle = handle
                 try:
