@@ -53,6 +53,8 @@ class FastLoop:
         if decision.reject_ttft_above_s is not None:
             self._reject_predicted_misses(decision, now_s)
         budget, background = decision.admit, decision.background_limit
+        if self.queue and budget > 0:
+            self._touched = True  # the next sample must look again
         released: list[Pending] = []
         for pending in list(self.queue):
             if budget <= 0:
@@ -72,6 +74,7 @@ class FastLoop:
             self._period_admitted += 1
 
     def _apply_target_batch(self, per_unit: int) -> None:
+        self._touched = True
         for w in self.runtime.decode_workers.values():
             w.set_target_batch(per_unit * w.slots_per_unit)
 
@@ -83,10 +86,26 @@ class FastLoop:
         for position, pending in enumerate(list(self.queue)):
             predicted = now_s - pending.request.arrival_s + position / rate + fill_s
             if predicted > decision.reject_ttft_above_s:
+                self._touched = True
                 self.queue.remove(pending)
                 self._reject(pending)
 
-    def _sample(self, now_s: float) -> None:
+    def _sample(self, now_s: float, loop=None) -> None:
+        """Observe the cluster, record it (lag, series, listeners). `loop`: the running
+        virtual loop, when called from the fast loop: if nothing but this loop's own timer
+        ran since the last sample, which saw no busy time, and the last decision changed
+        nothing, the cluster is as it was and the last observation is restamped."""
+        ran = getattr(loop, "handles_run", None)
+        touched, self._touched = self._touched, False
+        restamp = self._restampable
+        # Two callbacks since the last sample: this loop's sleep timer and its own wake-up.
+        if ran is not None and restamp is not None and ran - self._ran_at == 2 and not touched:
+            self._ran_at = ran
+            obs = restamp.restamped(now_s)
+            self.lag.record(obs)
+            self._record(obs, now_s, None)
+            return
+        self._ran_at = ran
         rt = self.runtime
         period = self.control.fast_period_s
         busy = {}
@@ -100,6 +119,8 @@ class FastLoop:
         obs = observe(rt, now_s, self.counters, len(self.queue), interactive, self.predictor, busy,
                       fill_states, decode_states, self._pool_memo)
         self.lag.record(obs)
+        # With busy time in its period, the next sample of an unchanged cluster differs.
+        self._restampable = None if any(busy.values()) else obs
         self._record(obs, now_s, (fill_states, decode_states))
 
     def _record(self, obs: Observation, now_s: float, states: tuple | None) -> None:
@@ -158,7 +179,7 @@ class FastLoop:
         try:
             while True:
                 now_s = loop.time()
-                self._sample(now_s)
+                self._sample(now_s, loop)
                 decision = self.policy.decide(self.lag.seen_at(now_s), now_s)
                 self._apply(decision, now_s)
                 self._decided(decision, now_s, 1)

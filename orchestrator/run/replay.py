@@ -96,6 +96,12 @@ class Orchestrator(FastLoop):
         # What the samples reuse while workers and pools repeat their figures (snapshot).
         self._pool_memo: dict = {}
         self._hbm_memo: dict = {}
+        # The last observation while restamping it would give the next (fast_loop._sample):
+        # it saw no busy time, the loop's callback count then, and whether the decision
+        # since changed anything.
+        self._restampable = None
+        self._ran_at = 0
+        self._touched = False
 
     # -- sessions and calls ----------------------------------------------------------
     def _next_call_id(self) -> int:

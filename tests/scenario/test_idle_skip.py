@@ -144,9 +144,9 @@ class _Timeline:
 class _CountsSamples(Orchestrator):
     taken = 0
 
-    def _sample(self, now_s):
+    def _sample(self, now_s, loop=None):
         self.taken += 1
-        super()._sample(now_s)
+        super()._sample(now_s, loop)
 
 
 def _timeline(skip_idle):

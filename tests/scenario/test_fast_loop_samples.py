@@ -1,0 +1,89 @@
+"""A sample of a cluster nothing touched since the last one is that one restamped.
+
+The fast loop samples every period while calls are in flight; when nothing but its own
+timer ran since its last sample (the virtual loop counts callbacks), that sample saw no
+busy time and its decision changed nothing, it restamps the last observation instead
+of asking every worker again. The run must be the one that looks every time.
+"""
+
+import math
+
+import pytest
+
+from costmodel.model import load_model
+from orchestrator.control.config import ControlConfig
+from orchestrator.control.observe import Observation
+from orchestrator.control.policies import make_policy
+from orchestrator.run.replay import Orchestrator
+from orchestrator.run.summary import summarize
+from tests.factories import short_agent_sessions, small_cluster
+from traces.replay import LoadOptions
+from workers.clock import VirtualClock, VirtualEventLoop
+
+LLAMA = load_model("llama-3.1-70b")
+
+
+class _Looks(Orchestrator):
+    """Looks at the cluster at every sample (the restamp never taken)."""
+
+    def _sample(self, now_s, loop=None):
+        super()._sample(now_s, None)
+
+
+class _Heard:
+    def __init__(self):
+        self.samples = []
+
+    def on_sample(self, orch, obs, now_s):
+        self.samples.append((now_s, obs))
+
+
+def _run(cls, controller):
+    control = ControlConfig(realloc_enabled=True)
+    heard = _Heard()
+    orch = cls(small_cluster().bind(LLAMA), short_agent_sessions(6, 8, seed=3),
+               make_policy(controller, control, 4), control,
+               LoadOptions(sessions_per_hour=600, think_scale=0.2), 1, listeners=[heard])
+    result = VirtualClock().run(orch.run())
+    return result, summarize(result, control.ttft_target_s, control.tpot_target_s), heard
+
+
+@pytest.mark.parametrize("controller", ["retire", "buffered"])
+def test_restamped_samples_are_the_samples_of_looking(controller, monkeypatch):
+    restamps = []
+    original = Observation.restamped
+
+    def counted(self, time_s):
+        restamps.append(time_s)
+        return original(self, time_s)
+
+    monkeypatch.setattr(Observation, "restamped", counted)
+    result, summary, heard = _run(Orchestrator, controller)
+    assert len(restamps) > 20  # the unchanged cluster was restamped, not looked at
+    looked = len(restamps)
+    l_result, l_summary, l_heard = _run(_Looks, controller)
+    assert len(restamps) == looked  # looking every time restamps nothing
+    assert heard.samples == l_heard.samples
+    assert result.decisions == l_result.decisions
+    for name in ("decode_occupancy", "backlog", "in_flight", "admitted", "time_s"):
+        assert (result.series.array(name) == l_result.series.array(name)).all(), name
+    flat = {k: v for k, v in summary.items() if k != "sim"}
+    for key, value in flat.items():
+        other = l_summary[key]
+        assert value == other or (isinstance(value, float) and math.isnan(value)), key
+
+
+def test_the_virtual_loop_counts_the_callbacks_it_runs():
+    loop = VirtualEventLoop()
+    try:
+        seen = []
+        loop.call_soon(lambda: seen.append(loop.handles_run))
+        loop.call_later(5.0, lambda: seen.append(loop.handles_run))
+        cancelled = loop.call_later(1.0, seen.append, "never")
+        cancelled.cancel()
+        loop.call_later(6.0, loop.stop)
+        loop.run_forever()
+        assert seen == [1, 2]  # the callback running is counted; a cancelled one is not
+        assert loop.handles_run == 3 and loop.time() == 6.0
+    finally:
+        loop.close()
