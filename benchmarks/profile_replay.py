@@ -2,9 +2,10 @@
 
 Replays the first N weka-cc-dev sessions (default 30) at their real think times, 240
 sessions an hour, default model and cluster, under cProfile, and prints the wall time,
-calls, fast-loop samples taken and skipped over idle spans, wall time per call and per
-sample taken, and the functions with the most time of their own and the most time
-under them.
+calls, fast-loop samples taken (by the loop awake, looking at the workers or restamping
+an unchanged cluster, or as the lead of an idle span) and skipped over idle spans,
+event-loop iterations, wall time per call and per sample taken, and the functions with
+the most time of their own and the most time under them.
 
     python benchmarks/profile_replay.py [--sessions 30] [--controller buffered] [--top 25]
                                         [--out FILE.prof]
@@ -40,6 +41,13 @@ class TickCounter:
         self.skipped += ticks
 
 
+def _ncalls(profile: cProfile.Profile, file_suffix: str, function: str) -> int:
+    """How many times the profile saw `function` of a file ending in `file_suffix` called."""
+    stats = pstats.Stats(profile).stats
+    return sum(v[1] for (f, _, name), v in stats.items()
+               if name == function and f.endswith(file_suffix))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sessions", type=int, default=30)
@@ -66,8 +74,15 @@ def main() -> int:
     profile.disable()
     wall_s = time.perf_counter() - wall0
     calls = summary["requests"]["completed"]
+    awake = _ncalls(profile, "fast_loop.py", "_sample")
+    looked = (_ncalls(profile, "snapshot.py", "observe")
+              - _ncalls(profile, "fast_loop.py", "_next_idle_obs"))
+    turns = _ncalls(profile, "clock.py", "_run_once")
     print(f"{args.sessions} sessions, {calls:,} calls, {result.simulated_s:,.0f} simulated s, "
-          f"{ticks.taken:,} fast-loop samples taken, {ticks.skipped:,} skipped as idle; wall "
+          f"{ticks.taken:,} fast-loop samples taken ({awake:,} by the loop awake, of which "
+          f"{looked:,} looked at the workers and the rest restamped an unchanged cluster; "
+          f"{ticks.taken - awake:,} as the lead of an idle span), {ticks.skipped:,} skipped as "
+          f"idle; {turns:,} event-loop iterations ({turns / max(calls, 1):.1f} per call); wall "
           f"{wall_s:.1f} s under cProfile: {wall_s / max(calls, 1) * 1e3:.2f} ms per call, "
           f"{wall_s / max(ticks.taken, 1) * 1e6:.0f} us per sample taken")
     if args.out:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NewType
 
 BlobId = NewType("BlobId", int)
@@ -67,15 +67,16 @@ class PrefixMatch:
     chain: tuple[Blob, ...]
     matched_blocks: int
     matched_tokens: int
+    blob_ids: tuple[BlobId, ...] = field(init=False)
 
-    @property
-    def blob_ids(self) -> tuple[BlobId, ...]:
-        return tuple(map(_blob_id, self.chain))
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "blob_ids", tuple(map(_blob_id, self.chain)))
 
 
 _ForkKey = tuple[BlobId | None, int, int]  # (parent, position, first block id)
 _Walk = tuple[tuple[int, ...], tuple[Blob, ...], int, BlobId | None]  # seq, chain, pos, parent
 _WALKS_KEPT = 64
+_TIPS_KEPT = 256
 
 
 _SLICE_BLOCKS = 64
@@ -126,6 +127,11 @@ class BlobIndex:
         # never change, so a walk resumed from where it stopped ends where a new
         # one would.
         self._walks: dict[int, _Walk] = {}
+        # The latest walk that ended at a blob's end, by the first block id of the
+        # sequence walked. A session's next call resends the last one and adds to it:
+        # its walk resumes there once its first blocks are found equal (one slice
+        # compare), instead of walking the session's whole chain again.
+        self._tips: dict[int, _Walk] = {}
 
     def __len__(self) -> int:
         return len(self._blobs)
@@ -146,7 +152,7 @@ class BlobIndex:
             _, found, pos, parent = walk
             chain = list(found)
         else:
-            chain, pos, parent = [], 0, None
+            chain, pos, parent = self._resume(seq)
         children = self._children
         blobs = self._blobs
         n = len(seq)
@@ -171,7 +177,25 @@ class BlobIndex:
             if len(self._walks) >= _WALKS_KEPT:
                 del self._walks[next(iter(self._walks))]
             self._walks[id(seq)] = (seq, found, pos, parent)
+        if chain and pos == chain[-1].end_block:
+            tips = self._tips
+            if tips.pop(seq[0], None) is None and len(tips) >= _TIPS_KEPT:
+                del tips[next(iter(tips))]
+            tips[seq[0]] = (seq, found, pos, parent)
         return PrefixMatch(found, pos, pos * self.block_tokens)
+
+    def _resume(self, seq: tuple[int, ...]) -> tuple[list[Blob], int, BlobId | None]:
+        """Where a walk of ``seq`` may start: the end of the latest walk that ended at a
+        blob's end, when ``seq`` starts with the blocks that walk went through. A walk
+        is decided by the blocks before where it stands (blobs never change, and the
+        one that ended there found no child or no block after it), so the walk of
+        ``seq`` passes the same blobs to the same place and goes on from there."""
+        tip = self._tips.get(seq[0]) if seq else None
+        if tip is not None:
+            prev, found, end, parent = tip
+            if end <= len(seq) and (prev is seq or seq[:end] == prev[:end]):
+                return list(found), end, parent
+        return [], 0, None
 
     def describe(
         self, block_ids: Sequence[int], segment_ends: Sequence[int] = ()

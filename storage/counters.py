@@ -78,6 +78,15 @@ def lookup_tokens(
     copies = placement.copies
     fastest = placement.fastest_tier
     chain = match.chain
+    ids = match.blob_ids
+    if ids and at_dst.keys().isdisjoint(ids):
+        served_by_all = set(map(fastest.__getitem__, map(copies.__getitem__, ids)))
+        if len(served_by_all) == 1:
+            # One tier serves the whole chain (the common case): the blobs' used
+            # lengths add up to the matched prefix, so no walk over them is needed.
+            (served,) = served_by_all
+            hits[served] = match.matched_tokens
+            chain = ()
     # A blob is used up to where the next one forks off, or the match ends.
     used_ends = [blob.first_block for blob in chain[1:]]
     if chain:

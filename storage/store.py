@@ -15,14 +15,18 @@ Typical worker use::
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from itertools import filterfalse
+from operator import attrgetter, truediv
 
 from storage.blobs import BlobId, BlobIndex, PrefixMatch
 from storage.counters import CounterSnapshot, StoreCounters, lookup_tokens
-from storage.placement import Draft, Placement
+from storage.placement import Draft, Placement, Stripe
 from storage.plans import FetchAction, NoFit, Purpose, Step, StepKind, TransferPlan
 from storage.tiers import Location, StoreLayout
+
+_rate = attrgetter("rate")
 
 
 class BlobStore:
@@ -34,7 +38,7 @@ class BlobStore:
         self.version = 0  # bumped by every mutation; a plan applies to its version only
         self._refs: dict[str, set[BlobId]] = {}
         self._ref_count: list[int] = []  # live sessions referencing each blob, by blob id
-        self._pins: dict[Location, dict[BlobId, int]] = {}  # pin counts by place, then blob
+        self._pins: dict[Location, Counter[BlobId]] = {}  # pin counts by place, then blob
 
     # -- sessions and pins ------------------------------------------------
     def referenced(self, blob_id: BlobId) -> bool:
@@ -80,11 +84,13 @@ class BlobStore:
     def pin(self, location: Location, blob_ids: Iterable[BlobId]) -> None:
         """A computation at ``location`` uses these copies: never evict them."""
         here = self.placement.at[location]
-        pins = self._pins.setdefault(location, {})
-        for blob_id in blob_ids:
-            if blob_id not in here:
-                raise ValueError(f"cannot pin blob {blob_id} at {location}: no copy there")
-            pins[blob_id] = pins.get(blob_id, 0) + 1
+        ids = tuple(blob_ids)
+        for blob_id in filterfalse(here.__contains__, ids):
+            raise ValueError(f"cannot pin blob {blob_id} at {location}: no copy there")
+        pins = self._pins.get(location)
+        if pins is None:
+            pins = self._pins[location] = Counter()
+        pins.update(ids)  # counted in C
         self.version += 1
 
     def unpin(self, location: Location, blob_ids: Iterable[BlobId]) -> None:
@@ -198,8 +204,10 @@ class BlobStore:
         missing_bytes = sum(sizes)
         if not draft.make_room(dst, missing_bytes, protect):
             return self._no_fit(Purpose.FETCH, dst, now_s, NoFit.NO_ROOM, **common)
-        stripes = draft.stripes(ids, dst)
-        times_s = [n / stripe.rate for n, stripe in zip(sizes, stripes, strict=True)]
+        stripes = self._known_stripes(ids, dst) if draft.pristine else None
+        if stripes is None:
+            stripes = draft.stripes(ids, dst)
+        times_s = list(map(truediv, sizes, map(_rate, stripes)))
         load_time_s = sum(times_s)
         # Exact: every blob holds its tokens x kv_bytes_per_token bytes.
         missing_tokens = missing_bytes // self.index.kv_bytes_per_token
@@ -219,6 +227,15 @@ class BlobStore:
             )
         draft.copy_run(ids, sizes, dst, stripes, times_s)
         return self._plan(draft, Purpose.FETCH, dst, action=FetchAction.LOAD, **common)
+
+    def _known_stripes(self, ids: list[BlobId], dst: Location) -> list[Stripe] | None:
+        """The striping of a copy of each blob to ``dst`` when every one was worked out
+        before (a chain's blobs have a few holder sets between them), else None."""
+        known = self.placement.stripes.get(dst)
+        if known is None:
+            return None
+        stripes = list(map(known.get, map(self.placement.copies.__getitem__, ids)))
+        return None if None in stripes else stripes
 
     def plan_write(
         self,
@@ -249,7 +266,7 @@ class BlobStore:
         one tier down. Pinned copies stay.
         """
         draft = self._draft(src, now_s)
-        ids = tuple(sorted(set(blob_ids)))
+        ids = chain = tuple(sorted(set(blob_ids)))
         protect = frozenset(ids)
         # Plain drops are gathered into one run; anything else records them first,
         # so the steps keep the order a blob-by-blob walk would give them. Until
@@ -259,6 +276,14 @@ class BlobStore:
         copies = self.placement.copies
         pins = self._pins.get(src, {})
         slowest = self.placement.slowest_tier
+        if not pins:
+            # The leading blobs that also have a slower copy are plain drops: found in C.
+            present = list(filter(here.__contains__, ids))
+            tiers = map(slowest.__getitem__, map(copies.__getitem__, present))
+            slower = list(map(src.tier.__lt__, tiers))
+            lead = slower.index(False) if False in slower else len(slower)
+            drops = present[:lead]
+            ids = ids[ids.index(present[lead]):] if lead < len(present) else ()
         for blob_id in ids:
             if draft.pristine:
                 if blob_id not in here or blob_id in pins:
@@ -280,7 +305,7 @@ class BlobStore:
                     return self._no_fit(Purpose.OFFLOAD, src, now_s, NoFit.NO_ROOM_BELOW)
                 draft.drop(blob_id, src)
         draft.drop_run(drops, src)
-        return self._plan(draft, Purpose.OFFLOAD, src, chain=ids)
+        return self._plan(draft, Purpose.OFFLOAD, src, chain=chain)
 
     def plan_evict(self, location: Location, need_bytes: int, now_s: float) -> TransferPlan:
         """Make ``need_bytes`` free at ``location`` (LRU, demoting down the tiers)."""

@@ -57,12 +57,15 @@ class Observation:
         """Every field but the time: equal for two snapshots of an unchanged cluster."""
         return _CONTENT(self)
 
-    def restamped(self, time_s: float) -> Observation:
-        """This snapshot taken at `time_s` (`dataclasses.replace` of the time, without its
-        per-field cost: the fast loop restamps an unchanged cluster every period)."""
+    def restamped(self, time_s: float, pools: tuple | None = None) -> Observation:
+        """This snapshot taken at `time_s` (and with `pools`, when given):
+        `dataclasses.replace` without its per-field cost (the fast loop restamps an
+        unchanged cluster every period)."""
         new = object.__new__(Observation)
         new.__dict__.update(self.__dict__)
         new.__dict__["time_s"] = time_s
+        if pools is not None:
+            new.__dict__["pools"] = pools
         return new
 
 

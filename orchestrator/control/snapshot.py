@@ -108,7 +108,7 @@ def observe(rt: ClusterRuntime, now_s: float, counters: dict[str, int], queue_to
         pool_obs = tuple(PoolObservation(name, p[0], p[1], p[2], p[3], p[4], p[5] / p[6])
                          for name, p in sorted(pools.items()))
     else:
-        pool_obs = tuple(_pool(pool_memo, name, p) for name, p in sorted(pools.items()))
+        pool_obs = tuple(pool_observation(pool_memo, name, p) for name, p in sorted(pools.items()))
     return Observation(
         time_s=now_s, admission_queue=queue_total,
         admission_queue_interactive=queue_interactive,
@@ -123,8 +123,9 @@ def observe(rt: ClusterRuntime, now_s: float, counters: dict[str, int], queue_to
     )
 
 
-def _pool(memo: dict, name: str, p: list) -> PoolObservation:
-    """The pool's observation from its figures, the last one again when they repeat."""
+def pool_observation(memo: dict, name: str, p: list) -> PoolObservation:
+    """The pool's observation from its figures ([phase, workers, queued, running, slots,
+    busy sum, workers counted]), the last one again when they repeat."""
     figures = (p[0], p[1], p[2], p[3], p[4], p[5] / p[6])
     last = memo.get(name)
     if last is None or last[0] != figures:

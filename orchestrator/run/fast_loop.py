@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from orchestrator.control.observe import Observation
 from orchestrator.control.policies.base import AdmissionDecision
-from orchestrator.control.snapshot import hbm_per_gpu, observe
+from orchestrator.control.snapshot import hbm_per_gpu, observe, pool_observation
 from orchestrator.run.sessions import Pending
 
 
@@ -93,15 +93,21 @@ class FastLoop:
     def _sample(self, now_s: float, loop=None) -> None:
         """Observe the cluster, record it (lag, series, listeners). `loop`: the running
         virtual loop, when called from the fast loop: if nothing but this loop's own timer
-        ran since the last sample, which saw no busy time, and the last decision changed
-        nothing, the cluster is as it was and the last observation is restamped."""
+        ran since the last sample and the last decision changed nothing, the cluster is as
+        it was: the last observation is restamped, with no busy time in its period."""
         ran = getattr(loop, "handles_run", None)
         touched, self._touched = self._touched, False
-        restamp = self._restampable
+        last = self._restampable
         # Two callbacks since the last sample: this loop's sleep timer and its own wake-up.
-        if ran is not None and restamp is not None and ran - self._ran_at == 2 and not touched:
+        if ran is not None and last is not None and ran - self._ran_at == 2 and not touched:
             self._ran_at = ran
-            obs = restamp.restamped(now_s)
+            if any(p.busy_fraction for p in last.pools):  # none in this period
+                memo = self._pool_memo
+                last = self._restampable = last.restamped(last.time_s, tuple(
+                    pool_observation(memo, p.name, [p.phase, p.workers, p.queue_depth,
+                                                    p.running, p.slots, 0.0, 1])
+                    for p in last.pools))
+            obs = last.restamped(now_s)
             self.lag.record(obs)
             self._record(obs, now_s, None)
             return
@@ -119,8 +125,7 @@ class FastLoop:
         obs = observe(rt, now_s, self.counters, len(self.queue), interactive, self.predictor, busy,
                       fill_states, decode_states, self._pool_memo)
         self.lag.record(obs)
-        # With busy time in its period, the next sample of an unchanged cluster differs.
-        self._restampable = None if any(busy.values()) else obs
+        self._restampable = obs
         self._record(obs, now_s, (fill_states, decode_states))
 
     def _record(self, obs: Observation, now_s: float, states: tuple | None) -> None:

@@ -1,9 +1,9 @@
 """A sample of a cluster nothing touched since the last one is that one restamped.
 
 The fast loop samples every period while calls are in flight; when nothing but its own
-timer ran since its last sample (the virtual loop counts callbacks), that sample saw no
-busy time and its decision changed nothing, it restamps the last observation instead
-of asking every worker again. The run must be the one that looks every time.
+timer ran since its last sample (the virtual loop counts callbacks) and its decision
+changed nothing, it restamps the last observation (with no busy time in the period)
+instead of asking every worker again. The run must be the one that looks every time.
 """
 
 import math
@@ -53,9 +53,9 @@ def test_restamped_samples_are_the_samples_of_looking(controller, monkeypatch):
     restamps = []
     original = Observation.restamped
 
-    def counted(self, time_s):
+    def counted(self, time_s, pools=None):
         restamps.append(time_s)
-        return original(self, time_s)
+        return original(self, time_s, pools)
 
     monkeypatch.setattr(Observation, "restamped", counted)
     result, summary, heard = _run(Orchestrator, controller)

@@ -108,3 +108,41 @@ def test_a_walk_matched_again_sees_blobs_registered_since():
     again = index.match(request)
     assert again.blob_ids == (0, 1, 2) and again.matched_tokens == 20
     assert index.match(list(request)) == again
+
+
+def test_a_repeated_session_shares_every_block_but_its_first():
+    """--repeat shifts a copy's first block id: its blobs keep their own first ids and
+    fork keys, and share the rest of their block ids with the session they repeat."""
+    store = make_store()
+    base = tuple(range(1, 41))
+    copy = (base[0] + (1 << 60), *base[1:])
+    for calls in (base[:30], base):
+        write(store, calls, DRAM0)
+    for calls in (copy[:30], copy):
+        write(store, calls, DRAM1)
+    blobs = [store.index[b] for b in range(4)]
+    assert [(b.parent, b.first_block, b.first_id) for b in blobs] == [
+        (None, 0, 1), (0, 30, 31), (None, 0, 1 + (1 << 60)), (2, 30, 31)]
+    assert blobs[2].block_ids == copy[:30] and blobs[3].block_ids == copy[30:]
+    assert blobs[2].rest is blobs[0].rest and blobs[3].rest is blobs[1].rest
+    assert store.match(copy).blob_ids == (2, 3) and store.match(base).blob_ids == (0, 1)
+
+
+def test_a_walk_resumes_where_the_last_call_of_the_session_ended():
+    """The next call resends the last one and adds to it: its walk starts where that
+    one ended, and finds what a walk from the root finds, also once it backs up."""
+    index = BlobIndex(block_tokens=4, kv_bytes_per_token=1)
+    fresh = BlobIndex(block_tokens=4, kv_bytes_per_token=1)
+    calls = [(7, 1, 2), (7, 1, 2, 3, 4), (7, 1, 2, 3, 4, 5, 6), (7, 1, 2, 3, 9), (7, 1, 8)]
+    for call in calls:
+        for walker in (index, fresh):
+            if walker is fresh:
+                walker._tips.clear()  # a walk from the root every time
+            _, new = walker.describe(call)
+            for blob in new:
+                walker.register(blob)
+        assert index.match(call) == fresh.match(call)
+    assert index.match((7, 1, 2, 3, 4, 5)).blob_ids == (0, 1, 2)
+    assert index.match((7, 1, 2, 3, 4, 5)).matched_blocks == 6
+    assert index.match((7, 1, 2, 3)).matched_blocks == 4  # ends inside blob 1: no resuming
+    assert index.match((7, 1, 2, 3, 4, 5, 6, 0)).matched_blocks == 7
