@@ -36,6 +36,11 @@ def percentile(ordered: list[float], q: float) -> float:
     return float(b - diff * (1 - gamma) if gamma >= 0.5 else a + diff * gamma)
 
 
+# (part, its columns "<part>_p<q>_s" in QUANTILES order), parts in LatencyPart order.
+_BREAKDOWN_COLUMNS = tuple((part, tuple(f"{part.key}_p{q}_s" for q in QUANTILES))
+                           for part in LatencyPart)
+
+
 def _floats() -> array:
     return array("d")
 
@@ -95,15 +100,19 @@ class Series:
 
     def add_breakdown(self, done: list[Request]) -> None:
         """One period's latency parts over the calls `done` in it."""
-        if not done and self.latency_breakdown_s:
-            for col in self.latency_breakdown_s.values():
-                col.append(float("nan"))
+        cols = self.latency_breakdown_s
+        nan = float("nan")
+        if not done and cols:
+            for col in cols.values():
+                col.append(nan)
             return
-        for part in LatencyPart:
+        for part, names in _BREAKDOWN_COLUMNS:
             values = sorted(r.parts_s[part] for r in done)
-            for q in QUANTILES:
-                col = self.latency_breakdown_s.setdefault(f"{part.key}_p{q}_s", _floats())
-                col.append(percentile(values, q) if values else float("nan"))
+            for q, name in zip(QUANTILES, names, strict=True):
+                col = cols.get(name)
+                if col is None:
+                    col = cols[name] = _floats()
+                col.append(percentile(values, q) if values else nan)
 
     def array(self, name: str) -> np.ndarray:
         """One value per sample, records expanded."""
