@@ -142,6 +142,7 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         # knows whether anything else ran in between (the fast loop's unchanged samples).
         self.handles_run = 0
         self._polls_skipped = 0
+        self._fd_keys = getattr(self._selector, "_fd_to_key", None)
 
     # -- time -------------------------------------------------------------
     def time(self) -> float:
@@ -186,7 +187,11 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
     def _watching_io(self) -> bool:
         """Anything registered beyond the loop's own wake-up pipe, or a signal handler:
         then the selector is polled on every iteration."""
-        return len(self._selector.get_map()) > 1 or bool(getattr(self, "_signal_handlers", None))
+        # The stdlib selectors keep their registrations in `_fd_to_key`: read its size
+        # directly on this per-iteration path (get_map() is two calls deep).
+        keys = self._fd_keys
+        registered = len(keys) if keys is not None else len(self._selector.get_map())
+        return registered > 1 or bool(getattr(self, "_signal_handlers", None))
 
     def _drop_cancelled_timers(self) -> None:
         scheduled = self._scheduled

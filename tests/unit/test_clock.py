@@ -171,6 +171,30 @@ def test_real_threads_still_complete_on_the_virtual_loop():
     assert run_virtual(main()) == (45, 0.0)
 
 
+def test_a_registered_reader_is_polled_before_virtual_time_moves_on():
+    """With a file descriptor registered the selector is polled every iteration: data
+    already waiting is read before the clock jumps to the next timer."""
+    import socket
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        read_at = []
+        loop.add_reader(a.fileno(), lambda: (a.recv(16), read_at.append(loop.time())))
+        b.send(b"x")
+        for _ in range(100):  # more iterations than the idle poll interval
+            await asyncio.sleep(1.0)
+            if read_at:
+                break
+        loop.remove_reader(a.fileno())
+        a.close()
+        b.close()
+        return read_at
+
+    assert VirtualClock().run(main()) == [0.0]
+
+
 def test_nan_delay_is_refused():
     async def main():
         await asyncio.sleep(math.nan)
