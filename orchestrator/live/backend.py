@@ -170,6 +170,9 @@ class LiveBackend(ProcessSupervisor):
                 await self._started
                 if all(h.state is ProcState.CONNECTED for h in self.handles):
                     break
+                given_up = [h for h in self.handles if h.state is ProcState.GIVEN_UP]
+                if given_up:
+                    raise self.start_failure(given_up[0])
                 self._started = asyncio.get_running_loop().create_future()
         except BaseException:
             await self.stop()

@@ -116,6 +116,8 @@ class ProcessSupervisor:
                 except LiveError as exc:
                     handle.last_loss = str(exc)
                     handle.state = ProcState.LOST
+                    self._event("worker_process_start_failed", process=handle.index,
+                                reason=str(exc))
                     if not self._may_restart(handle):
                         return self._give_up(handle)
                     await asyncio.sleep(self._sim(self.options.restart_delay_s))
@@ -144,12 +146,14 @@ class ProcessSupervisor:
         handle.state = ProcState.GIVEN_UP
         self._event("worker_process_given_up", level="error", process=handle.index,
                     starts=handle.starts, reason=handle.last_loss)
-        if self._started.done():
+        if self._running:
             self._check_progress(handle)
-        else:  # during start-up: the run has not begun, start() reports it
-            self._started.set_exception(LiveError(
-                f"worker process {handle.index + 1} of {len(self.handles)} could not be "
-                f"started ({handle.starts} starts): {handle.last_loss}"))
+        elif not self._started.done():  # during start-up: start() reports it
+            self._started.set_exception(self.start_failure(handle))
+
+    def start_failure(self, handle: ProcessHandle) -> LiveError:
+        return LiveError(f"worker process {handle.index + 1} of {len(self.handles)} could not "
+                         f"be started ({handle.starts} starts): {handle.last_loss}")
 
     def _check_progress(self, handle: ProcessHandle) -> None:
         """Stop the run if no fill or no decode worker is left and none is coming back."""
