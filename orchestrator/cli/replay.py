@@ -55,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
         from orchestrator.run.tables import summary_table
 
         summary_table({settings.controller: summary})
-    return 0
+    # A live run stopped for want of workers did not finish: exit 1, its summary printed.
+    return 1 if (summary.get("live") or {}).get("stop_reason") else 0
 
 
 def run_counterexample(args: argparse.Namespace) -> int:

@@ -50,4 +50,5 @@ def run(args: argparse.Namespace) -> int:
         from orchestrator.run.tables import summary_table
 
         summary_table({settings.controller: summary}, title="serve")
-    return 0
+    # A live run stopped for want of workers did not finish: exit 1, its summary printed.
+    return 1 if (summary.get("live") or {}).get("stop_reason") else 0

@@ -105,3 +105,24 @@ def test_six_sessions_with_a_worker_process_killed_right_after_spawn_complete_ev
     assert live["processes_lost"] == 1 and live["processes_restarted"] == 1
     assert "connected=False" in err and "reason='process exited with status -9'" in err
     gone([victim])
+
+
+def test_a_run_left_without_workers_stops_with_every_call_accounted_for_and_exit_1():
+    # One process hosts every worker and is not started again: killed, the run cannot end.
+    proc = subprocess.Popen([*CLI, "replay", "--max-sessions", "2", *LIVE, "--no-restart",
+                             "--workers-per-process", str(WORKERS)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    [victim] = wait_for_children(proc, 1)
+    time.sleep(2.0)  # connected and serving
+    os.kill(victim, signal.SIGKILL)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    summary = json.loads(out)
+    live, req = summary["live"], summary["requests"]
+    assert live["stop_reason"].startswith("worker process 1 given up after 1 starts")
+    assert "event='no_workers_left'" in err
+    ledger = live["ledger"]
+    assert ledger["lost"] == 0 and req["in_flight"] == ledger["in_flight"]
+    assert ledger["completed"] + ledger["rejected"] + ledger["in_flight"] == \
+        ledger["issued"] == req["submitted"]
+    gone([victim])
