@@ -195,6 +195,25 @@ def test_a_registered_reader_is_polled_before_virtual_time_moves_on():
     assert VirtualClock().run(main()) == [0.0]
 
 
+def test_a_run_result_is_handed_back_without_being_repr_d():
+    """A replay's result holds every request: building its repr (as the Runner's exit
+    once did through the main task's repr) cost seconds on large runs."""
+
+    class Result:
+        reprs = 0
+
+        def __repr__(self):
+            Result.reprs += 1
+            return "Result()"
+
+    async def main():
+        await asyncio.sleep(1.0)
+        return Result()
+
+    result = VirtualClock().run(main())
+    assert isinstance(result, Result) and Result.reprs == 0
+
+
 def test_nan_delay_is_refused():
     async def main():
         await asyncio.sleep(math.nan)
