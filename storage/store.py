@@ -15,7 +15,7 @@ Typical worker use::
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from itertools import filterfalse
 from operator import attrgetter, truediv
@@ -38,7 +38,7 @@ class BlobStore:
         self.version = 0  # bumped by every mutation; a plan applies to its version only
         self._refs: dict[str, set[BlobId]] = {}
         self._ref_count: list[int] = []  # live sessions referencing each blob, by blob id
-        self._pins: dict[Location, Counter[BlobId]] = {}  # pin counts by place, then blob
+        self._pins: dict[Location, dict[BlobId, int]] = {}  # pin counts by place, then blob
 
     # -- sessions and pins ------------------------------------------------
     def referenced(self, blob_id: BlobId) -> bool:
@@ -87,15 +87,23 @@ class BlobStore:
         ids = tuple(blob_ids)
         for blob_id in filterfalse(here.__contains__, ids):
             raise ValueError(f"cannot pin blob {blob_id} at {location}: no copy there")
-        pins = self._pins.get(location)
-        if pins is None:
-            pins = self._pins[location] = Counter()
-        pins.update(ids)  # counted in C
+        pins = self._pins.setdefault(location, {})
+        if pins.keys().isdisjoint(ids) and len(set(ids)) == len(ids):
+            pins.update(dict.fromkeys(ids, 1))  # none pinned here yet (the common case), in C
+        else:
+            for blob_id in ids:
+                pins[blob_id] = pins.get(blob_id, 0) + 1
         self.version += 1
 
     def unpin(self, location: Location, blob_ids: Iterable[BlobId]) -> None:
         pins = self._pins.get(location, {})
-        for blob_id in blob_ids:
+        ids = tuple(blob_ids)
+        counts = list(map(pins.get, ids))
+        if counts.count(1) == len(counts) and len(set(ids)) == len(ids):
+            deque(map(pins.__delitem__, ids), maxlen=0)  # each was pinned once: all go, in C
+            self.version += 1
+            return
+        for blob_id in ids:
             count = pins.get(blob_id, 0)
             if count <= 0:
                 raise ValueError(f"blob {blob_id} is not pinned at {location}")
@@ -271,19 +279,18 @@ class BlobStore:
         # Plain drops are gathered into one run; anything else records them first,
         # so the steps keep the order a blob-by-blob walk would give them. Until
         # then the draft is the committed placement, read directly.
-        drops: list[BlobId] = []
         here = self.placement.at[src]
         copies = self.placement.copies
         pins = self._pins.get(src, {})
         slowest = self.placement.slowest_tier
-        if not pins:
-            # The leading blobs that also have a slower copy are plain drops: found in C.
-            present = list(filter(here.__contains__, ids))
-            tiers = map(slowest.__getitem__, map(copies.__getitem__, present))
-            slower = list(map(src.tier.__lt__, tiers))
-            lead = slower.index(False) if False in slower else len(slower)
-            drops = present[:lead]
-            ids = ids[ids.index(present[lead]):] if lead < len(present) else ()
+        # The leading blobs that also have a slower copy are plain drops (pinned ones and
+        # those not here are passed over): found in C.
+        present = list(filterfalse(pins.__contains__, filter(here.__contains__, ids)))
+        tiers = map(slowest.__getitem__, map(copies.__getitem__, present))
+        slower = list(map(src.tier.__lt__, tiers))
+        lead = slower.index(False) if False in slower else len(slower)
+        drops: list[BlobId] = present[:lead]
+        ids = ids[ids.index(present[lead]):] if lead < len(present) else ()
         for blob_id in ids:
             if draft.pristine:
                 if blob_id not in here or blob_id in pins:
@@ -359,7 +366,7 @@ class BlobStore:
         location = step.location
         if step.kind is StepKind.DROP:
             pins = self._pins.get(location)
-            for blob_id in step.blob_ids if pins else ():
+            for blob_id in filter(pins.__contains__, step.blob_ids) if pins else ():
                 if blob_id in pins:
                     raise ValueError(f"plan drops pinned blob {blob_id} at {location}")
             self.placement.remove_run(step.blob_ids, location, step.kv_bytes)
