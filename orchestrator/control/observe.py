@@ -70,6 +70,18 @@ class Observation:
 
 
 _CONTENT = attrgetter(*(f.name for f in fields(Observation) if f.name != "time_s"))
+_FIELDS = frozenset(f.name for f in fields(Observation))
+
+
+def observation(**values) -> Observation:
+    """`Observation(**values)`, every field given, without the frozen dataclass's
+    per-field `object.__setattr__` (the fast loop builds one every period)."""
+    if values.keys() != _FIELDS:
+        raise TypeError(f"observation: fields {sorted(_FIELDS ^ values.keys())} missing or "
+                        f"unknown")
+    new = object.__new__(Observation)
+    new.__dict__.update(values)
+    return new
 
 
 class _Repeats:

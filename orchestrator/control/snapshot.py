@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from costmodel.phase import Phase
-from orchestrator.control.observe import Observation, PoolObservation
+from orchestrator.control.observe import Observation, PoolObservation, observation
 from workers.runtime import ClusterRuntime
 
 
@@ -109,7 +109,7 @@ def observe(rt: ClusterRuntime, now_s: float, counters: dict[str, int], queue_to
                          for name, p in sorted(pools.items()))
     else:
         pool_obs = tuple(pool_observation(pool_memo, name, p) for name, p in sorted(pools.items()))
-    return Observation(
+    return observation(
         time_s=now_s, admission_queue=queue_total,
         admission_queue_interactive=queue_interactive,
         fill_queue=fill_queue, fill_running=fill_running, ready_depth=rt.ready.depth,

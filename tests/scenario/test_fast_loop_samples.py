@@ -87,3 +87,18 @@ def test_the_virtual_loop_counts_the_callbacks_it_runs():
         assert loop.handles_run == 3 and loop.time() == 6.0
     finally:
         loop.close()
+
+
+def test_a_fast_observation_is_the_dataclass_built_field_by_field():
+    from dataclasses import asdict, fields
+
+    from orchestrator.control.observe import PoolObservation, observation
+
+    values = {f.name: i for i, f in enumerate(fields(Observation))}
+    values["pools"] = (PoolObservation("decode", "decode", 2, 0, 1, 8, 0.5),)
+    fast, slow = observation(**values), Observation(**values)
+    assert fast == slow and asdict(fast) == asdict(slow) and hash(fast.pools) == hash(slow.pools)
+    with pytest.raises(TypeError, match="admission_queue"):
+        observation(**{k: v for k, v in values.items() if k != "admission_queue"})
+    with pytest.raises(AttributeError):
+        fast.time_s = 1.0  # still frozen

@@ -37,6 +37,7 @@ class BufferedAdmission:
         self._credit = 0.0  # fractional admissions carried between periods
         self._target_batch = base_target_batch
         self._last_batch_change_s = -math.inf
+        self._decisions: dict[tuple, AdmissionDecision] = {}
 
     def target_backlog(self, obs: Observation) -> float:
         rate = obs.predicted_decode_calls_per_s
@@ -91,7 +92,14 @@ class BufferedAdmission:
         else:
             reason = AdmissionReason.BACKLOG_LOW if error > 0 else AdmissionReason.BACKLOG_HIGH
         background = int(admit * (1.0 - self.config.interactive_reserve))
-        return AdmissionDecision(admit, reason, batch, background_limit=background)
+        key = (admit, reason, batch, background)
+        decision = self._decisions.get(key)
+        if decision is None:  # decisions are frozen: the same one serves every repeat
+            if len(self._decisions) >= 1024:
+                self._decisions.clear()
+            decision = self._decisions[key] = AdmissionDecision(admit, reason, batch,
+                                                                background_limit=background)
+        return decision
 
     def skip_idle(self, obs: Observation, first_s: float, ticks: int,
                   ) -> AdmissionDecision | None:

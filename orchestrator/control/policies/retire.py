@@ -25,6 +25,7 @@ class RetireAdmission:
     def __init__(self, config: ControlConfig) -> None:
         self.starving_below = config.retire_starvation_occupancy
         self._last_retired: int | None = None
+        self._decisions: dict[tuple, AdmissionDecision] = {}
 
     def decide(self, obs: Observation | None, now_s: float) -> AdmissionDecision:
         if obs is None:
@@ -34,12 +35,21 @@ class RetireAdmission:
         self._last_retired = obs.retired_total
         free = max(0, obs.decode_slots - obs.decode_running - obs.decode_loading)
         if free == 0:
-            return AdmissionDecision(0, AdmissionReason.HOLD)
+            return self._decision(0, AdmissionReason.HOLD)
         # Freed slots with decode starving is the "retaliation" of the essay's loop.
         starving = obs.decode_occupancy < self.starving_below
         reason = AdmissionReason.RETALIATION if starving or not retired else (
             AdmissionReason.RETIREMENTS)
-        return AdmissionDecision(free, reason)
+        return self._decision(free, reason)
+
+    def _decision(self, admit: int, reason: AdmissionReason) -> AdmissionDecision:
+        """Decisions are frozen: the same one serves every period that repeats it."""
+        decision = self._decisions.get((admit, reason))
+        if decision is None:
+            if len(self._decisions) >= 1024:
+                self._decisions.clear()
+            decision = self._decisions[admit, reason] = AdmissionDecision(admit, reason)
+        return decision
 
     def skip_idle(self, obs: Observation, first_s: float, ticks: int) -> AdmissionDecision:
         """Exact: with the observation unchanged the decision is, and the retired count
