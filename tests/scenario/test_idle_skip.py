@@ -167,7 +167,7 @@ def test_the_lead_of_an_idle_span_is_taken_without_waking_and_in_order():
     # The loop sleeps as soon as the cluster is quiet: fewer samples taken awake than
     # samples recorded one by one (the lead's are taken on waking).
     assert orch.taken < sampled - 10
-    for name in ("admit", "backlog", "time_s"):
+    for name in ("admitted", "backlog", "in_flight", "time_s"):
         assert (result.series.array(name) == t_result.series.array(name)).all(), name
     # Listeners hear of every sample in time order, each before the arrival that ended
     # its span, with the figures a loop sampling every period saw. (The decisions of a
