@@ -23,7 +23,7 @@ class Predictor:
 
     def observe_completion(self, input_tokens: int, computed_tokens: int, output_tokens: int,
                            weight: float = 0.02) -> None:
-        self._rates = self._fill = None
+        self._rates = None  # the fill latency's key holds the rounded shapes it depends on
         self.input_tokens += weight * (input_tokens - self.input_tokens)
         self.new_tokens += weight * (max(computed_tokens, 1) - self.new_tokens)
         self.output_tokens += weight * (max(output_tokens, 1) - self.output_tokens)
@@ -42,7 +42,10 @@ class Predictor:
         return self._rates[1]
 
     def fill_latency_s(self, rt: ClusterRuntime) -> float:
-        key = tuple(w.spec.pool for w in rt.fill_workers.values())
+        # All `_fill_latency_s` reads: the fill pools and the typical shape, rounded.
+        key = (tuple(w.spec.pool for w in rt.fill_workers.values()),
+               round(self.new_tokens, -2),
+               round(max(self.input_tokens - self.new_tokens, 0.0), -3))
         if self._fill is not None and self._fill[0] == key:
             return self._fill[1]
         self._fill = (key, self._fill_latency_s(rt))
