@@ -259,7 +259,8 @@ class DecodeWorker:
                 done = await self._run_steps(ends)
                 self._advance(done, now_s, loop.time(), run.gained[done - 1])
                 continue
-            mean_context = sum(r.context_tokens for r in self.running) / len(self.running)
+            mean_context = sum([r.input_tokens + r.generated for r in self.running]) / len(
+                self.running)
             ends = now_s + np.cumsum(self.pricer.decode_steps_s(len(self.running), mean_context,
                                                                 steps))
             done = await self._run_steps(ends)
@@ -289,8 +290,10 @@ class DecodeWorker:
         sequence stops), or to the step where KV would overflow. When not even one step
         fits, the most recently admitted sequences are preempted first."""
         self._replan = False
-        until_retire = min(r.remaining for r in self.running) if self.jump else 1
-        contexts = np.array([r.context_tokens for r in self.running], dtype=np.float64)
+        running = self.running
+        # Request.remaining and .context_tokens inline: this runs per run, over the batch.
+        until_retire = min([r.output_tokens - r.generated for r in running]) if self.jump else 1
+        contexts = np.array([r.input_tokens + r.generated for r in running], dtype=np.float64)
         other = self._loading_bytes()
         fit = steps_that_fit(self.kv, contexts, other, until_retire)
         if fit == 0 and len(self.running) > 1:
