@@ -80,49 +80,41 @@ class Placement:
         self.add_run((blob_id,), location, kv_bytes, now_s)
 
     def add_run(
-        self, blob_ids: Sequence[BlobId], location: Location, kv_bytes: int, now_s: float
+        self, blob_ids: Iterable[BlobId], location: Location, kv_bytes: int, now_s: float
     ) -> None:
         """Copies of ``blob_ids`` (``kv_bytes`` in all) now exist at ``location``."""
         here = self.at[location]
         copies = self.copies
-        # In C when every blob's holder set after the add is known (nearly always).
-        grown = list(map(self._plus.get, zip(map(copies.get, blob_ids), repeat(location))))
-        if None in grown or not here.keys().isdisjoint(blob_ids) or _repeats(blob_ids):
-            for blob_id in blob_ids:
-                if blob_id in here:
-                    raise ValueError(f"blob {blob_id} already has a copy at {location}")
-                here[blob_id] = now_s
-                copies[blob_id] = self._with(copies.get(blob_id), location)
-        else:
-            here.update(dict.fromkeys(blob_ids, now_s))
-            copies.update(zip(blob_ids, grown, strict=True))
+        plus = self._plus
+        for blob_id in blob_ids:
+            if blob_id in here:
+                raise ValueError(f"blob {blob_id} already has a copy at {location}")
+            here[blob_id] = now_s
+            held = copies.get(blob_id)
+            grown = plus.get((held, location))
+            copies[blob_id] = self._with(held, location) if grown is None else grown
         self.used_bytes[location] += kv_bytes
 
     def remove(self, blob_id: BlobId, location: Location, kv_bytes: int) -> None:
         self.remove_run((blob_id,), location, kv_bytes)
 
-    def remove_run(self, blob_ids: Sequence[BlobId], location: Location, kv_bytes: int) -> None:
+    def remove_run(self, blob_ids: Iterable[BlobId], location: Location, kv_bytes: int) -> None:
         """The copies of ``blob_ids`` (``kv_bytes`` in all) at ``location`` are gone."""
         here = self.at[location]
         copies = self.copies
-        keys = zip(map(copies.get, blob_ids), repeat(location))
-        rests = list(map(self._minus.get, keys, repeat(_UNKNOWN)))
-        if _UNKNOWN in rests or not all(map(here.__contains__, blob_ids)) or _repeats(blob_ids):
-            for blob_id in blob_ids:
-                if blob_id not in here:
-                    raise ValueError(f"blob {blob_id} has no copy at {location}")
-                del here[blob_id]
-                rest = self._without(copies[blob_id], location)
-                if rest is None:
-                    del copies[blob_id]
-                else:
-                    copies[blob_id] = rest
-        else:
-            for blob_id in blob_ids:
-                del here[blob_id]
-            copies.update(zip(blob_ids, rests, strict=True))
-            for blob_id in compress(blob_ids, map(is_, rests, repeat(None))):
-                del copies[blob_id]  # its last copy
+        minus = self._minus
+        for blob_id in blob_ids:
+            if blob_id not in here:
+                raise ValueError(f"blob {blob_id} has no copy at {location}")
+            del here[blob_id]
+            held = copies[blob_id]
+            rest = minus.get((held, location), _UNKNOWN)
+            if rest is _UNKNOWN:
+                rest = self._without(held, location)
+            if rest is None:
+                del copies[blob_id]
+            else:
+                copies[blob_id] = rest
         self.used_bytes[location] -= kv_bytes
 
     def touch(self, blob_id: BlobId, location: Location, now_s: float) -> None:
@@ -131,26 +123,11 @@ class Placement:
     def touch_run(self, blob_ids: Iterable[BlobId], location: Location, now_s: float) -> None:
         """Mark the copies at ``location`` used at ``now_s``, in the order given."""
         here = self.at[location]
-        present = list(filter(here.__contains__, blob_ids))
-        if not present:
-            return
-        if _repeats(present):
-            for blob_id in present:
+        for blob_id in blob_ids:
+            if blob_id in here:
+                # Re-insert so each location's dict stays in least-recently-used order.
                 last = here.pop(blob_id)
                 here[blob_id] = now_s if now_s > last else last
-            return
-        # Re-insert so each location's dict stays in least-recently-used order.
-        last_s = list(map(here.pop, present))
-        if max(last_s) < now_s:
-            here.update(dict.fromkeys(present, now_s))
-        else:
-            for blob_id, last in zip(present, last_s, strict=True):
-                here[blob_id] = now_s if now_s > last else last
-
-
-def _repeats(blob_ids: Sequence[BlobId]) -> bool:
-    """Whether a blob is named twice (a run names each once; misuse takes the slow path)."""
-    return len(blob_ids) > 1 and len(set(blob_ids)) < len(blob_ids)
 
 
 class _Run:

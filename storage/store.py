@@ -15,7 +15,6 @@ Typical worker use::
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from itertools import filterfalse
 from operator import attrgetter, truediv
@@ -88,22 +87,13 @@ class BlobStore:
         for blob_id in filterfalse(here.__contains__, ids):
             raise ValueError(f"cannot pin blob {blob_id} at {location}: no copy there")
         pins = self._pins.setdefault(location, {})
-        if pins.keys().isdisjoint(ids) and len(set(ids)) == len(ids):
-            pins.update(dict.fromkeys(ids, 1))  # none pinned here yet (the common case), in C
-        else:
-            for blob_id in ids:
-                pins[blob_id] = pins.get(blob_id, 0) + 1
+        for blob_id in ids:
+            pins[blob_id] = pins.get(blob_id, 0) + 1
         self.version += 1
 
     def unpin(self, location: Location, blob_ids: Iterable[BlobId]) -> None:
         pins = self._pins.get(location, {})
-        ids = tuple(blob_ids)
-        counts = list(map(pins.get, ids))
-        if counts.count(1) == len(counts) and len(set(ids)) == len(ids):
-            deque(map(pins.__delitem__, ids), maxlen=0)  # each was pinned once: all go, in C
-            self.version += 1
-            return
-        for blob_id in ids:
+        for blob_id in blob_ids:
             count = pins.get(blob_id, 0)
             if count <= 0:
                 raise ValueError(f"blob {blob_id} is not pinned at {location}")
