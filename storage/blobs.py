@@ -41,8 +41,7 @@ class Blob:
     first_block: int
     first_id: int
     rest: tuple[int, ...]
-    tokens: int
-    kv_bytes: int
+    kv_bytes: int  # its tokens (blocks x block_tokens) x kv_bytes_per_token
 
     @property
     def block_ids(self) -> tuple[int, ...]:
@@ -218,9 +217,8 @@ class BlobIndex:
                 continue
             rest = tuple(block_ids[start + 1:end])
             rest = contents.get(rest, rest)
-            tokens = (end - start) * self.block_tokens
-            blob = Blob(BlobId(next_id), parent, start, block_ids[start], rest, tokens,
-                        tokens * self.kv_bytes_per_token)
+            kv_bytes = (end - start) * self.block_tokens * self.kv_bytes_per_token
+            blob = Blob(BlobId(next_id), parent, start, block_ids[start], rest, kv_bytes)
             new.append(blob)
             parent = blob.id
             next_id += 1
