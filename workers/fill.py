@@ -159,6 +159,8 @@ class FillWorker:
         # The same objects under the names the executor (workers.executor) works on.
         self.queue, self._fetched = self.fills.queue, self.fills.fetched
         self._in_flight = 0
+        # Steps running, their calls findable by the call ledger (orchestrator.run.ledger).
+        self._steps: dict = {}
         self._tokens_done = 0
         self._busy_s = 0.0
         self._wake: asyncio.Event | None = None
@@ -216,9 +218,11 @@ class FillWorker:
     def _start_step(self, batch: FillStep, end_s: float) -> None:
         """The step ends at `end_s` on the run's clock (workers.executor runs it on
         another process instead)."""
+        self._steps[id(batch)] = batch
         asyncio.get_running_loop().call_at(end_s, self._complete, batch)
 
     def _complete(self, batch: FillStep) -> None:
+        self._steps.pop(id(batch), None)
         now_s = asyncio.get_running_loop().time()
         self._in_flight -= len(batch)
         self.fills.resume(batch.chunks)

@@ -47,42 +47,74 @@ class LedgerReport:
 
 
 class CallLedger:
+    """Calls issued and their final states, in memory that stays small over a long run:
+    the calls still open are a set (the calls in flight), calls that reached a final state
+    a bit each (call ids are small integers handed out in order; ids beyond the bitmap's
+    reach fall back to a set), and the finals counted by kind."""
+
+    _BITMAP_IDS = 1 << 28  # 32 MB of bitmap at most
+
     def __init__(self) -> None:
-        self._issued: set[int] = set()
-        self._final: dict[int, Final] = {}
+        self._open: set[int] = set()
+        self._issued = 0
+        self._final_bits = bytearray()
+        self._final_far: set[int] = set()
+        self._by: dict[Final, int] = dict.fromkeys(Final, 0)
         self._final_twice = 0
-        self._unknown = 0
+        self._unknown: dict[int, Final] = {}  # final, never issued (yet)
+
+    def _is_marked(self, call_id: int) -> bool:
+        if 0 <= call_id < self._BITMAP_IDS:
+            byte = call_id >> 3
+            return byte < len(self._final_bits) and bool(self._final_bits[byte]
+                                                         & (1 << (call_id & 7)))
+        return call_id in self._final_far
+
+    def _mark(self, call_id: int) -> None:
+        if 0 <= call_id < self._BITMAP_IDS:
+            byte = call_id >> 3
+            if byte >= len(self._final_bits):
+                self._final_bits.extend(bytes(max(byte + 1 - len(self._final_bits),
+                                                  len(self._final_bits))))
+            self._final_bits[byte] |= 1 << (call_id & 7)
+        else:
+            self._final_far.add(call_id)
 
     def issue(self, call_id: int) -> None:
-        if call_id in self._issued:
+        how = self._unknown.pop(call_id, None)
+        if how is not None:  # its final state was reported first
+            self._issued += 1
+            self._by[how] += 1
+            return
+        if call_id in self._open or self._is_marked(call_id):
             raise ValueError(f"call {call_id} issued twice")
-        self._issued.add(call_id)
+        self._open.add(call_id)
+        self._issued += 1
 
     def finish(self, call_id: int, how: Final) -> None:
-        if call_id in self._final:
+        if call_id in self._open:
+            self._open.remove(call_id)
+            self._by[how] += 1
+        elif self._is_marked(call_id):
             self._final_twice += 1
             return
-        if call_id not in self._issued:
-            self._unknown += 1
-        self._final[call_id] = how
+        else:
+            self._unknown[call_id] = how
+        self._mark(call_id)
 
     def is_final(self, call_id: int) -> bool:
-        return call_id in self._final
+        return self._is_marked(call_id)
 
     def reconcile(self, held: Iterable[int]) -> LedgerReport:
         """Counts against the calls the service says it holds now. A held call that is
         final already (it finished after the walk) counts as final, not in flight."""
-        open_ = self._issued - self._final.keys()
-        held_open = open_.intersection(held)
-        lost = sorted(open_ - held_open)
-        by = {how: 0 for how in Final}
-        for call_id, how in self._final.items():
-            if call_id in self._issued:
-                by[how] += 1
-        return LedgerReport(issued=len(self._issued), completed=by[Final.COMPLETED],
-                            rejected=by[Final.REJECTED], cancelled=by[Final.CANCELLED],
+        held_open = self._open.intersection(held)
+        lost = sorted(self._open - held_open)
+        return LedgerReport(issued=self._issued, completed=self._by[Final.COMPLETED],
+                            rejected=self._by[Final.REJECTED],
+                            cancelled=self._by[Final.CANCELLED],
                             in_flight=len(held_open), lost=len(lost),
-                            final_twice=self._final_twice, unknown_final=self._unknown,
+                            final_twice=self._final_twice, unknown_final=len(self._unknown),
                             lost_ids=tuple(lost))
 
 
@@ -116,9 +148,7 @@ def held_call_ids(orch, extra: Iterable = ()) -> set[int]:
     """The calls an orchestrator holds now: waiting for admission, in fill queues and
     steps, in the ready buffer, in decode batches and loads, and `extra` (requests held
     elsewhere, such as live mode's calls waiting for a fill worker to come back).
-
-    An in-process fill worker's step in flight is a timer callback, not a structure:
-    its calls are not found here (virtual mode needs the worker to expose them)."""
+    Fill workers keep their steps in flight in `_steps` (in process and on an executor)."""
     ids = {p.request.call_id for p in orch.queue}
     rt = orch.runtime
     for worker in (*rt.fill_workers.values(), *rt.decode_workers.values()):

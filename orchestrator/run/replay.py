@@ -25,6 +25,7 @@ from orchestrator.control.realloc import Reallocator, ReallocDecision
 from orchestrator.control.router import FillCandidate, PrefixAffinityRouter
 from orchestrator.control.snapshot import Predictor, energy_j
 from orchestrator.run.fast_loop import ConservationError, FastLoop
+from orchestrator.run.ledger import LedgerListener, held_call_ids
 from orchestrator.run.reconfig import Reconfigurer
 from orchestrator.run.result import ReplayResult, decode_slots
 from orchestrator.run.series import Series
@@ -51,6 +52,12 @@ class Orchestrator(FastLoop):
         # now_s), on_submit/on_done/on_reject(orch, req, now_s), on_decision(orch, decision,
         # now_s) and on_reallocation(orch, decision, now_s). They read; they never steer.
         self.listeners = list(listeners)
+        # The call ledger (orchestrator.run.ledger) measures lost and in-flight calls; a
+        # live backend keeps its own, reconciled as its processes stop.
+        self.ledger = LedgerListener() if backend is None else None
+        if self.ledger is not None:
+            self.listeners.append(self.ledger)
+        self.ledger_report = None
         # Stop the run at this simulated time even if calls are still in flight (they are
         # then reported as such); None runs until every session has finished.
         self.deadline_s = deadline_s
@@ -289,6 +296,8 @@ class Orchestrator(FastLoop):
             raise self._crash
         self._sample(loop.time())
         await self.reconfigurer.stop()
+        if self.ledger is not None:
+            self.ledger_report = self.ledger.ledger.reconcile(held_call_ids(self))
         await self.runtime.stop()
         return self._result(loop.time(), time.perf_counter() - wall0)  # wall-clock ok
 
@@ -317,4 +326,4 @@ class Orchestrator(FastLoop):
             predicted_fill_latency_s=self.predictor.fill_latency_s(rt),
             predicted_decode_calls_per_s=self.predictor.decode_calls_per_s(rt),
             rejected_arrivals_s=self._rejected_arrivals_s,
-            decode_slots=decode_slots(self.cluster))
+            decode_slots=decode_slots(self.cluster), ledger=self.ledger_report)

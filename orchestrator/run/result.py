@@ -38,6 +38,7 @@ class ReplayResult:
     predicted_decode_calls_per_s: float = 0.0  # the cost core's decode rate, at the end
     rejected_arrivals_s: list[float] = field(default_factory=list)
     decode_slots: int = 0  # of the cluster as built (`decode_slots`)
+    ledger: object = None  # the call ledger's LedgerReport (virtual mode), or None
 
 
 def decode_slots(cluster: BoundCluster) -> int:

@@ -94,7 +94,8 @@ def run_replay(prepared: Prepared, settings: RunSettings,
         summary["live"] = {**backend.summary(), "interrupted": orch.interrupted}
         ledger = summary["live"].get("ledger")
         if ledger is not None:  # measured by the call ledger (orchestrator.run.ledger)
-            summary["requests"].update(lost=ledger["lost"], in_flight=ledger["in_flight"])
+            summary["requests"].update(lost=ledger["lost"], in_flight=ledger["in_flight"],
+                                       ledger=ledger)
     margin = summary["control"]["phase_margin_deg"]
     if margin is not None and margin < 0:
         sys.stderr.write(

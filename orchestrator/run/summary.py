@@ -160,7 +160,11 @@ def summarize(result: ReplayResult, ttft_target_s: float, tpot_target_s: float,
     good = sum(r.output_tokens for r in reqs
                if r.ttft_s is not None and r.ttft_s <= ttft_target_s
                and (r.itl_s is None or r.itl_s <= tpot_target_s))
-    in_flight = c["submitted"] - c["completed"] - c["rejected"]
+    # Lost and in flight from the call ledger when the run kept one: calls issued against
+    # calls final and calls found held at the end (orchestrator.run.ledger). Live mode
+    # fills them from its backend's ledger (orchestrator.run.settings).
+    ledger = result.ledger
+    in_flight = ledger.in_flight if ledger is not None else None
     s, w = result.series, _window(result)
     occ = s.array("decode_occupancy")[w]
     admitted = s.array("admitted")[w]
@@ -174,7 +178,8 @@ def summarize(result: ReplayResult, ttft_target_s: float, tpot_target_s: float,
             "sessions": result.sessions,
             "submitted": c["submitted"], "completed": c["completed"],
             "rejected": c["rejected"], "in_flight": in_flight,
-            "lost": c["submitted"] - c["completed"] - c["rejected"] - in_flight,
+            "lost": ledger.lost if ledger is not None else None,
+            "ledger": ledger.as_dict() if ledger is not None else None,
             # calls handed to another worker after theirs was lost (live mode)
             "redispatched": c.get("redispatched", 0),
             # completed calls a decode worker preempted at least once, and times in all

@@ -69,3 +69,21 @@ def test_the_listener_issues_submitted_calls_and_finishes_done_and_rejected_ones
     listener.on_reject(None, Req(2), 1.0)
     report = listener.ledger.reconcile(held=[])
     assert (report.completed, report.rejected, report.lost, report.lost_ids) == (1, 1, 1, (3,))
+
+
+def test_a_long_run_keeps_a_bit_per_final_call_and_a_set_of_the_open_ones():
+    ledger = ledger_of(range(1, 100_001), final=range(1, 99_999))
+    assert len(ledger._open) == 2 and len(ledger._final_bits) <= 2 * 100_001 // 8 + 1
+    report = ledger.reconcile(held=[99_999])
+    assert (report.completed, report.in_flight, report.lost_ids) == (99_998, 1, (100_000,))
+
+
+def test_ids_beyond_the_bitmap_and_a_final_reported_before_its_issue():
+    far = CallLedger._BITMAP_IDS + 5
+    ledger = ledger_of([far, -3], final=[far, -3])
+    ledger.finish(far, Final.COMPLETED)
+    ledger.finish(9, Final.REJECTED)  # reported before the session side issued it
+    ledger.issue(9)
+    report = ledger.reconcile(held=[])
+    assert (report.completed, report.rejected, report.final_twice, report.unknown_final,
+            report.issued, report.lost) == (2, 1, 1, 0, 3, 0)
