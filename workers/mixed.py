@@ -50,8 +50,9 @@ class MixedWorker(DecodeWorker):
         self.fills = ChunkedFills(store, pricer.recompute_s, spec.batch)
         self.queue = self.fills.queue  # calls waiting to start or finish their fill
         self._filling: dict[int, Request] = {}
-        self._arrival = asyncio.Event()
         self._wake_at: asyncio.TimerHandle | None = None
+        self._mixed_key: tuple | None = None  # (the decode side's state, queue, filling)
+        self._mixed_state: WorkerState | None = None
 
     # -- intake: the router hands calls here as to a fill worker -------------------
     def submit(self, req: Request, now_s: float) -> None:
@@ -59,13 +60,19 @@ class MixedWorker(DecodeWorker):
         req.fill_worker = self.name
         self.queue.append(req)
         self.log.add(now_s, self.name, "queued", req.call_id)
-        self._arrival.set()
-        self._poke()
+        self._arrived()
 
     def state(self) -> WorkerState:
+        # The decode side hands out its last frozen state while its figures repeat; so
+        # does this one while that and its own queue and fills are as they were.
         base = super().state()
-        return replace(base, phase="mixed", queue_depth=base.queue_depth + len(self.queue),
-                       running=base.running + len(self._filling))
+        key = (base, len(self.queue), len(self._filling))
+        if key == self._mixed_key:
+            return self._mixed_state
+        self._mixed_key = key
+        self._mixed_state = replace(base, phase="mixed", queue_depth=base.queue_depth + key[1],
+                                    running=base.running + key[2])
+        return self._mixed_state
 
     # -- KV: sequences being filled hold their prompt's KV ---------------------------
     def _held(self) -> list[Request]:
@@ -123,7 +130,14 @@ class MixedWorker(DecodeWorker):
 
     def _loaded_prefix(self) -> None:
         self._wake_at = None
-        self._arrival.set()
+        self._arrived()
+
+    def _arrived(self) -> None:
+        """A call arrived or a prefix reached HBM: a decode run in progress ends at the
+        end of its step in progress (the call's first chunk rides in the next step). The
+        run's plan is stale (`_replan`, cleared by the next `_plan_run`) and the poke
+        wakes its wait: `DecodeWorker._run_steps` then stops at that step's end."""
+        self._replan = True
         self._poke()
 
     async def _decode_run(self, now_s: float) -> None:
@@ -134,28 +148,6 @@ class MixedWorker(DecodeWorker):
                                                             steps))
         done = await self._run_steps(ends)
         self._advance(done, now_s, asyncio.get_running_loop().time())
-
-    async def _run_steps(self, ends: np.ndarray) -> int:
-        """The decode worker's run, also ended at the end of the step in progress when a
-        call arrives (its first chunk rides in the next step)."""
-        loop = asyncio.get_running_loop()
-        self._arrival.clear()
-        run = asyncio.ensure_future(super()._run_steps(ends))
-        arrival = asyncio.ensure_future(self._arrival.wait())
-        try:
-            await asyncio.wait({run, arrival}, return_when=asyncio.FIRST_COMPLETED)
-            if run.done():
-                return run.result()
-            run.cancel()
-            t = loop.time()
-            j = min(int(np.searchsorted(ends, t, side="left")), len(ends) - 1)
-            if ends[j] > t:
-                await asyncio.sleep(ends[j] - t)
-            return j + 1
-        finally:
-            for fut in (run, arrival):
-                if not fut.done():
-                    fut.cancel()
 
     async def _mixed_step(self, chunks: list[FillChunk], now_s: float) -> None:
         """One step: the running decodes (one token each) and the chunks, priced together.
