@@ -53,6 +53,7 @@ class MixedWorker(DecodeWorker):
         self._wake_at: asyncio.TimerHandle | None = None
         self._mixed_key: tuple | None = None  # (the decode side's state, queue, filling)
         self._mixed_state: WorkerState | None = None
+        self._needs: dict[int, float] | None = None  # call id -> admission need, one plan
 
     # -- intake: the router hands calls here as to a fill worker -------------------
     def submit(self, req: Request, now_s: float) -> None:
@@ -94,8 +95,19 @@ class MixedWorker(DecodeWorker):
             return True
         if len(held) >= self.target_batch:
             return False
-        used = sum(self._admission_need(r) for r in held)
-        return used + self._admission_need(req) <= self.kv.instance_bytes
+        used = sum([self._need(r) for r in held])
+        return used + self._need(req) <= self.kv.instance_bytes
+
+    def _need(self, req: Request) -> float:
+        """`_admission_need`, kept for the plan of one step (`_needs`): nothing a plan
+        does changes a held sequence's length or the growth reserve, and each call of
+        `_may_start` sums the same sequences' needs again."""
+        if self._needs is None:
+            return self._admission_need(req)
+        need = self._needs.get(req.call_id)
+        if need is None:
+            need = self._needs[req.call_id] = self._admission_need(req)
+        return need
 
     # -- the loop ---------------------------------------------------------------------
     async def run(self) -> None:
@@ -107,8 +119,10 @@ class MixedWorker(DecodeWorker):
             self._join(now_s)
             self._interrupt.clear()
             budget = self.spec.batch.max_batch_tokens - len(self.running) * (1 + self.spec.layout.mtp)
+            self._needs = {}
             chunks = self.fills.prepare(self.hbm, now_s, budget, self._may_start,
                                         skip_loading=True)
+            self._needs = None
             self._wake_when_loaded(now_s)
             if chunks:
                 await self._mixed_step(chunks, now_s)
