@@ -9,6 +9,7 @@ from orchestrator.cli._common import UserError, non_negative_int, positive_float
 from orchestrator.cli._load import add_load_options, load_options_from_args
 from orchestrator.cli._metrics_run import add_metrics_options
 from orchestrator.control.config import ControlConfig, ControlConfigError, TimeScales
+from orchestrator.control.predictor import PredictorSettings
 from orchestrator.run.settings import (
     DEFAULT_CLUSTER,
     DEFAULT_CONTROLLER,
@@ -86,8 +87,24 @@ def add_run_options(p: argparse.ArgumentParser, controller: bool = True) -> None
                    metavar="S", help="TTFT target for goodput (default %(default)s s)")
     c.add_argument("--tpot-target", type=positive_float, default=ControlConfig.tpot_target_s,
                    metavar="S", help="TPOT target for goodput (default %(default)s s)")
+    c.add_argument("--predictor-error", type=positive_float, default=1.0, metavar="F",
+                   help="scale every step time the controllers' model predicts by F (a "
+                        "deliberately wrong model; default 1: its own prior, not the plant's)")
+    c.add_argument("--predictor-learning", type=unit_float, default=0.02, metavar="W",
+                   help="weight of each completed call in the model's online correction "
+                        "(default %(default)s; 0 never learns)")
     add_metrics_options(p)
     add_trace_events_options(p)
+
+
+def unit_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
+    return value
 
 
 def add_trace_events_options(p: argparse.ArgumentParser) -> None:
@@ -175,7 +192,9 @@ def settings_from_args(args: argparse.Namespace, controller: str | None = None) 
                           router=getattr(args, "router", "prefix-affinity"),
                           controller=controller or args.controller, seed=args.seed, load=load,
                           control=control, clock=args.clock, speed=args.speed,
-                          live=live_options_from_args(args))
+                          live=live_options_from_args(args),
+                          predictor=PredictorSettings(error=args.predictor_error,
+                                                      learn=args.predictor_learning))
 
 
 def trace_paths(args: argparse.Namespace) -> list:

@@ -40,8 +40,10 @@ class Observation:
     retired_total: int  # decode completions
     completed_total: int  # all completions (fills that need no decode included)
     rejected_total: int
-    predicted_decode_calls_per_s: float  # the cost core's decode service rate, in calls
-    predicted_fill_latency_s: float  # the cost core's time for a typical fill
+    # The orchestrator's own model of the service (orchestrator.control.predictor): not the
+    # plant's costs; learnt from completed calls.
+    predicted_decode_calls_per_s: float  # decode service rate at the target batches, in calls
+    predicted_fill_latency_s: float  # time for a typical fill
     pools: tuple[PoolObservation, ...] = ()
 
     @property

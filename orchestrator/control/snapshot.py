@@ -1,80 +1,14 @@
-"""Building an Observation from the running cluster, with the cost core's predictions."""
+"""Building an Observation from the running cluster, with the predictor's expectations
+(orchestrator.control.predictor)."""
 
 from __future__ import annotations
 
-from costmodel.phase import Phase
 from orchestrator.control.observe import Observation, PoolObservation, observation
 from workers.runtime import ClusterRuntime
 
 
-class Predictor:
-    """The cost core's service rates for what the cluster is running now: decode calls per
-    second at the workers' target batches, and the latency of a typical fill. Typical call
-    shapes start from the trace's means and follow completed calls (EWMA)."""
-
-    def __init__(self, mean_input_tokens: float, mean_new_tokens: float,
-                 mean_output_tokens: float) -> None:
-        self.input_tokens = mean_input_tokens
-        self.new_tokens = max(mean_new_tokens, 1.0)
-        self.output_tokens = max(mean_output_tokens, 1.0)
-        self._cache: dict[tuple, float] = {}
-        self._rates: tuple[tuple, float] | None = None  # (what it depends on, value)
-        self._fill: tuple[tuple, float] | None = None
-
-    def observe_completion(self, input_tokens: int, computed_tokens: int, output_tokens: int,
-                           weight: float = 0.02) -> None:
-        self._rates = None  # the fill latency's key holds the rounded shapes it depends on
-        self.input_tokens += weight * (input_tokens - self.input_tokens)
-        self.new_tokens += weight * (max(computed_tokens, 1) - self.new_tokens)
-        self.output_tokens += weight * (max(output_tokens, 1) - self.output_tokens)
-
-    def _tpot(self, rt: ClusterRuntime, pool: str, sequences: int, context: float) -> float:
-        key = ("decode", pool, sequences, round(context, -3))
-        if key not in self._cache:
-            self._cache[key] = float(rt.pricers[pool].decode_steps_s(sequences, key[3], 1)[0])
-        return self._cache[key]
-
-    def decode_calls_per_s(self, rt: ClusterRuntime) -> float:
-        key = tuple((w.spec.pool, w.accepting, w.target_batch) for w in rt.decode_workers.values())
-        if self._rates is not None and self._rates[0] == key:
-            return self._rates[1]
-        self._rates = (key, self._decode_calls_per_s(rt))
-        return self._rates[1]
-
-    def fill_latency_s(self, rt: ClusterRuntime) -> float:
-        # All `_fill_latency_s` reads: the fill pools and the typical shape, rounded.
-        key = (tuple(w.spec.pool for w in rt.fill_workers.values()),
-               round(self.new_tokens, -2),
-               round(max(self.input_tokens - self.new_tokens, 0.0), -3))
-        if self._fill is not None and self._fill[0] == key:
-            return self._fill[1]
-        self._fill = (key, self._fill_latency_s(rt))
-        return self._fill[1]
-
-    def _decode_calls_per_s(self, rt: ClusterRuntime) -> float:
-        context = self.input_tokens + self.output_tokens / 2
-        total = 0.0
-        for w in rt.decode_workers.values():
-            if not w.accepting:
-                continue
-            tpot = self._tpot(rt, w.spec.pool, w.target_batch, context)
-            total += w.target_batch / (tpot * self.output_tokens)
-        return total
-
-    def _fill_latency_s(self, rt: ClusterRuntime) -> float:
-        cached = max(self.input_tokens - self.new_tokens, 0.0)
-        worst = 0.0
-        for w in rt.fill_workers.values():
-            phase = Phase.MIDFILL if w.spec.phase is Phase.MIDFILL else Phase.PREFILL
-            key = ("fill", w.spec.pool, round(self.new_tokens, -2), round(cached, -3))
-            if key not in self._cache:
-                self._cache[key] = rt.pricers[w.spec.pool].fill_s(phase, 1, key[2] or 1, key[3])[0]
-            worst = max(worst, self._cache[key])
-        return worst
-
-
 def observe(rt: ClusterRuntime, now_s: float, counters: dict[str, int], queue_total: int,
-            queue_interactive: int, predictor: Predictor, busy_fraction: dict[str, float],
+            queue_interactive: int, predictor, busy_fraction: dict[str, float],
             fill_states: list | None = None, decode_states: list | None = None,
             pool_memo: dict | None = None) -> Observation:
     """The cluster now; `fill_states`/`decode_states`: the workers' states, when the

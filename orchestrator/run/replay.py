@@ -21,9 +21,10 @@ import numpy as np
 from orchestrator.control.config import ControlConfig
 from orchestrator.control.observe import ObservationLag
 from orchestrator.control.policies.base import AdmissionPolicy
+from orchestrator.control.predictor import Predictor, PredictorSettings
 from orchestrator.control.realloc import Reallocator, ReallocDecision
 from orchestrator.control.router import FillCandidate, PrefixAffinityRouter
-from orchestrator.control.snapshot import Predictor, energy_j
+from orchestrator.control.snapshot import energy_j
 from orchestrator.run.fast_loop import ConservationError, FastLoop
 from orchestrator.run.ledger import LedgerListener, held_call_ids
 from orchestrator.run.reconfig import Reconfigurer
@@ -43,7 +44,8 @@ class Orchestrator(FastLoop):
                  control: ControlConfig, load: LoadOptions, seed: int,
                  on_progress: Callable[[int, int], None] | None = None, logger=None,
                  listeners: Sequence[object] = (), deadline_s: float | None = None,
-                 reallocator=None, router=None, backend=None, skip_idle: bool = True):
+                 reallocator=None, router=None, backend=None, skip_idle: bool = True,
+                 predictor: PredictorSettings | None = None):
         self.cluster, self.sessions, self.policy = cluster, list(sessions), policy
         self.control, self.load, self.seed = control, load, seed
         self.on_progress = on_progress
@@ -74,10 +76,8 @@ class Orchestrator(FastLoop):
         if len(sizes) != 1:
             raise ValueError(f"traces mix block sizes {sorted(sizes)}: replay one kind at a time")
         self.block_tokens = sizes.pop()
-        calls = [c for s in self.sessions for c in s.calls]
-        self.predictor = Predictor(float(np.mean([c.input_tokens for c in calls])),
-                                   float(np.mean([c.new_tokens for c in calls])),
-                                   float(np.mean([c.output_tokens for c in calls])))
+        # The controller's model of the service: its own, learnt from completed calls.
+        self.predictor = Predictor(cluster, predictor)
         self.counters = dict.fromkeys(
             ("submitted", "admitted", "completed", "retired", "rejected", "redispatched"), 0)
         self.queue: deque[Pending] = deque()
@@ -138,8 +138,7 @@ class Orchestrator(FastLoop):
             self.counters["retired"] += 1
         self.done.append(req)
         self._period_done.append(req)
-        self.predictor.observe_completion(req.input_tokens, req.computed_tokens,
-                                          req.output_tokens)
+        self.predictor.observe_completion(req, self.runtime)
         self._notify("on_done", req, now_s)
         req.compact()  # kept for the summary: its block ids are not
         if not pending.future.done():

@@ -10,6 +10,7 @@ from pathlib import Path
 from costmodel.model import ModelSpec, load_model
 from orchestrator.control.config import ControlConfig
 from orchestrator.control.policies import make_policy
+from orchestrator.control.predictor import PredictorSettings
 from orchestrator.plugins import load as load_plugin
 from orchestrator.run.replay import Orchestrator, ReplayResult
 from orchestrator.run.summary import summarize
@@ -41,6 +42,8 @@ class RunSettings:
     live: object | None = None
     # Virtual time: skip sampling idle spans (docs/metrics.md); False samples every period.
     skip_idle: bool = True
+    # The controller's model of the service (--predictor-error, --predictor-learning).
+    predictor: PredictorSettings = field(default_factory=PredictorSettings)
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,8 @@ def run_replay(prepared: Prepared, settings: RunSettings,
                         reallocator=load_plugin("reallocator", settings.reallocator,
                                                 settings.control),
                         router=load_plugin("router", settings.router, settings.control),
-                        backend=backend, skip_idle=settings.skip_idle)
+                        backend=backend, skip_idle=settings.skip_idle,
+                        predictor=settings.predictor)
     result = make_clock(settings.clock, settings.speed).run(orch.run())
     summary = summarize(result, settings.control.ttft_target_s, settings.control.tpot_target_s,
                         run=f"{settings.controller}-seed{settings.seed}",

@@ -1,0 +1,139 @@
+"""What the orchestrator expects of the service: its own model, corrected by what it sees.
+
+A real orchestrator does not know the plant's exact step costs or the calls it has not
+seen yet. `Predictor` prices steps with its own copy of the cost core under its own
+efficiency settings (`PredictorSettings.efficiency`: a roofline at rule-of-thumb
+efficiencies, without the plant's fitted overheads), scaled by `error` (a deliberate
+bias, `--predictor-error`), and learns online from calls as they complete:
+
+- the typical call (input, newly computed and output tokens) is the running mean of
+  completed calls (a prior until the first completes, then an EWMA of weight `learn`);
+- two correction factors, one for fills and one for decode, follow the ratio of what a
+  completed call took (its fill time; its inter-token latency at the batch its worker
+  was running) to what the model predicted for it (EWMA of weight `learn`).
+
+Nothing here reads the trace or the plant's pricers. `learn=0` keeps the prior and the
+bias for the whole run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from costmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency
+from costmodel.phase import Phase
+from workers.cluster import BoundCluster
+from workers.pricing import StepPricer
+from workers.request import LatencyPart, Request
+from workers.runtime import ClusterRuntime
+
+# A roofline at the efficiencies an operator assumes before measuring (50% of peak
+# FLOP/s, 70% of HBM and network bandwidth, perfectly balanced experts, no per-kernel
+# or per-step overheads): not the plant's fitted factors (costmodel/efficiency.py).
+PRIOR_EFFICIENCY = replace(
+    DEFAULT_EFFICIENCY, compute=0.50, hbm=0.70, scale_up=0.70, scale_out=0.70,
+    ep_imbalance=1.0, kernel_launch_s=0.0, tp_collective_s=0.0, a2a_scale_up_s=0.0,
+    a2a_scale_out_s=0.0, pp_hop_s=0.0, step_overhead_s=0.0)
+
+
+@dataclass(frozen=True)
+class PredictorSettings:
+    error: float = 1.0  # multiplies every step time the model predicts
+    learn: float = 0.02  # EWMA weight of each completed call (0: never learn)
+    efficiency: Efficiency = field(default=PRIOR_EFFICIENCY)
+    # The typical call before any has completed: an agent turn of a long session.
+    prior_input_tokens: float = 32_768.0
+    prior_new_tokens: float = 2_048.0
+    prior_output_tokens: float = 512.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.error) and self.error > 0):
+            raise ValueError(f"predictor error must be a finite number > 0, got {self.error!r}")
+        if not (math.isfinite(self.learn) and 0 <= self.learn <= 1):
+            raise ValueError(f"predictor learning weight must be in [0, 1], got {self.learn!r}")
+
+
+class Predictor:
+    """Service rates for what the cluster runs now: decode calls per second at the
+    workers' target batches, and the latency of a typical fill."""
+
+    def __init__(self, cluster: BoundCluster, settings: PredictorSettings | None = None) -> None:
+        self.settings = settings = settings or PredictorSettings()
+        self.input_tokens = settings.prior_input_tokens
+        self.new_tokens = settings.prior_new_tokens
+        self.output_tokens = settings.prior_output_tokens
+        self.completions = 0
+        self.fill_correction = 1.0
+        self.decode_correction = 1.0
+        self._pricers: dict[str, StepPricer] = {}
+        for w in cluster.workers:  # one model per pool, as the pool was built
+            if w.pool not in self._pricers:
+                self._pricers[w.pool] = StepPricer(cluster.model, w.hardware, w.layout,
+                                                   settings.efficiency)
+        self._cache: dict[tuple, float] = {}
+        self._rates: tuple[tuple, float] | None = None  # (what it depends on, value)
+        self._fill: tuple[tuple, float] | None = None
+
+    def _model_fill_s(self, pool: str, phase: Phase, new_tokens: float, cached: float) -> float:
+        key = ("fill", pool, phase, round(new_tokens, -2), round(cached, -3))
+        if key not in self._cache:
+            self._cache[key] = float(self._pricers[pool].fill_s(phase, 1, key[3] or 1,
+                                                                key[4])[0])
+        return self._cache[key] * self.settings.error
+
+    def _model_tpot_s(self, pool: str, sequences: int, context: float) -> float:
+        key = ("decode", pool, max(sequences, 1), round(context, -3))
+        if key not in self._cache:
+            self._cache[key] = float(self._pricers[pool].decode_steps_s(key[2], key[3], 1)[0])
+        return self._cache[key] * self.settings.error
+
+    def observe_completion(self, req: Request, rt: ClusterRuntime) -> None:
+        """Learn from a completed call: its shape, and its fill and decode times against
+        what the model predicted for it."""
+        self._rates = self._fill = None
+        self.completions += 1
+        learn = self.settings.learn
+        if learn == 0.0:
+            return
+        shape_weight = max(learn, 1.0 / self.completions)  # the prior goes at once
+        self.input_tokens += shape_weight * (req.input_tokens - self.input_tokens)
+        self.new_tokens += shape_weight * (max(req.computed_tokens, 1) - self.new_tokens)
+        self.output_tokens += shape_weight * (max(req.output_tokens, 1) - self.output_tokens)
+        fill_s = req.parts_s[LatencyPart.FILL]
+        worker = rt.fill_workers.get(req.fill_worker) if req.fill_worker else None
+        if worker is not None and fill_s > 0 and req.computed_tokens > 0:
+            phase = Phase.MIDFILL if worker.spec.phase is Phase.MIDFILL else Phase.PREFILL
+            cached = max(req.input_tokens - req.computed_tokens, 0)
+            model = self._model_fill_s(worker.spec.pool, phase, req.computed_tokens, cached)
+            self.fill_correction += learn * (fill_s / model - self.fill_correction)
+        dec = rt.decode_workers.get(req.decode_worker) if req.decode_worker else None
+        if dec is not None and req.itl_s is not None and req.itl_s > 0:
+            context = req.input_tokens + req.output_tokens / 2
+            model = self._model_tpot_s(dec.spec.pool, dec.state().running + 1, context)
+            self.decode_correction += learn * (req.itl_s / model - self.decode_correction)
+
+    def decode_calls_per_s(self, rt: ClusterRuntime) -> float:
+        key = tuple((w.spec.pool, w.accepting, w.target_batch) for w in rt.decode_workers.values())
+        if self._rates is not None and self._rates[0] == key:
+            return self._rates[1]
+        context = self.input_tokens + self.output_tokens / 2
+        total = 0.0
+        for w in rt.decode_workers.values():
+            if w.accepting:
+                tpot = self._model_tpot_s(w.spec.pool, w.target_batch, context)
+                total += w.target_batch / (tpot * self.decode_correction * self.output_tokens)
+        self._rates = (key, total)
+        return total
+
+    def fill_latency_s(self, rt: ClusterRuntime) -> float:
+        key = tuple(w.spec.pool for w in rt.fill_workers.values())
+        if self._fill is not None and self._fill[0] == key:
+            return self._fill[1]
+        cached = max(self.input_tokens - self.new_tokens, 0.0)
+        worst = 0.0
+        for w in rt.fill_workers.values():
+            phase = Phase.MIDFILL if w.spec.phase is Phase.MIDFILL else Phase.PREFILL
+            worst = max(worst, self._model_fill_s(w.spec.pool, phase, self.new_tokens, cached))
+        self._fill = (key, worst * self.fill_correction)
+        return self._fill[1]
