@@ -13,16 +13,24 @@ The rational part is a `scipy.signal` transfer function; the delay is exact
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy import optimize, signal
 
 from orchestrator.control.config import ControlConfig
+
+if TYPE_CHECKING:
+    from scipy import signal
+
+# scipy.signal and scipy.optimize are imported where they are used: importing
+# scipy.signal takes ~0.7 s, which a process that never asks for a margin should not pay.
 
 
 def open_loop(controller: str, config: ControlConfig, fill_latency_s: float
               ) -> tuple[signal.TransferFunction, float]:
     """(rational part, delay in seconds) of the linearised open loop."""
+    from scipy import signal
+
     lag = config.observation_lag_s
     if controller == "retire":
         period = config.fast_period_s
@@ -35,6 +43,8 @@ def open_loop(controller: str, config: ControlConfig, fill_latency_s: float
 
 def phase_margin_deg(controller: str, config: ControlConfig, fill_latency_s: float) -> float:
     """180 degrees plus the open loop's phase where its gain crosses 1."""
+    from scipy import optimize, signal
+
     tf, delay = open_loop(controller, config, fill_latency_s)
 
     def gain(w: float) -> float:
@@ -56,6 +66,8 @@ RESONANCE = 1.01
 def _phase_crossover(tf: signal.TransferFunction, delay: float, lo: float, hi: float
                      ) -> float | None:
     """The lowest frequency in (lo, hi) where the open loop's phase reaches -180 degrees."""
+    from scipy import optimize, signal
+
     w = np.geomspace(lo, hi, 4000)
     _, h = signal.freqresp(tf, w)
     phase = np.unwrap(np.angle(h)) - delay * w + math.pi
@@ -81,6 +93,8 @@ def ringing_period_s(controller: str, config: ControlConfig, pipeline_s: float
     ch. 5). Positive margin: the closed loop's resonant peak, if its gain exceeds
     `RESONANCE` (damped ringing, damping ratio below ~0.65); a loop with no such peak
     does not ring."""
+    from scipy import signal
+
     tf, delay = open_loop(controller, config, pipeline_s)
     lo, hi = 1e-5, 2 * math.pi / (2 * config.fast_period_s)  # up to the sampling Nyquist
     if phase_margin_deg(controller, config, pipeline_s) < 0:

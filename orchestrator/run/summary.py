@@ -28,7 +28,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import signal
 
 from orchestrator.run.replay import ReplayResult
 from workers.request import LatencyPart, Request
@@ -100,6 +99,10 @@ def oscillation(result: ReplayResult) -> dict[str, float | None]:
     index = float(fast.std() / occ.mean()) if len(occ) > 1 and occ.mean() > 0 else 0.0
     out: dict[str, float | None] = {"oscillation_index": index, "oscillation_period_s": None}
     if len(occ) >= 16 and occ.std() > 0:
+        # Imported here: scipy.signal takes ~0.7 s to import, paid only by a run with a
+        # spectrum to take, not by every process that imports this module.
+        from scipy import signal
+
         fs = 1.0 / result.control.fast_period_s
         freqs, power = signal.welch(occ - occ.mean(), fs=fs, nperseg=min(256, len(occ)))
         k = int(np.argmax(power[1:])) + 1
