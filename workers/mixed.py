@@ -157,7 +157,9 @@ class MixedWorker(DecodeWorker):
     async def _decode_run(self, now_s: float) -> None:
         """No fill can start: the decode worker's run of steps, to the next retirement."""
         steps = self._plan_run(now_s)
-        mean_context = sum(r.context_tokens for r in self.running) / len(self.running)
+        running = self.running
+        # Request.context_tokens inline: this runs per run, over the batch.
+        mean_context = sum([r.input_tokens + r.generated for r in running]) / len(running)
         ends = now_s + np.cumsum(self.pricer.decode_steps_s(len(self.running), mean_context,
                                                             steps))
         done = await self._run_steps(ends)

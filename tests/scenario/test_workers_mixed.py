@@ -160,3 +160,37 @@ def test_a_prefix_on_its_way_holds_no_step_its_chunk_rides_once_it_is_in_hbm():
     step = step_s([4_000 - 46 * 64, 1], [46 * 64, 1_001 + j + 1], [False, True])
     assert turn2.fill_end_s - began_s == pytest.approx(step, abs=1e-8)
     assert turn2.fill_start_s == pytest.approx(arrived_s, abs=1e-8)  # its fill began with the load
+
+
+def test_state_is_handed_out_again_until_its_queue_or_its_decode_side_changes():
+    async def main():
+        rt = ClusterRuntime(mixed_cluster().bind(LLAMA), block_tokens=64)
+        worker = rt.decode_workers["mixed-0"]
+        first = worker.state()
+        assert worker.state() is first and first.phase == "mixed" and first.queue_depth == 0
+        worker.submit(Request(1, "s1", input_tokens=1_000, output_tokens=2), 0.0)
+        queued = worker.state()
+        assert queued is not first and queued.queue_depth == 1 and queued.running == 0
+        assert worker.state() is queued
+        worker.set_target_batch(first.target_batch + 1)
+        retargeted = worker.state()
+        assert retargeted.target_batch == first.target_batch + 1
+        assert retargeted.queue_depth == 1 and retargeted.phase == "mixed"
+
+    VirtualClock().run(main())
+
+
+def test_an_arrival_marks_the_decode_run_for_replanning_and_wakes_it():
+    async def main():
+        rt = ClusterRuntime(mixed_cluster().bind(LLAMA), block_tokens=64)
+        worker = rt.decode_workers["mixed-0"]
+        loop = asyncio.get_running_loop()
+        worker._interrupt = asyncio.Event()
+        wait = worker._poked_or_timeout(loop, 10.0)
+        assert not worker._replan and not wait.done()
+        worker.submit(Request(1, "s1", input_tokens=1_000, output_tokens=2), 0.0)
+        # The run's wait ends now (a poke), and the run stops at its step's end (replan).
+        assert worker._replan and wait.done() and wait.result() is True
+        assert worker._waiter is None
+
+    VirtualClock().run(main())
