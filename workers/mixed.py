@@ -95,19 +95,18 @@ class MixedWorker(DecodeWorker):
             return True
         if len(held) >= self.target_batch:
             return False
-        used = sum([self._need(r) for r in held])
-        return used + self._need(req) <= self.kv.instance_bytes
-
-    def _need(self, req: Request) -> float:
-        """`_admission_need`, kept for the plan of one step (`_needs`): nothing a plan
-        does changes a held sequence's length or the growth reserve, and each call of
-        `_may_start` sums the same sequences' needs again."""
-        if self._needs is None:
-            return self._admission_need(req)
-        need = self._needs.get(req.call_id)
-        if need is None:
-            need = self._needs[req.call_id] = self._admission_need(req)
-        return need
+        # `_admission_need` kept for the plan of one step (`_needs`): nothing a plan does
+        # changes a held sequence's length or the growth reserve, and each call here sums
+        # the same sequences' needs again. Summed in the order held, as sum() over them.
+        needs = {} if self._needs is None else self._needs
+        values = []
+        for r in (*held, req):
+            need = needs.get(r.call_id)
+            if need is None:
+                need = needs[r.call_id] = self._admission_need(r)
+            values.append(need)
+        own = values.pop()
+        return sum(values) + own <= self.kv.instance_bytes
 
     # -- the loop ---------------------------------------------------------------------
     async def run(self) -> None:
