@@ -73,6 +73,15 @@ class FastLoop:
             self.counters["admitted"] += 1
             self._period_admitted += 1
 
+    def _decide_now(self, now_s: float) -> None:
+        """An event-driven policy's decision on the cluster as it is now (no lag), applied
+        at once; the fast loop's periodic decisions go on beside it."""
+        if not self.queue:
+            return
+        obs = observe(self.runtime, now_s, self.counters, len(self.queue),
+                      sum(p.interactive for p in self.queue), self.predictor, {})
+        self._apply(self.policy.decide(obs, now_s), now_s)
+
     def _apply_target_batch(self, per_unit: int) -> None:
         self._touched = True
         for w in self.runtime.decode_workers.values():

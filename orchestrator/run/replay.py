@@ -109,6 +109,8 @@ class Orchestrator(FastLoop):
         self._restampable = None
         self._ran_at = 0
         self._touched = False
+        # A policy that decides at every event on the cluster as it is (policies.local).
+        self._event_driven = bool(getattr(policy, "event_driven", False))
 
     # -- sessions and calls ----------------------------------------------------------
     def _next_call_id(self) -> int:
@@ -125,6 +127,8 @@ class Orchestrator(FastLoop):
         self._pending[req.call_id] = pending
         self._wake.set()
         self._notify("on_submit", req, req.arrival_s)
+        if self._event_driven:
+            self._decide_now(req.arrival_s)
         return await pending.future
 
     def _on_done(self, req: Request, now_s: float) -> None:
@@ -143,6 +147,8 @@ class Orchestrator(FastLoop):
         req.compact()  # kept for the summary: its block ids are not
         if not pending.future.done():
             pending.future.set_result(Outcome.DONE)
+        if self._event_driven and self.queue:
+            self._decide_now(now_s)
 
     def _reject(self, pending: Pending) -> None:
         del self._pending[pending.request.call_id]
@@ -242,7 +248,8 @@ class Orchestrator(FastLoop):
         self.runtime = ClusterRuntime(self.cluster, self.block_tokens, on_done=self._on_done,
                                       executor=getattr(self.backend, "executor", None),
                                       seed=self.seed)
-        self.lag = ObservationLag(self.control.observation_lag_s)
+        # An event-driven policy is the engine's own scheduler: it sees its state unlagged.
+        self.lag = ObservationLag(0.0 if self._event_driven else self.control.observation_lag_s)
         self.series.period_s = self.control.fast_period_s
         self.realloc = self._reallocator or Reallocator(self.control)
         self.reconfigurer = Reconfigurer(self.runtime, self.cluster, self.weights_per_gpu)

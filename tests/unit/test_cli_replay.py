@@ -49,7 +49,7 @@ def test_help_states_the_defaults(capsys):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--controller", "pid"], "unknown controller 'pid'; known: buffered, predictive, retire"),
+        (["--controller", "pid"], "unknown controller 'pid'; known: buffered, local, predictive, retire"),
         (["--cluster", "nope"], "unknown cluster 'nope'; known: b200x8"),
         (["--model", "gpt-9"], "unknown model 'gpt-9'"),
         (["--fast-period", "10"], "control configuration refused: the fast loop (10 s)"),

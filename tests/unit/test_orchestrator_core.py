@@ -39,11 +39,11 @@ def test_bad_numbers_are_refused_by_name():
 
 def test_unknown_controller_lists_known():
     with pytest.raises(ValueError, match="unknown controller 'pid'; known: buffered, "
-                                         "predictive, retire"):
+                                         "local, predictive, retire"):
         make_policy("pid", ControlConfig())
 
 
-@pytest.mark.parametrize("name", ["retire", "buffered", "predictive"])
+@pytest.mark.parametrize("name", ["retire", "buffered", "predictive", "local"])
 def test_builtins_implement_the_interface(name):
     policy = make_policy(name, ControlConfig())
     assert isinstance(policy, AdmissionPolicy)

@@ -12,6 +12,7 @@ from orchestrator.control.policies.base import (
     PluginError,
 )
 from orchestrator.control.policies.buffered import BufferedAdmission
+from orchestrator.control.policies.local import LocalAdmission
 from orchestrator.control.policies.predictive import PredictiveAdmission
 from orchestrator.control.policies.retire import RetireAdmission
 
@@ -19,6 +20,7 @@ BUILTIN: dict[str, Callable[..., AdmissionPolicy]] = {
     "retire": RetireAdmission,
     "buffered": BufferedAdmission,
     "predictive": PredictiveAdmission,
+    "local": LocalAdmission,
 }
 
 

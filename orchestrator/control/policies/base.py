@@ -37,6 +37,7 @@ class AdmissionReason(Enum):
     BACKLOG_HIGH = "backlog_high"  # below the service rate to drain the backlog
     BACKLOG_LOW = "backlog_low"  # above the service rate to refill the buffer
     PREDICTED_MISS = "predicted_miss"  # calls predicted to miss their target are refused
+    RESERVED = "reserved"  # as many as decode slots can be reserved for (local)
     HOLD = "hold"  # nothing to admit
 
 
