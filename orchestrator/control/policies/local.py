@@ -5,8 +5,9 @@ orchestrator: the scheduler decides with its own state, not with scraped metrics
 observation lag), at every event rather than on a period (a call arriving, a call
 finishing), and admits a call only when a decode slot can be reserved for it: every
 call admitted and not yet decoding holds one. SGLang's decode server preallocates a
-request's KV before its prefill is sent (its "prealloc queue",
-https://docs.sglang.ai/advanced_features/pd_disaggregation.html); vLLM's scheduler
+request's KV before its prefill is sent (`DecodePreallocQueue` in
+https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/disaggregation/decode.py;
+https://docs.sglang.io/advanced_features/pd_disaggregation.html); vLLM's scheduler
 admits a waiting request when its KV blocks can be allocated
 (https://docs.vllm.ai/en/latest/design/architecture.html). Here the KV half of that
 reservation is the decode workers' own: a call joins a decode batch only when its
