@@ -51,9 +51,10 @@ def binding_decisions(queued: Sequence[int], admits: Sequence[int],
 def run_binding_decisions(out: Path, name: str) -> int:
     """`binding_decisions` of one controller's run written by `compare` into `out`, from
     its series: the admission queue each decision faced (sampled just before it), what
-    it admitted and why. A skipped idle span's record faced an empty queue."""
+    it admitted and why. A skipped idle span's record faced an empty queue; the run's
+    last sample, taken as it ends, has no decision after it (its `admit` is empty)."""
     with (out / f"{name}-series.csv").open(newline="") as f:
-        rows = list(csv.DictReader(f))
+        rows = [r for r in csv.DictReader(f) if r["admit"] != ""]
     return binding_decisions([int(float(r["admission_queue"])) for r in rows],
                              [int(r["admit"]) for r in rows], [r["reason"] for r in rows])
 

@@ -51,3 +51,14 @@ def test_demo_loads_decode_completes_every_call_and_writes_its_report(tmp_path, 
         assert r[section][key] == b[section][key], f"{section}.{key}"
     html = (out / "report.html").read_text()
     assert "data:image/png;base64," in html and "oscillation index" in html
+
+
+def test_binding_decisions_read_from_a_series_skip_the_final_sample(tmp_path):
+    """The run's last sample is taken as it ends: no decision follows it, its admit is
+    empty in series.csv."""
+    from orchestrator.run.demo import run_binding_decisions
+
+    (tmp_path / "x-series.csv").write_text(
+        "time_s,admission_queue,admit,reason\n0,0,0,no_observation\n1,5,2,rate_match\n"
+        "2,3,3,rate_match\n3,4,,\n")
+    assert run_binding_decisions(tmp_path, "x") == 1
