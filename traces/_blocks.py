@@ -13,6 +13,11 @@ from collections.abc import Sequence
 
 LOCAL_BITS = 40
 LOCAL_LIMIT = 1 << LOCAL_BITS
+# The namespace of prefixes shared across sessions (traces.shared_prefix): above any file's
+# (files are numbered from 1 in a read) and below the ids of repeated copies (2**60 up).
+SHARED_NAMESPACE = (1 << 20) - 1
+SHARED_FIRST_ID = SHARED_NAMESPACE << LOCAL_BITS
+SHARED_END_ID = (SHARED_NAMESPACE + 1) << LOCAL_BITS
 
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:

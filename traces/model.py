@@ -116,6 +116,10 @@ class Session:
     source: str
     start_s: float | None
     calls: tuple[Call, ...]
+    # Leading tokens of this session's prompts that other sessions' prompts may share, as
+    # the format says (weka: its tool definitions, sent first in every request); None:
+    # the format does not say (traces.shared_prefix).
+    shared_prefix_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if not self.calls:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from traces.model import Call, Session
+from traces.shared_prefix import SharedChains, share_prefixes, shared_blocks
 
 # One new agent session a minute: the 113-session collection then starts
 # within about two hours, and its median session (about an hour of think
@@ -50,6 +51,9 @@ class LoadOptions:
     think_scale: float = 1.0
     duration_s: float | None = None
     repeat: int = 1  # replay the trace this many times over, each copy as new sessions
+    # Leading tokens every session shares with the others (traces.shared_prefix): None,
+    # as the trace hints (weka: each session's tool definitions); 0: none.
+    shared_prefix_tokens: int | None = None
 
     def __post_init__(self) -> None:
         _positive("sessions_per_hour", self.sessions_per_hour)
@@ -63,6 +67,12 @@ class LoadOptions:
         if isinstance(self.repeat, bool) or not isinstance(self.repeat, int) or not (
                 1 <= self.repeat <= MAX_REPEAT):
             raise ValueError(f"repeat: expected an integer 1..{MAX_REPEAT}, got {self.repeat!r}")
+        if self.shared_prefix_tokens is not None and (
+                isinstance(self.shared_prefix_tokens, bool)
+                or not isinstance(self.shared_prefix_tokens, int)
+                or self.shared_prefix_tokens < 0):
+            raise ValueError(f"shared_prefix_tokens: expected an integer >= 0, got "
+                             f"{self.shared_prefix_tokens!r}")
         if (
             isinstance(self.think_scale, bool)
             or not isinstance(self.think_scale, int | float)
@@ -89,11 +99,16 @@ MAX_REPEAT = 1000
 
 
 def shifted_blocks(block_ids: tuple[int, ...], shift: int) -> tuple[int, ...]:
-    """`block_ids` with the first id moved by `shift` (one new int; the others shared)."""
+    """`block_ids` with the first id that is not of a prefix shared across sessions
+    (traces.shared_prefix) moved by `shift` (one new int; the others shared): copies keep
+    sharing what every session shares."""
     if not block_ids or not shift:
         return block_ids
+    i = shared_blocks(block_ids)
+    if i == len(block_ids):
+        return block_ids  # all of it shared
     # Concatenation is two memcpys (~5 us for 1,000 ids), unpacking twice as slow.
-    return (block_ids[0] + shift,) + block_ids[1:]  # noqa: RUF005
+    return block_ids[:i] + (block_ids[i] + shift,) + block_ids[i + 1:]  # noqa: RUF005
 
 
 class RepeatedCalls(Sequence[Call]):
@@ -139,7 +154,8 @@ def repeated_session(session: Session, k: int) -> Session:
     # would build every call of the copy up front, which is what a repeat must not do).
     copy = object.__new__(Session)
     for name, value in (("session_id", sid), ("source", session.source),
-                        ("start_s", session.start_s), ("calls", calls)):
+                        ("start_s", session.start_s), ("calls", calls),
+                        ("shared_prefix_tokens", session.shared_prefix_tokens)):
         object.__setattr__(copy, name, value)
     return copy
 
@@ -158,14 +174,18 @@ def repeat_sessions(sessions: Iterable[Session], times: int) -> Iterator[Session
 
 
 def session_starts(
-    sessions: Iterable[Session], load: LoadOptions, rng: np.random.Generator
+    sessions: Iterable[Session], load: LoadOptions, rng: np.random.Generator,
+    chains: SharedChains | None = None,
 ) -> Iterator[tuple[float, Session]]:
-    """(start time in seconds, session) in admission order; see the module doc."""
+    """(start time in seconds, session) in admission order; see the module doc. Sessions
+    are given their shared prefixes first (`load.shared_prefix_tokens`; `chains` counts
+    what was shared)."""
     poisson_rate = load.sessions_per_hour or DEFAULT_AGENT_SESSIONS_PER_HOUR
     mean_gap_s = 3600.0 / poisson_rate
     clock_s = 0.0
     admitted = 0
-    for session in repeat_sessions(sessions, load.repeat):
+    shared = share_prefixes(sessions, load.shared_prefix_tokens, chains)
+    for session in repeat_sessions(shared, load.repeat):
         if load.max_sessions is not None and admitted >= load.max_sessions:
             return
         if load.sessions_per_hour is None and session.start_s is not None:
@@ -178,4 +198,6 @@ def session_starts(
         if load.duration_s is not None and start_s >= load.duration_s:
             continue  # an own-timestamp session too late; later files may start earlier
         admitted += 1
+        if chains is not None:
+            chains.started(session)
         yield start_s, session

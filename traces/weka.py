@@ -52,6 +52,7 @@ class _Document(msgspec.Struct):
     block_size: BlockSize
     requests: list[msgspec.Raw]
     id: NonEmpty | None = None
+    tool_tokens: Tokens | None = None
 
 
 _DOCUMENT = msgspec.json.Decoder(_Document)
@@ -162,4 +163,5 @@ def read_weka(path: Path, namespace: int, sink: ProblemSink | None = None) -> It
             source=str(path),
             start_s=None,
             calls=tuple(builder.calls),
+            shared_prefix_tokens=doc.tool_tokens,
         )

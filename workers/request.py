@@ -52,6 +52,9 @@ class Request:
     state: RequestState = RequestState.QUEUED
     # Filled in as the request moves.
     prefix_tokens: int = 0  # cached prefix the store found
+    # Of the input, tokens this call's own session computed before (the trace says): a
+    # prefix found beyond them came from another session's KV.
+    own_cached_tokens: int = 0
     computed_tokens: int = 0  # tokens the fill computed (new + recomputed)
     fill_start_s: float | None = None
     fill_end_s: float | None = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from orchestrator.cli._common import positive_float, positive_int
+from orchestrator.cli._common import non_negative_int, positive_float, positive_int
 from traces.replay import DEFAULT_AGENT_SESSIONS_PER_HOUR, LoadOptions
 
 
@@ -46,6 +46,15 @@ def add_load_options(parser: argparse.ArgumentParser) -> None:
         help="replay the trace K times over, each copy as new sessions (default 1)",
     )
     group.add_argument(
+        "--shared-prefix-tokens",
+        type=non_negative_int,
+        metavar="N",
+        help="the first N tokens of every session are one chain of KV shared by all "
+        "sessions (an assumption: docs/trace-format.md); default: as the trace says (weka "
+        "agent traces: each session's tool definitions, shared by sessions whose "
+        "definitions have the same length); 0: none",
+    )
+    group.add_argument(
         "--duration",
         type=positive_float,
         metavar="S",
@@ -60,4 +69,5 @@ def load_options_from_args(args: argparse.Namespace) -> LoadOptions:
         think_scale=args.think_scale,
         duration_s=args.duration,
         repeat=args.repeat,
+        shared_prefix_tokens=args.shared_prefix_tokens,
     )

@@ -34,6 +34,7 @@ from orchestrator.run.sessions import Outcome, Pending, run_session
 from storage.tiers import Tier
 from traces.model import Session
 from traces.replay import LoadOptions, session_starts
+from traces.shared_prefix import SharedChains
 from workers.cluster import BoundCluster
 from workers.request import Request
 from workers.runtime import ClusterRuntime
@@ -111,6 +112,7 @@ class Orchestrator(FastLoop):
         self._touched = False
         # A policy that decides at every event on the cluster as it is (policies.local).
         self._event_driven = bool(getattr(policy, "event_driven", False))
+        self.shared_chains = SharedChains()  # what the sessions share (traces.shared_prefix)
 
     # -- sessions and calls ----------------------------------------------------------
     def _next_call_id(self) -> int:
@@ -222,7 +224,8 @@ class Orchestrator(FastLoop):
             if self.on_progress is not None:
                 self.on_progress(finished, total)
 
-        for start_s, session in session_starts(self.sessions, self.load, rng):
+        for start_s, session in session_starts(self.sessions, self.load, rng,
+                                               self.shared_chains):
             if start_s > loop.time():
                 await asyncio.sleep(start_s - loop.time())
             task = asyncio.create_task(run_session(session, self.load, self._next_call_id,
@@ -332,4 +335,7 @@ class Orchestrator(FastLoop):
             predicted_fill_latency_s=self.predictor.fill_latency_s(rt),
             predicted_decode_calls_per_s=self.predictor.decode_calls_per_s(rt),
             rejected_arrivals_s=self._rejected_arrivals_s,
-            decode_slots=decode_slots(self.cluster), ledger=self.ledger_report)
+            decode_slots=decode_slots(self.cluster), ledger=self.ledger_report,
+            shared_prefix={"sessions": self.shared_chains.sessions,
+                           "tokens": self.shared_chains.tokens,
+                           "chains": self.shared_chains.count})

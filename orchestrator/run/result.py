@@ -39,6 +39,8 @@ class ReplayResult:
     rejected_arrivals_s: list[float] = field(default_factory=list)
     decode_slots: int = 0  # of the cluster as built (`decode_slots`)
     ledger: object = None  # the call ledger's LedgerReport (virtual mode), or None
+    # Prefixes shared across sessions: base sessions given one, their tokens, chains.
+    shared_prefix: dict = field(default_factory=dict)
 
 
 def decode_slots(cluster: BoundCluster) -> int:

@@ -37,7 +37,7 @@ def make_request(call_id: int, call: Call, following: Call | None) -> Request:
                    input_tokens=call.input_tokens, output_tokens=call.output_tokens,
                    block_ids=call.block_ids,
                    writeback_block_ids=writeback_blocks(call, following),
-                   interactive=not call.is_subagent)
+                   interactive=not call.is_subagent, own_cached_tokens=call.cached_tokens)
 
 
 class Outcome:

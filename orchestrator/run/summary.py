@@ -190,6 +190,14 @@ def summarize(result: ReplayResult, ttft_target_s: float, tpot_target_s: float,
             "preemptions": sum(r.preemptions for r in reqs),
         },
         "tokens": {"recomputed": sum(r.recomputed_tokens for r in reqs)},
+        "cache": {
+            # Input tokens found cached, and of them those beyond what the call's own
+            # session had computed: KV another session wrote (a shared prefix).
+            "prefix_hit_tokens": sum(r.prefix_tokens for r in reqs),
+            "cross_session_hit_tokens": sum(max(0, r.prefix_tokens - r.own_cached_tokens)
+                                            for r in reqs),
+            "shared_prefix": dict(result.shared_prefix),
+        },
         "ttft_s": _pct(ttft),
         "itl_s": _pct(itl),
         "tpot_s": _pct(itl),  # alias of itl_s (docs/metrics.md)

@@ -1,0 +1,89 @@
+"""Prefixes shared across sessions: every agent product sends the same tool definitions
+(and often the same system prompt) at the start of every request.
+
+Formats whose block ids are global (Mooncake) share such prefixes already. Formats with
+ids local to each file (the weka agent traces) cannot say which blocks of two sessions
+hold the same text, so sharing is an assumption the user makes or the format hints at:
+`share_prefixes(sessions, tokens)` makes the first `tokens` tokens of every session one
+chain of blocks common to all of them (`tokens=None`: each session's own hint, the
+weka files' `tool_tokens`, sessions with the same hint sharing one chain; 0: nothing
+shared). The blocks that the session's first call starts with, up to that length, are
+renamed to ids of the shared namespace (traces._blocks) wherever a call of the session
+starts with them, so a session's own reuse is unchanged and a call after a context reset,
+which starts again from those blocks, shares them too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
+
+from traces._blocks import LOCAL_LIMIT, SHARED_END_ID, SHARED_FIRST_ID
+from traces.model import Call, Session
+
+
+class SharedChains:
+    """One chain of shared ids per prefix length, numbered as lengths first appear."""
+
+    def __init__(self) -> None:
+        self._chains: dict[int, int] = {}
+        self.sessions = 0  # sessions started with a shared prefix
+        self.tokens = 0  # their shared prefix tokens, summed
+
+    def started(self, session: Session) -> None:
+        """Count a session as it starts (copies of a repeated trace included)."""
+        call = session.calls[0]
+        n = shared_blocks(call.block_ids)
+        if n:
+            self.sessions += 1
+            self.tokens += n * call.block_size
+
+    @property
+    def count(self) -> int:
+        return len(self._chains)
+
+    def base(self, tokens: int) -> int:
+        chain = self._chains.setdefault(tokens, len(self._chains))
+        return SHARED_FIRST_ID + chain * (LOCAL_LIMIT >> 20)
+
+
+def shared_blocks(block_ids) -> int:
+    """How many leading ids are of a shared prefix."""
+    i = 0
+    while i < len(block_ids) and SHARED_FIRST_ID <= block_ids[i] < SHARED_END_ID:
+        i += 1
+    return i
+
+
+def _renamed(call: Call, mapping: dict[int, int]) -> Call:
+    ids = call.block_ids
+    i = 0
+    while i < len(ids) and ids[i] in mapping:
+        i += 1
+    if i == 0:
+        return call
+    return replace(call, block_ids=tuple(mapping[x] for x in ids[:i]) + ids[i:])
+
+
+def share_prefix(session: Session, tokens: int | None, chains: SharedChains) -> Session:
+    n = session.shared_prefix_tokens if tokens is None else tokens
+    if not n:
+        return session
+    first = session.calls[0]
+    k = min(n // first.block_size, len(first.block_ids))
+    if k == 0:
+        return session
+    base = chains.base(n)  # one chain per prefix as the trace states it
+    mapping = {local: base + i for i, local in enumerate(first.block_ids[:k])}
+    if len(mapping) != k:  # a block repeated inside the prefix: keep the first run only
+        k = next(i for i, x in enumerate(first.block_ids[:k]) if first.block_ids.index(x) != i)
+        mapping = {local: base + i for i, local in enumerate(first.block_ids[:k])}
+    calls = tuple(_renamed(c, mapping) for c in session.calls)
+    return replace(session, calls=calls)
+
+
+def share_prefixes(sessions: Iterable[Session], tokens: int | None,
+                   chains: SharedChains | None = None) -> Iterator[Session]:
+    chains = chains if chains is not None else SharedChains()
+    for session in sessions:
+        yield share_prefix(session, tokens, chains)
