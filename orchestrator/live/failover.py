@@ -59,7 +59,7 @@ class Failover:
                 spec, hbm_holder = removed
                 # The same GPUs: their HBM keeps its store name (a worker that came by a
                 # move holds its first name's), and a reshaped slice keeps its own pricer.
-                self.orch.reconfigurer._add(spec, hbm_holder)
+                self.orch.reconfigurer.start_worker(spec, hbm_holder)
         self.release_held()
 
     def release_held(self) -> None:

@@ -117,10 +117,11 @@ class Reconfigurer:
         await asyncio.sleep(self.load_time_s(spec))
         # Idle GPUs while the weights load are counted with the new worker's idle time.
         self.started_s[spec.name] = now_s
-        self._add(spec, worker.hbm.holder)
+        self.start_worker(spec, worker.hbm.holder)
 
-    def _add(self, spec: WorkerSpec, hbm_holder: str) -> None:
-        """Start `spec`; a reshaped worker is priced at its own layout, not its pool's
+    def start_worker(self, spec: WorkerSpec, hbm_holder: str) -> None:
+        """Start `spec` with its KV at `hbm_holder`'s HBM (a move, or a worker restored
+        after its process was lost); a reshaped worker is priced at its own layout, not its pool's
         (the runtime keeps one pricer a pool, which stays the pool's template's)."""
         pricers = self.runtime.pricers
         if spec.layout == self._templates[spec.pool].layout:

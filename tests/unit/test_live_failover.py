@@ -52,7 +52,7 @@ class Reconfigurer:
     def busy(self):
         return False
 
-    def _add(self, spec, hbm_holder):
+    def start_worker(self, spec, hbm_holder):
         self.added.append((spec.name, hbm_holder))
         w = Worker(spec.name, spec.phase, hbm_holder)
         target = self.runtime.decode_workers if spec.phase is Phase.DECODE else \
