@@ -58,6 +58,16 @@ def positive_float(text: str) -> float:
     return value
 
 
+def unit_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
+    return value
+
+
 def print_json(obj: Any) -> None:
     """`--json`: one object on stdout and nothing else there."""
     sys.stdout.write(json.dumps(obj, sort_keys=False, allow_nan=False) + "\n")

@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from orchestrator.cli._common import UserError, non_negative_int, positive_float, positive_int
+from orchestrator.cli._common import (
+    UserError,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    unit_float,
+)
 from orchestrator.cli._load import add_load_options, load_options_from_args
 from orchestrator.cli._metrics_run import add_metrics_options
 from orchestrator.control.config import ControlConfig, ControlConfigError, TimeScales
@@ -95,16 +101,6 @@ def add_run_options(p: argparse.ArgumentParser, controller: bool = True) -> None
                         "(default %(default)s; 0 never learns)")
     add_metrics_options(p)
     add_trace_events_options(p)
-
-
-def unit_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
-    return value
 
 
 def add_trace_events_options(p: argparse.ArgumentParser) -> None:
