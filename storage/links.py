@@ -68,6 +68,14 @@ class Fabric:
     def links(self) -> tuple[Link, ...]:
         return tuple(self._links.values())
 
+    def add_link(self, link: Link) -> None:
+        """A link that was not there (a worker started under a new name); a name
+        already known is refused."""
+        if link.name in self._links:
+            raise ValueError(f"Fabric: link {link.name!r} is listed twice")
+        self._links[link.name] = link
+        self._carried[link.name] = 0.0
+
     def start(self, now_s: float, path: Iterable[str], size_bytes: float) -> int:
         """A copy of `size_bytes` over `path` begins at `now_s`; returns its flow id.
         Flows that finished by `now_s` are kept for the next `advance` to return."""
@@ -137,6 +145,15 @@ class Fabric:
         """Bandwidth in use on link `name` now."""
         return sum(f.rate_bytes_per_s for f in self._flows.values() if name in f.path)
 
+    def loads(self) -> dict[str, float]:
+        """Bandwidth in use now on every link some flow crosses (one pass over the
+        flows in flight)."""
+        out: dict[str, float] = {}
+        for flow in self._flows.values():
+            for name in flow.path:
+                out[name] = out.get(name, 0.0) + flow.rate_bytes_per_s
+        return out
+
     def _finish_of(self, flow: _Flow) -> float:
         if flow.remaining_bytes <= 0.0:
             return self.now_s
@@ -159,11 +176,12 @@ class Fabric:
     def _share(self) -> None:
         """Max-min fair rates by progressive filling: the link offering the smallest
         equal share fixes the rate of every unfixed flow crossing it; repeat."""
-        spare = {name: link.bytes_per_s for name, link in self._links.items()}
         unfixed: dict[str, list[int]] = {}
         for fid, flow in self._flows.items():
             for name in flow.path:
                 unfixed.setdefault(name, []).append(fid)
+        # Only the links some flow crosses (a cluster has hundreds, a few are busy).
+        spare = {name: self._links[name].bytes_per_s for name in unfixed}
         fixed: set[int] = set()
         while unfixed:
             name = min(unfixed, key=lambda n: (spare[n] / len(unfixed[n]), n))

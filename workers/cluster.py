@@ -139,6 +139,22 @@ class ExpertWorkerSpec:
     attention_workers: tuple[str, ...]
 
 
+HANDOFFS = ("direct", "host")
+
+
+@dataclass(frozen=True)
+class KvSpec:
+    """How KV moves (the cluster file's `[kv]`, docs/cluster-format.md).
+
+    `handoff`: a filled call's KV goes to its decode worker `direct` (GPU to GPU,
+    over NVLink inside a scale-up domain, else the NICs) or through the fill node's
+    `host` memory. `promote_min_sessions`: a blob referenced by at least this many
+    live sessions is copied to its reader's rack cache when fetched (0: never)."""
+
+    handoff: str = "direct"
+    promote_min_sessions: int = 2
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
     name: str
@@ -148,6 +164,7 @@ class ClusterSpec:
     pools: tuple[PoolSpec, ...]
     pfs: PfsSpec
     expert_pools: tuple[ExpertPoolSpec, ...] = ()
+    kv: KvSpec = KvSpec()
 
     @property
     def gpus(self) -> int:

@@ -20,10 +20,12 @@ from costmodel.phase import Phase
 from costmodel.precision import Precision
 from workers.cluster import (
     GB,
+    HANDOFFS,
     BatchPolicySpec,
     ClusterError,
     ClusterSpec,
     ExpertPoolSpec,
+    KvSpec,
     NodeSpec,
     PfsSpec,
     PoolSpec,
@@ -256,7 +258,26 @@ def cluster_from_dict(data: dict[str, Any], where: str) -> ClusterSpec:
     if asked > total_free:
         raise ClusterError(f"{where}: pools ask for {asked} GPUs, nodes have {total_free}")
     return ClusterSpec(top.text("name"), str(data.get("description", "")), racks,
-                       tuple(nodes_list), pools, pfs, tuple(experts))
+                       tuple(nodes_list), pools, pfs, tuple(experts), _kv(data, where))
+
+
+def _kv(data: dict[str, Any], where: str) -> KvSpec:
+    """The optional `[kv]` table: how KV moves between workers and tiers."""
+    raw = data.get("kv", {})
+    if not isinstance(raw, dict):
+        raise ClusterError(f"{where}: kv: expected a table, got {raw!r}")
+    t = _Table(raw, f"{where}: kv")
+    unknown = sorted(set(raw) - {"handoff", "promote_min_sessions"})
+    if unknown:
+        raise ClusterError(f"{t.where}.{unknown[0]}: unknown field (known: handoff, "
+                           f"promote_min_sessions)")
+    handoff = t.text("handoff", KvSpec.handoff)
+    if handoff not in HANDOFFS:
+        raise ClusterError(f"{t.where}.handoff: expected one of {', '.join(HANDOFFS)}, "
+                           f"got {handoff!r}")
+    promote = int(t.number("promote_min_sessions", KvSpec.promote_min_sessions, integer=True,
+                           allow_zero=True))
+    return KvSpec(handoff, promote)
 
 
 DATA_DIR = Path(__file__).parent / "data" / "clusters"

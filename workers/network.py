@@ -30,17 +30,22 @@ from storage.tiers import Location, Tier
 from workers.cluster import BoundCluster, WorkerSpec
 
 
+def worker_links(w: WorkerSpec) -> tuple[Link, ...]:
+    """A worker's ports: NVLink, NIC and host link, each way, over its GPUs."""
+    gpus = w.layout.instance_gpus
+    hw = w.hardware
+    return tuple(Link(f"{kind}-{way}:{w.name}", per_gpu * gpus)
+                 for kind, per_gpu in (("nvlink", hw.scale_up_bytes_per_s),
+                                       ("nic", hw.scale_out_bytes_per_s),
+                                       ("host", hw.host_bytes_per_s))
+                 for way in ("out", "in"))
+
+
 def fabric_links(bound: BoundCluster) -> tuple[Link, ...]:
     """One `Link` per direction of every port, DRAM, rack cache and the PFS."""
     links: list[Link] = []
     for w in bound.workers:
-        gpus = w.layout.instance_gpus
-        hw = w.hardware
-        for kind, per_gpu in (("nvlink", hw.scale_up_bytes_per_s),
-                              ("nic", hw.scale_out_bytes_per_s),
-                              ("host", hw.host_bytes_per_s)):
-            links.append(Link(f"{kind}-out:{w.name}", per_gpu * gpus))
-            links.append(Link(f"{kind}-in:{w.name}", per_gpu * gpus))
+        links.extend(worker_links(w))
     for n in bound.spec.nodes:
         links.append(Link(f"dram:{n.name}", n.dram_bytes_per_s))
         nic = n.hardware.scale_out_bytes_per_s * n.gpus
@@ -62,62 +67,89 @@ def same_domain(bound: BoundCluster, a: WorkerSpec, b: WorkerSpec) -> bool:
     return node.gpus <= node.hardware.scale_up_domain_gpus
 
 
+class Topology:
+    """Who sits where: the path of a copy between two places (`path`), kept once
+    worked out. A place's HBM is named by its worker, or by the name its GPUs
+    served under before (`add_worker(spec, holder)`)."""
+
+    def __init__(self, bound: BoundCluster) -> None:
+        self.bound = bound
+        self._workers: dict[str, WorkerSpec] = {w.name: w for w in bound.workers}
+        self._paths: dict[tuple[Location, Location], tuple[str, ...]] = {}
+
+    def add_worker(self, spec: WorkerSpec, holder: str | None = None) -> None:
+        self._workers[holder or spec.name] = spec
+        self._paths.clear()
+
+    def port(self, holder: str) -> str:
+        """The worker whose ports a place's HBM uses (its links' names)."""
+        return self._workers[holder].name
+
+    def path(self, src: Location, dst: Location) -> tuple[str, ...]:
+        """The links a copy from `src` to `dst` crosses, in order."""
+        key = (src, dst)
+        path = self._paths.get(key)
+        if path is None:
+            if src == dst:
+                raise ValueError(f"copy_path: {src} to itself")
+            path = self._paths[key] = (*self._leave(src, dst), *self._enter(dst, src))
+        return path
+
+    def _node_of(self, place: Location) -> str | None:
+        if place.tier is Tier.HBM:
+            return self._workers[place.holder].node
+        return place.holder if place.tier is Tier.DRAM else None
+
+    def _same_domain(self, a: Location, b: Location) -> bool:
+        return same_domain(self.bound, self._workers[a.holder], self._workers[b.holder])
+
+    def _leave(self, src: Location, dst: Location) -> tuple[str, ...]:
+        """Links on the sending side."""
+        if src.tier is Tier.HBM:
+            w = self._workers[src.holder]
+            if dst.tier is Tier.HBM and self._same_domain(src, dst):
+                return (f"nvlink-out:{w.name}",)
+            if dst.tier is Tier.DRAM and dst.holder == w.node:
+                return (f"host-out:{w.name}",)
+            return (f"nic-out:{w.name}",)
+        if src.tier is Tier.DRAM:
+            if self._node_of(dst) == src.holder:
+                return (f"dram:{src.holder}",)
+            return (f"dram:{src.holder}", f"node-nic-out:{src.holder}")
+        if src.tier is Tier.RACK:
+            return (f"rack-read:{src.holder}",)
+        return ("pfs-read",)
+
+    def _enter(self, dst: Location, src: Location) -> tuple[str, ...]:
+        """Links on the receiving side."""
+        if dst.tier is Tier.HBM:
+            w = self._workers[dst.holder]
+            if src.tier is Tier.HBM and self._same_domain(src, dst):
+                return (f"nvlink-in:{w.name}",)
+            if src.tier is Tier.DRAM and src.holder == w.node:
+                return (f"host-in:{w.name}",)
+            return (f"nic-in:{w.name}",)
+        if dst.tier is Tier.DRAM:
+            if self._node_of(src) == dst.holder:
+                return (f"dram:{dst.holder}",)
+            return (f"node-nic-in:{dst.holder}", f"dram:{dst.holder}")
+        if dst.tier is Tier.RACK:
+            return (f"rack-write:{dst.holder}",)
+        return ("pfs-write",)
+
+
 def copy_path(bound: BoundCluster, src: Location, dst: Location) -> tuple[str, ...]:
     """The links a copy from `src` to `dst` crosses, in order."""
-    if src == dst:
-        raise ValueError(f"copy_path: {src} to itself")
-    workers = {w.name: w for w in bound.workers}
-    return (*_leave(bound, workers, src, dst), *_enter(bound, workers, dst, src))
-
-
-def _node_of(workers: dict[str, WorkerSpec], place: Location) -> str | None:
-    if place.tier is Tier.HBM:
-        return workers[place.holder].node
-    return place.holder if place.tier is Tier.DRAM else None
-
-
-def _leave(bound, workers, src: Location, dst: Location) -> tuple[str, ...]:
-    """Links on the sending side."""
-    if src.tier is Tier.HBM:
-        w = workers[src.holder]
-        if dst.tier is Tier.HBM and same_domain(bound, w, workers[dst.holder]):
-            return (f"nvlink-out:{w.name}",)
-        if dst.tier is Tier.DRAM and dst.holder == w.node:
-            return (f"host-out:{w.name}",)
-        return (f"nic-out:{w.name}",)
-    if src.tier is Tier.DRAM:
-        if _node_of(workers, dst) == src.holder:
-            return (f"dram:{src.holder}",)
-        return (f"dram:{src.holder}", f"node-nic-out:{src.holder}")
-    if src.tier is Tier.RACK:
-        return (f"rack-read:{src.holder}",)
-    return ("pfs-read",)
-
-
-def _enter(bound, workers, dst: Location, src: Location) -> tuple[str, ...]:
-    """Links on the receiving side."""
-    if dst.tier is Tier.HBM:
-        w = workers[dst.holder]
-        if src.tier is Tier.HBM and same_domain(bound, workers[src.holder], w):
-            return (f"nvlink-in:{w.name}",)
-        if src.tier is Tier.DRAM and src.holder == w.node:
-            return (f"host-in:{w.name}",)
-        return (f"nic-in:{w.name}",)
-    if dst.tier is Tier.DRAM:
-        if _node_of(workers, src) == dst.holder:
-            return (f"dram:{dst.holder}",)
-        return (f"node-nic-in:{dst.holder}", f"dram:{dst.holder}")
-    if dst.tier is Tier.RACK:
-        return (f"rack-write:{dst.holder}",)
-    return ("pfs-write",)
+    return Topology(bound).path(src, dst)
 
 
 def steady_load(bound: BoundCluster, demands) -> dict[str, float]:
     """Bytes per second each link carries when copies run at steady rates:
     `demands` is an iterable of `(src, dst, bytes_per_s)`."""
     load = {link.name: 0.0 for link in fabric_links(bound)}
+    topology = Topology(bound)
     for src, dst, bytes_per_s in demands:
-        for name in copy_path(bound, src, dst):
+        for name in topology.path(src, dst):
             load[name] += bytes_per_s
     return load
 

@@ -1,0 +1,264 @@
+"""KV copies on the cluster's links, on the run's clock: the async shell of `Fabric`.
+
+A plan the store applied (a fetch, a write's evictions, an offload, a
+promotion) says which bytes move from which place to which (`Step.sources`);
+`KvLinks.copy(plan, now_s)` starts one flow per source on the links of its
+path (`workers.network.Topology`) and returns a `Transfer`, done when the last
+of them has crossed. Flows in flight share every link max-min fairly
+(`storage.links.Fabric`), so a copy's end moves as others start and finish.
+
+Event-driven: the fabric recomputes its rates only when a flow starts or
+finishes, and the shell keeps one timer, armed at the fabric's next finish;
+nothing ticks. Link utilisation is integrated exactly between those events
+into windows of `window_s` (rates are constant in between), for the run's
+mean and p99 per link (`utilisation`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections import Counter
+from collections.abc import Callable
+
+import numpy as np
+
+from storage.links import Fabric
+from storage.plans import StepKind, TransferPlan
+from storage.tiers import Location, Tier
+from workers.cluster import BoundCluster, WorkerSpec
+from workers.network import Topology, fabric_links, worker_links
+
+# Utilisation windows: the p99 is over the run's windows of this length.
+UTILISATION_WINDOW_S = 1.0
+
+
+class Transfer:
+    """The flows of one plan; done (`done_s` set) when the last one has crossed."""
+
+    __slots__ = ("_callbacks", "done_s", "landed", "pending")
+
+    def __init__(self) -> None:
+        self.pending = 0
+        self.landed: list[tuple[Location, tuple]] = []  # (place, blob ids) it writes
+        self.done_s: float | None = None
+        self._callbacks: list[Callable[[float], None]] = []
+
+    @property
+    def done(self) -> bool:
+        return self.done_s is not None
+
+    def add_done_callback(self, fn: Callable[[float], None]) -> None:
+        """`fn(done_s)` when the transfer is done (at once when it is already)."""
+        if self.done_s is not None:
+            fn(self.done_s)
+        else:
+            self._callbacks.append(fn)
+
+    def wait(self) -> asyncio.Future:
+        """A future resolved when the transfer is done."""
+        fut = asyncio.get_running_loop().create_future()
+        self.add_done_callback(lambda _s: fut.done() or fut.set_result(None))
+        return fut
+
+    def _finish(self, now_s: float) -> None:
+        self.done_s = now_s
+        callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            fn(now_s)
+
+
+def path_kind(src: Location, dst: Location, path: tuple[str, ...]) -> str:
+    """The label a copy's bytes are counted under: `hbm_hbm_nvlink`, `hbm_hbm_nic`,
+    else `{src tier}_{dst tier}` (`hbm_dram`, `dram_hbm`, `rack_hbm`, `dram_rack`...)."""
+    kind = f"{src.tier.name.lower()}_{dst.tier.name.lower()}"
+    if src.tier is Tier.HBM and dst.tier is Tier.HBM:
+        kind += "_nvlink" if path[0].startswith("nvlink") else "_nic"
+    return kind
+
+
+class KvLinks:
+    """The fabric of one cluster on the running loop."""
+
+    def __init__(self, bound: BoundCluster, window_s: float = UTILISATION_WINDOW_S) -> None:
+        self.topology = Topology(bound)
+        self.handoff = bound.spec.kv.handoff
+        self.promote_min_sessions = bound.spec.kv.promote_min_sessions
+        self._racks = {r.name for r in bound.spec.racks if r.cache_bytes}
+        self.fabric = Fabric(fabric_links(bound))
+        self.window_s = window_s
+        self.bytes_by_path: Counter[str] = Counter()  # bytes started, by `path_kind`
+        self.transfers = 0
+        self._flows: dict[int, Transfer] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_s = math.inf
+        self._loads: dict[str, float] = {}  # bytes per second on busy links since _last_s
+        self._last_s = 0.0
+        self._bins: dict[str, dict[int, float]] = {}  # link -> window -> bytes carried
+        self._carried: dict[str, float] = {}  # link -> bytes carried up to _last_s
+        # Blobs whose copy to a place is still on its way: place -> blob id -> transfer.
+        self._landing: dict[Location, dict[int, Transfer]] = {}
+
+    def rack_cache(self, spec: WorkerSpec) -> Location | None:
+        """The cache of the worker's rack, when the rack has one."""
+        return Location(Tier.RACK, spec.rack) if spec.rack in self._racks else None
+
+    def add_worker(self, spec: WorkerSpec, holder: str | None = None) -> None:
+        """A worker started under a new name (or on GPUs that served under `holder`)."""
+        self.topology.add_worker(spec, holder)
+        for link in worker_links(spec):
+            try:
+                self.fabric.link(link.name)
+            except KeyError:
+                self.fabric.add_link(link)
+
+    def copy(self, plan: TransferPlan, now_s: float) -> Transfer | None:
+        """Start the copies of an applied plan at `now_s`; None when it moves no byte.
+        A copy reading blobs that another copy is still writing to its source is done
+        only when that one is too (its bytes follow the others' in a pipeline)."""
+        transfer = Transfer()
+        flows = []
+        after: set[Transfer] = set()
+        path_of = self.topology.path
+        landing = self._landing
+        for step in plan.steps:
+            if step.kind is not StepKind.COPY:
+                continue
+            ids = step.blob_ids
+            for source in step.sources:
+                if source.kv_bytes <= 0:
+                    continue
+                path = path_of(source.location, step.location)
+                flows.append((path, source.kv_bytes))
+                self.bytes_by_path[path_kind(source.location, step.location, path)] += (
+                    source.kv_bytes)
+                there = landing.get(source.location)
+                if there and not there.keys().isdisjoint(ids):
+                    after.update(t for t in map(there.get, ids) if t is not None and not t.done)
+            transfer.landed.append((step.location, ids))
+        if not flows:
+            return None
+        for location, ids in transfer.landed:
+            here = landing.get(location)
+            if here is None:
+                here = landing[location] = {}
+            here.update(dict.fromkeys(ids, transfer))
+        now_s = self._settle(now_s)
+        transfer.pending = len(flows) + len(after)
+        for earlier in after:
+            earlier.add_done_callback(lambda end_s, t=transfer: self._one_done(t, end_s))
+        start = self.fabric.start
+        for path, size in flows:
+            self._flows[start(now_s, path, size)] = transfer
+        self.transfers += 1
+        self._after_change()
+        return transfer
+
+    def _one_done(self, transfer: Transfer, end_s: float) -> None:
+        transfer.pending -= 1
+        if transfer.pending == 0:
+            for location, ids in transfer.landed:
+                here = self._landing[location]
+                for blob_id in ids:
+                    if here.get(blob_id) is transfer:
+                        del here[blob_id]
+            transfer.landed = []
+            transfer._finish(end_s)
+
+    def applied(self, plan: TransferPlan) -> Transfer | None:
+        """The store's `on_apply`: an applied plan's copies start at its `now_s`."""
+        return self.copy(plan, plan.now_s)
+
+    def in_flight(self) -> int:
+        return self.fabric.in_flight()
+
+    # -- events -----------------------------------------------------------------------
+    def _settle(self, now_s: float) -> float:
+        """Bring the fabric to `now_s` (never back: a timer may have run it a rounding
+        ahead), finishing the flows done by then. Returns the time it stands at."""
+        now_s = max(now_s, self.fabric.now_s)
+        self._integrate(now_s)
+        finished = self.fabric.advance(now_s)
+        if finished:
+            self._finished(finished)
+        return now_s
+
+    def _finished(self, finished: list[tuple[int, float]]) -> None:
+        for fid, end_s in finished:
+            self._one_done(self._flows.pop(fid), end_s)
+        self._after_change()
+
+    def _after_change(self) -> None:
+        self._loads = self.fabric.loads()
+        next_s = self.fabric.next_finish_s()
+        if next_s == self._timer_s:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._timer_s = math.inf if next_s is None else next_s
+        if next_s is not None:
+            self._timer = asyncio.get_running_loop().call_at(next_s, self._on_timer, next_s)
+
+    def _on_timer(self, due_s: float) -> None:
+        self._timer, self._timer_s = None, math.inf
+        # The loop's clock keeps integer nanoseconds: it may stand a rounding before
+        # the finish it was woken for.
+        loop_s = asyncio.get_running_loop().time()
+        self._settle(max(loop_s, due_s))
+        if self._timer is None:
+            self._after_change()
+
+    # -- utilisation ------------------------------------------------------------------
+    def _integrate(self, now_s: float) -> None:
+        """Add what the busy links carried from the last event to `now_s` to their
+        windows (rates were constant in between)."""
+        t0 = self._last_s
+        if now_s <= t0:
+            return
+        self._last_s = now_s
+        w = self.window_s
+        first, last = int(t0 // w), int(now_s // w)
+        carried = self._carried
+        for name, load in self._loads.items():
+            carried[name] = carried.get(name, 0.0) + load * (now_s - t0)
+            bins = self._bins.setdefault(name, {})
+            if first == last:
+                bins[first] = bins.get(first, 0.0) + load * (now_s - t0)
+                continue
+            for k in range(first, last + 1):
+                span = min(now_s, (k + 1) * w) - max(t0, k * w)
+                if span > 0:
+                    bins[k] = bins.get(k, 0.0) + load * span
+
+    def carried_bytes(self, now_s: float) -> dict[str, float]:
+        """Bytes every link that carried any has carried up to `now_s` (not before the
+        last event: rates are known from there on)."""
+        self._integrate(now_s)
+        return self._carried
+
+    def bandwidth(self, name: str) -> float:
+        return self.fabric.link(name).bytes_per_s
+
+    def utilisation(self, end_s: float) -> dict[str, dict[str, float]]:
+        """Per link that carried bytes: `mean` (bytes carried over bandwidth x `end_s`)
+        and `p99` of its utilisation over the run's windows of `window_s` (idle windows
+        count as 0), up to `end_s`."""
+        self._integrate(max(end_s, self._last_s))
+        out: dict[str, dict[str, float]] = {}
+        if end_s <= 0:
+            return out
+        w = self.window_s
+        n = max(1, math.ceil(end_s / w))
+        spans = np.full(n, w)
+        spans[-1] = end_s - (n - 1) * w
+        for name in sorted(self._bins):
+            bw = self.fabric.link(name).bytes_per_s
+            per = np.zeros(n)
+            for k, b in self._bins[name].items():
+                if k < n:
+                    per[k] = b
+            util = per / (bw * np.maximum(spans, 1e-12))
+            out[name] = {"mean": float(per.sum() / (bw * end_s)),
+                         "p99": float(np.percentile(util, 99))}
+        return out
