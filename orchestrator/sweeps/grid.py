@@ -47,6 +47,16 @@ def _integer(minimum: int) -> Callable[[Any], int]:
     return check
 
 
+def _number_in(low: float, high: float) -> Callable[[Any], float]:
+    def check(value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError("expected a number")
+        if not low <= float(value) <= high:
+            raise ValueError(f"expected a number in [{low:g}, {high:g}]")
+        return float(value)
+    return check
+
+
 def _text(value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise ValueError("expected a non-empty string")
@@ -68,6 +78,10 @@ RUN_KEYS: dict[str, Callable[[Any], Any]] = {
     "duration": POSITIVE, "repeat": _integer(1), "fast_period": POSITIVE,
     "slow_period": POSITIVE, "observation_lag": NON_NEGATIVE, "no_realloc": _flag,
     "no_hysteresis": _flag, "ttft_target": POSITIVE, "tpot_target": POSITIVE,
+    "predictor_error": POSITIVE, "predictor_learning": _number_in(0.0, 1.0),
+    # Session starts as a multiple of the point's cluster's planned capacity on the
+    # sweep's traces (orchestrator/run/capacity.py); needs `duration`.
+    "load": POSITIVE,
 }
 # Controller gains by their ControlConfig field names (those no option above sets).
 GAIN_KEYS: dict[str, Callable[[Any], Any]] = {

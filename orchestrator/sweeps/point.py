@@ -13,6 +13,7 @@ import contextlib
 import io
 import os
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from costmodel.errors import CostModelError
 from costmodel.model import ModelSpec, load_model
 from orchestrator.control.config import ControlConfig, ControlConfigError, TimeScales
 from orchestrator.control.policies import UnknownPolicyError, make_policy
+from orchestrator.control.predictor import PredictorSettings
+from orchestrator.run.capacity import planned_capacity, sessions_for_load
 from orchestrator.run.settings import (
     DEFAULT_CLUSTER,
     DEFAULT_CONTROLLER,
@@ -94,6 +97,8 @@ def build_cluster(name_or_path: str, overrides: dict[str, Any]) -> ClusterSpec:
 
 
 def build_settings(v: dict[str, Any]) -> RunSettings:
+    """A point's replay settings. A `load` key must already be resolved into
+    `sessions_per_hour` (and `repeat`) by `resolve_load`."""
     load = LoadOptions(sessions_per_hour=v.get("sessions_per_hour"),
                        max_sessions=v.get("max_sessions"), think_scale=v.get("think_scale", 1.0),
                        duration_s=v.get("duration"), repeat=v.get("repeat", 1))
@@ -110,9 +115,28 @@ def build_settings(v: dict[str, Any]) -> RunSettings:
         hysteresis=not v.get("no_hysteresis", False),
         ttft_target_s=v.get("ttft_target", ControlConfig.ttft_target_s),
         tpot_target_s=v.get("tpot_target", ControlConfig.tpot_target_s), **gains)
+    predictor = PredictorSettings(error=v.get("predictor_error", PredictorSettings.error),
+                                  learn=v.get("predictor_learning", PredictorSettings.learn))
     return RunSettings(model=v.get("model", DEFAULT_MODEL), cluster=v.get("cluster", DEFAULT_CLUSTER),
                        controller=v.get("controller", DEFAULT_CONTROLLER), seed=v.get("seed", 0),
-                       load=load, control=control)
+                       load=load, control=control, predictor=predictor)
+
+
+def resolve_load(values: dict[str, Any], model: ModelSpec, cluster: ClusterSpec,
+                 sessions: Sequence[Session]) -> dict[str, Any]:
+    """The point's options with `load` turned into the session starts an hour it
+    stands for on this cluster and these sessions (`orchestrator.run.capacity`), and
+    `repeat` enough copies for the window unless the grid sets it."""
+    if "load" not in values:
+        return values
+    if "sessions_per_hour" in values:
+        raise GridError("keys 'load' and 'sessions_per_hour' both set the session starts: "
+                        "give one")
+    if "duration" not in values:
+        raise GridError("key 'load' needs 'duration' (the window sessions start in)")
+    capacity = planned_capacity(model, cluster, sessions)
+    rate, repeat = sessions_for_load(capacity, values["load"], values["duration"])
+    return values | {"sessions_per_hour": rate, "repeat": values.get("repeat", repeat)}
 
 
 def _describe(values: dict[str, Any]) -> str:
@@ -132,8 +156,9 @@ def _check_names(grid: Grid) -> None:
                 raise GridError(f"key {key!r}: bad value {value!r}: {exc}") from None
 
 
-def build_tasks(grid: Grid) -> list[PointTask]:
-    """Every point of the grid, resolved; the first that cannot be built is a GridError."""
+def build_tasks(grid: Grid, sessions: Sequence[Session] = ()) -> list[PointTask]:
+    """Every point of the grid, resolved; the first that cannot be built is a GridError.
+    `sessions` (the sweep's traces) resolve a `load` key; a grid with one needs them."""
     _check_names(grid)
     models: dict[str, ModelSpec] = {}
     clusters: dict[tuple, ClusterSpec] = {}
@@ -141,9 +166,9 @@ def build_tasks(grid: Grid) -> list[PointTask]:
     tasks = []
     for values in grid.points():
         try:
-            settings = build_settings(values)
-            model_ref = _resolve(settings.model, grid.base_dir, ".json")
-            cluster_ref = _resolve(settings.cluster, grid.base_dir, ".toml")
+            model_ref = _resolve(values.get("model", DEFAULT_MODEL), grid.base_dir, ".json")
+            cluster_ref = _resolve(values.get("cluster", DEFAULT_CLUSTER), grid.base_dir,
+                                   ".toml")
             overrides = {k: v for k, v in values.items() if k.startswith("pool.")}
             if model_ref not in models:
                 models[model_ref] = load_model(model_ref)
@@ -153,6 +178,8 @@ def build_tasks(grid: Grid) -> list[PointTask]:
             if (model_ref, ckey) not in bound:
                 clusters[ckey].bind(models[model_ref])  # refuses layouts the model cannot run
                 bound.add((model_ref, ckey))
+            settings = build_settings(resolve_load(values, models[model_ref],
+                                                   clusters[ckey], sessions))
             make_policy(settings.controller, settings.control)
         except (ValueError, ControlConfigError, CostModelError, UnknownPolicyError) as exc:
             if isinstance(exc, GridError):

@@ -70,8 +70,8 @@ def _progress(total: int, label: str, enabled: bool | None):
 def run_sweep_replay(grid: Grid, trace_paths: Sequence[str | Path], trace_format: str,
                      options: SweepOptions) -> SweepReport:
     started = time.perf_counter()  # wall-clock ok
-    tasks = build_tasks(grid)  # every point checked before anything runs
     sessions = read_sessions_or_fail(trace_paths, trace_format)
+    tasks = build_tasks(grid, sessions)  # every point checked before anything runs
     manifest = manifest_for(grid, [str(Path(p).resolve()) for p in trace_paths], trace_format)
     check_out(options.out, manifest, options.resume, options.force)
     executor = make_executor(options.executor, options.workers, options.ray_address)

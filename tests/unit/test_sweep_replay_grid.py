@@ -108,3 +108,31 @@ def test_cli_bad_grid_is_one_line_exit_2(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
     assert main(["sweep-replay", str(tmp_path / "missing.toml")]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_predictor_keys_reach_the_settings():
+    tasks = build_tasks(grid("predictor_error = [0.7, 1.3]\npredictor_learning = [0]\n"))
+    assert [t.settings.predictor.error for t in tasks] == [0.7, 1.3]
+    assert {t.settings.predictor.learn for t in tasks} == {0.0}
+    with pytest.raises(GridError, match="'predictor_learning': bad value 2"):
+        grid("predictor_learning = [2]")
+
+
+def test_a_load_is_session_starts_relative_to_the_clusters_planned_capacity():
+    from orchestrator.run.capacity import planned_capacity
+    from traces import read_sessions, sample_path
+
+    sessions = tuple(read_sessions([sample_path()], "auto"))
+    text = 'cluster = "gb200-nvl72x1"\nduration = 600\nload = [0.5, 2.0]\n'
+    tasks = build_tasks(grid(text), sessions)
+    cap = planned_capacity(tasks[0].model, tasks[0].cluster, sessions)
+    rates = [t.settings.load.sessions_per_hour for t in tasks]
+    assert rates == pytest.approx([0.5 * cap.sessions_per_hour, 2.0 * cap.sessions_per_hour])
+    # Enough copies of the sessions that the start process does not run dry in the window.
+    for t in tasks:
+        started = t.settings.load.sessions_per_hour * 600 / 3600
+        assert t.settings.load.repeat * len(sessions) > started
+    with pytest.raises(GridError, match="'load' needs 'duration'"):
+        build_tasks(grid("load = [1.0]"), sessions)
+    with pytest.raises(GridError, match="give one"):
+        build_tasks(grid("duration = 60\nload = [1.0]\nsessions_per_hour = [60]"), sessions)
