@@ -7,7 +7,8 @@
     test_no_loss = kit.no_loss(MyAdmission)
     test_steady = kit.oscillation_below(MyAdmission, 0.2)
 
-Each is a Hypothesis test over the kit's scenarios. On failure Hypothesis shrinks the
+Each is a Hypothesis test over the kit's scenarios (the overload properties over
+`strategies.overload_scenarios`, whose bounds are their stated scope). On failure Hypothesis shrinks the
 scenario; the smallest failing one is saved under `.tokenfactory/counterexamples/` and
 the message names the file and the command that replays it.
 """
@@ -22,18 +23,9 @@ from hypothesis import HealthCheck, given, settings
 
 from orchestrator.kit import checks
 from orchestrator.kit.scenario import Scenario, run_scenario
-from orchestrator.kit.strategies import scenarios
+from orchestrator.kit.strategies import overload_scenarios, scenarios
 
 COUNTEREXAMPLE_DIR = Path(".tokenfactory") / "counterexamples"
-# Overload: where admission control matters (decode is the bottleneck), long enough
-# (150-200 calls, about a minute of arrivals) for the measurement window to leave the
-# start-up behind.
-OVERLOAD = (1.5, 2.5)
-OVERLOAD_OUTPUT_TOKENS = 256
-OVERLOAD_CALLS = (150, 200)
-# Sustained overload is Poisson: a diurnal ramp dips below capacity by design, and
-# bursts leave lulls in which decode idles for want of work, whatever the controller.
-OVERLOAD_KINDS = ("poisson",)
 
 
 def controller_spec(controller) -> str:
@@ -95,21 +87,21 @@ def no_flapping(controller, max_examples: int = 25):
 
 
 def oscillation_below(controller, max_index: float = 0.25, max_examples: int = 25):
-    """In sustained overload (Poisson at 1.5-2.5x capacity), decode occupancy's
-    oscillation index stays low."""
-    return _property("oscillation_below", controller,
-                     scenarios(controller_spec(controller), load=OVERLOAD, perturb=False,
-                               agents=False, output_tokens=OVERLOAD_OUTPUT_TOKENS,
-                               min_calls=OVERLOAD_CALLS[0], max_calls=OVERLOAD_CALLS[1],
-                               kinds=OVERLOAD_KINDS),
+    """In sustained overload on decode, decode occupancy's oscillation index stays low.
+
+    Scope: `strategies.overload_scenarios` (docs/plugins.md, "Scope of the overload
+    properties"): bursts, varied outputs, agent sessions, an observation lag up to 5 s,
+    slower storage, a biased predictor. No decode worker is lost: occupancy is running
+    over the slots left, so while a drained worker finishes its sequences it reads above
+    1 and the index counts that step (tests/property/test_kit_scope.py pins one case)."""
+    scenarios_ = overload_scenarios(controller_spec(controller), lose_decode_worker=False)
+    return _property("oscillation_below", controller, scenarios_,
                      lambda r: checks.oscillation_below(r, max_index), max_examples)
 
 
 def starvation_below(controller, max_fraction: float = 0.05, max_examples: int = 25):
-    """In overload, decode never idles below half its slots while work waits for it."""
+    """In sustained overload on decode, decode never idles below half its slots while
+    work waits for it. Scope: `strategies.overload_scenarios`, a decode worker lost too."""
     return _property("starvation_below", controller,
-                     scenarios(controller_spec(controller), load=OVERLOAD, perturb=False,
-                               agents=False, output_tokens=OVERLOAD_OUTPUT_TOKENS,
-                               min_calls=OVERLOAD_CALLS[0], max_calls=OVERLOAD_CALLS[1],
-                               kinds=OVERLOAD_KINDS),
+                     overload_scenarios(controller_spec(controller)),
                      lambda r: checks.starvation_below(r, max_fraction), max_examples)

@@ -1,21 +1,23 @@
 """A stability scenario: small, serialisable, replayable with one command.
 
-A `Scenario` says what traffic arrives (open-loop single calls at given times, or
-closed-loop synthetic agent sessions), how the cluster is perturbed (a pool losing
-workers, slower storage, a longer observation lag), which controller runs, and the
-seed. `run_scenario` replays it in virtual time; `save`/`load` write it as JSON so a
+A `Scenario` says what traffic arrives (open-loop single calls at given times, each
+with its own output length if given, and closed-loop synthetic agent sessions, alone
+or mixed in), how the cluster is perturbed (a pool losing workers, slower storage, a
+longer observation lag, a biased predictor), which controller runs, and the seed. `run_scenario` replays it in virtual time; `save`/`load` write it as JSON so a
 failing example can be replayed with `tokenfactory replay --from-counterexample FILE`.
 """
 
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from costmodel.model import load_model
 from orchestrator.control.config import ControlConfig
+from orchestrator.control.predictor import PredictorSettings
 from orchestrator.plugins import load_policy
 from orchestrator.run.replay import Orchestrator, ReplayResult
 from traces.model import Call, Session
@@ -24,6 +26,7 @@ from workers.clock import VirtualClock
 from workers.cluster import cluster_from_dict, load_cluster
 
 FORMAT_VERSION = 1
+MAX_AGENT_DRAWS = 100_000  # sessions generated at most to find those within agent_max_tokens
 
 # A small cluster that replays fast: one H200 node of prefill and midfill, one of decode.
 KIT_CLUSTER = {
@@ -54,14 +57,20 @@ class Scenario:
     arrivals_s: tuple[float, ...] = ()  # open-loop single calls
     input_tokens: int = 2048
     output_tokens: int = 64
+    output_tokens_each: tuple[int, ...] = ()  # per open-loop call; empty: output_tokens
     agent_sessions: int = 0  # closed-loop synthetic agent sessions (traces.synth)
     agent_calls: int = 8  # calls per agent session (the first ones)
     agent_seed: int = 0
     think_scale: float = 0.05
-    sessions_per_hour: float = 3600.0
+    sessions_per_hour: float = 3600.0  # agent session starts, unless agent_starts_s
+    agent_starts_s: tuple[float, ...] = ()  # one start per agent session, among the arrivals
+    # Skip generated agent sessions with a call longer than this (input plus output
+    # tokens; 0: keep every one). The overload strategy sets the model's context window.
+    agent_max_tokens: int = 0
     lose_workers: tuple[tuple[float, str, int], ...] = ()  # (time_s, pool, workers) drained
     storage_slowdown: float = 1.0  # host memory and file system bandwidth divided by this
     observation_lag_s: float = 2.0
+    predictor_error: float = 1.0  # the orchestrator's model of step times, biased by this
     realloc: bool = False
     hysteresis: bool = True
     seed: int = 0
@@ -76,27 +85,53 @@ class Scenario:
                              realloc_enabled=self.realloc, hysteresis=self.hysteresis,
                              **self.extra)
 
+    def __post_init__(self) -> None:
+        if self.output_tokens_each and len(self.output_tokens_each) != len(self.arrivals_s):
+            raise ValueError(f"output_tokens_each: {len(self.output_tokens_each)} lengths for "
+                             f"{len(self.arrivals_s)} arrivals")
+        if self.agent_starts_s and len(self.agent_starts_s) != self.agent_sessions:
+            raise ValueError(f"agent_starts_s: {len(self.agent_starts_s)} starts for "
+                             f"{self.agent_sessions} agent sessions")
+        if self.agent_sessions and self.arrivals_s and not self.agent_starts_s:
+            raise ValueError("agent sessions mixed with arrivals need agent_starts_s")
+        PredictorSettings(error=self.predictor_error)  # raises ValueError naming it
+
     def sessions(self) -> list[Session]:
+        """Agent sessions and open-loop calls, in start order."""
+        out = []
         if self.agent_sessions:
             import numpy as np
 
             from traces.synth import generate
 
-            return [replace(s, calls=s.calls[:self.agent_calls])
-                    for s in generate(self.agent_sessions, np.random.default_rng(self.agent_seed))]
-        out = []
+            rng = np.random.default_rng(self.agent_seed)
+            if self.agent_max_tokens:
+                fits = (s for s in generate(MAX_AGENT_DRAWS, rng)
+                        if max(c.input_tokens + c.output_tokens for c in s.calls[:self.agent_calls])
+                        <= self.agent_max_tokens)
+                agents = list(itertools.islice(fits, self.agent_sessions))
+            else:
+                agents = list(generate(self.agent_sessions, rng))
+            starts = self.agent_starts_s or (None,) * self.agent_sessions
+            out = [replace(s, calls=s.calls[:self.agent_calls], start_s=start)
+                   for s, start in zip(agents, starts, strict=True)]
         per = self.input_tokens // 64
-        for i, t in enumerate(self.arrivals_s):
-            blocks = tuple(range(i << 20, (i << 20) + per))
-            call = Call(f"c{i}", 0, self.input_tokens, 0, self.input_tokens, self.output_tokens,
+        # Block ids apart from the agent sessions' (traces.synth counts from 1 up to 2**40).
+        base = 1 << 41 if self.agent_sessions else 0
+        outputs = self.output_tokens_each or (self.output_tokens,) * len(self.arrivals_s)
+        for i, (t, output) in enumerate(zip(self.arrivals_s, outputs, strict=True)):
+            blocks = tuple(range(base + (i << 20), base + (i << 20) + per))
+            call = Call(f"c{i}", 0, self.input_tokens, 0, self.input_tokens, int(output),
                         0.0, False, False, 64, blocks, arrival_s=float(t))
             out.append(Session(f"c{i}", "scenario", float(t), (call,)))
+        if self.agent_starts_s:
+            out.sort(key=lambda s: s.start_s)
         return out
 
     def load(self) -> LoadOptions:
         if self.agent_sessions:
-            return LoadOptions(sessions_per_hour=self.sessions_per_hour,
-                               think_scale=self.think_scale)
+            rate = None if self.agent_starts_s else self.sessions_per_hour
+            return LoadOptions(sessions_per_hour=rate, think_scale=self.think_scale)
         return LoadOptions()
 
     def cluster_dict(self) -> dict:
@@ -153,7 +188,8 @@ def run_scenario(scenario: Scenario, policy=None) -> ReplayResult:
     chosen = policy if policy is not None else load_policy(scenario.controller, control, target)
     listeners = [_WorkerLoss(scenario.lose_workers)] if scenario.lose_workers else []
     orch = Orchestrator(bound, scenario.sessions(), chosen, control, scenario.load(),
-                        scenario.seed, listeners=listeners, deadline_s=scenario.deadline_s)
+                        scenario.seed, listeners=listeners, deadline_s=scenario.deadline_s,
+                        predictor=PredictorSettings(error=scenario.predictor_error))
     result = VirtualClock().run(orch.run())
     result.scenario = scenario
     return result

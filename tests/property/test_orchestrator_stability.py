@@ -1,6 +1,8 @@
 """The project's own stability properties, written with the public kit (docs/plugins.md):
 one line per property, as a user's test file would read."""
 
+import pytest
+
 from orchestrator.kit import properties as kit
 
 test_buffered_keeps_buffers_bounded = kit.bounded_buffers("buffered")
@@ -10,3 +12,9 @@ test_predictive_loses_nothing = kit.no_loss("predictive", max_examples=15)
 test_buffered_holds_decode_steady = kit.oscillation_below("buffered", 0.25, max_examples=15)
 test_buffered_does_not_starve_decode = kit.starvation_below("buffered", 0.05, max_examples=15)
 test_slow_loop_does_not_flap = kit.no_flapping("buffered", max_examples=10)
+
+# The overload properties at scale (the default run keeps the 15 examples above).
+test_buffered_holds_decode_steady_200 = pytest.mark.slow(
+    kit.oscillation_below("buffered", 0.25, max_examples=200))
+test_buffered_does_not_starve_decode_200 = pytest.mark.slow(
+    kit.starvation_below("buffered", 0.05, max_examples=200))
