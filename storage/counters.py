@@ -30,6 +30,7 @@ class CounterSnapshot:
     recomputed_tokens: int
     dropped_blobs: int
     resident_bytes_by_location: dict[Location, int]
+    local_hit_tokens: int = 0  # of the hits, those the fetching place held itself
     resident_bytes_by_tier: dict[Tier, int] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -52,6 +53,7 @@ class StoreCounters:
         self.requested_tokens = 0
         self.recomputed_tokens = 0
         self.dropped_blobs = 0
+        self.local_hit_tokens = 0
 
     def snapshot(self, resident_bytes_by_location: dict[Location, int]) -> CounterSnapshot:
         return CounterSnapshot(
@@ -62,18 +64,21 @@ class StoreCounters:
             recomputed_tokens=self.recomputed_tokens,
             dropped_blobs=self.dropped_blobs,
             resident_bytes_by_location=dict(resident_bytes_by_location),
+            local_hit_tokens=self.local_hit_tokens,
         )
 
 
 def lookup_tokens(
     match: PrefixMatch, dst: Location, requested_tokens: int, placement: Placement, block_tokens: int
-) -> tuple[dict[Tier, int], dict[Tier, int]]:
-    """Per-tier hit and miss tokens of a lookup walking the tiers fast to slow.
+) -> tuple[dict[Tier, int], dict[Tier, int], int]:
+    """Per-tier hit and miss tokens of a lookup walking the tiers fast to slow, and the
+    hit tokens ``dst`` itself holds.
 
     A prefix token is a hit at ``dst``'s tier when ``dst`` holds its blob,
     else at the fastest tier holding a copy, and a miss at every tier before.
     """
     hits: dict[Tier, int] = {}
+    local = 0
     at_dst = placement.at[dst]
     copies = placement.copies
     fastest = placement.fastest_tier
@@ -95,14 +100,18 @@ def lookup_tokens(
         first = blob.first_block
         end = first + 1 + len(blob.rest)
         tokens = ((used_end if used_end < end else end) - first) * block_tokens
-        served = dst.tier if blob.id in at_dst else fastest[copies[blob.id]]
+        if blob.id in at_dst:
+            served = dst.tier
+            local += tokens
+        else:
+            served = fastest[copies[blob.id]]
         hits[served] = hits.get(served, 0) + tokens
     unmatched = requested_tokens - match.matched_tokens
     served_by = hits.items()
     misses = {
         tier: unmatched + sum([n for served, n in served_by if served > tier]) for tier in _TIERS
     }
-    return hits, misses
+    return hits, misses, local
 
 
 _TIERS = tuple(Tier)  # iterating the enum class builds its member list every time

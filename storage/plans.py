@@ -86,7 +86,8 @@ class TransferPlan:
     recomputes instead of loading (the worker prices and runs that as
     prefill; ``recompute_time_s`` is the caller's estimate), and
     ``hit_tokens``/``miss_tokens`` the lookup accounting per tier that
-    ``apply`` adds to the counters.
+    ``apply`` adds to the counters (``local_tokens``: the hits the
+    destination itself holds, which move nothing).
     """
 
     purpose: Purpose
@@ -107,6 +108,7 @@ class TransferPlan:
     new_blobs: tuple[Blob, ...] = ()
     hit_tokens: dict[Tier, int] = field(default_factory=dict)
     miss_tokens: dict[Tier, int] = field(default_factory=dict)
+    local_tokens: int = 0  # of the hit tokens, those ``location`` itself holds
 
     @property
     def moved_bytes(self) -> int:

@@ -80,6 +80,10 @@ class BlobStore:
         pins = self._pins.get(location)
         return pins is not None and blob_id in pins  # counts that reach zero are deleted
 
+    def pinned_bytes(self, location: Location) -> int:
+        """Bytes of the copies pinned at ``location``."""
+        return sum(map(self.index.sizes.__getitem__, self._pins.get(location, ())))
+
     def pin(self, location: Location, blob_ids: Iterable[BlobId]) -> None:
         """A computation at ``location`` uses these copies: never evict them."""
         here = self.placement.at[location]
@@ -184,9 +188,11 @@ class BlobStore:
         draft = self._draft(dst, now_s)
         match = self.match(block_ids)
         requested = len(block_ids) * self.index.block_tokens
-        hits, misses = lookup_tokens(match, dst, requested, self.placement, self.index.block_tokens)
+        hits, misses, local = lookup_tokens(match, dst, requested, self.placement,
+                                            self.index.block_tokens)
         common = {
             "requested_tokens": requested,
+            "local_tokens": local,
             "prefix_tokens": match.matched_tokens,
             "chain": match.blob_ids,
             "hit_tokens": hits,
@@ -245,14 +251,19 @@ class BlobStore:
         """Record KV just computed at ``dst`` for ``block_ids`` as new blobs.
 
         Only the part no blob covers yet becomes new blobs (split at
-        ``segment_ends``); the already cached prefix is shared.
+        ``segment_ends``); the already cached prefix is shared. A blob of that
+        prefix whose every copy was dropped is placed at ``dst`` again: its KV
+        was just computed there.
         """
         draft = self._draft(dst, now_s)
         match, new = self.index.describe(block_ids, segment_ends)
         chain = (*match.blob_ids, *(b.id for b in new))
+        lost = list(filterfalse(self.placement.copies.__contains__, match.blob_ids))
+        lost_bytes = sum(map(self.index.sizes.__getitem__, lost))
         need = sum(b.kv_bytes for b in new)
-        if not draft.make_room(dst, need, frozenset(match.blob_ids)):
+        if not draft.make_room(dst, need + lost_bytes, frozenset(match.blob_ids)):
             return self._no_fit(Purpose.WRITE, dst, now_s, NoFit.NO_ROOM, chain=chain)
+        draft.place_run(lost, dst, lost_bytes)
         # Not in the index until applied, so their sizes are given.
         draft.place_run([b.id for b in new], dst, need)
         return self._plan(draft, Purpose.WRITE, dst, chain=chain, new_blobs=new)
@@ -350,6 +361,7 @@ class BlobStore:
             self.counters.miss_tokens.update(plan.miss_tokens)
             self.counters.requested_tokens += plan.requested_tokens
             self.counters.recomputed_tokens += plan.recompute_tokens
+            self.counters.local_hit_tokens += plan.local_tokens
         self.version += 1
 
     def _apply_step(self, step: Step, now_s: float) -> None:

@@ -34,11 +34,13 @@ from workers.decode_mtp import MTP_HORIZON_STEPS, MtpRun, plan_mtp_run
 from workers.events import EventLog
 from workers.kv_budget import (
     GrowthReserve,
+    footprints,
     preemption_count,
     steps_that_fit,
     steps_until_admissible,
 )
-from workers.kv_io import FetchResult, fetch, release_fetch, write_and_offload
+from workers.kv_io import FetchResult, fetch, release_fetch
+from workers.kv_policy import DEFAULT_KV_POLICY, KVPolicy, finish_call, trim_retained
 from workers.pricing import StepPricer
 from workers.ready import ReadyBuffer
 from workers.request import LatencyPart, Request, RequestState
@@ -46,6 +48,8 @@ from workers.state import WorkerState
 
 
 class DecodeWorker:
+    kv_policy: KVPolicy = DEFAULT_KV_POLICY  # where a call's KV goes when it retires
+
     def __init__(self, spec: WorkerSpec, pricer: StepPricer, store: BlobStore,
                  ready: ReadyBuffer, log: EventLog,
                  on_done: Callable[[Request, float], None] | None = None, jump: bool = True,
@@ -295,6 +299,10 @@ class DecodeWorker:
         until_retire = min([r.output_tokens - r.generated for r in running]) if self.jump else 1
         contexts = np.array([r.input_tokens + r.generated for r in running], dtype=np.float64)
         other = self._loading_bytes()
+        if self.kv_policy is KVPolicy.RETAIN:
+            # Retained blobs fit in what the sequences held leave (workers.kv_policy).
+            held = float(footprints(self.kv, contexts).sum()) + other
+            trim_retained(self.store, self.hbm, held / self.kv.instance_bytes, now_s)
         fit = steps_that_fit(self.kv, contexts, other, until_retire)
         if fit == 0 and len(self.running) > 1:
             drop = preemption_count(self.kv, contexts, other)
@@ -386,8 +394,8 @@ class DecodeWorker:
     def _retire(self, req: Request, now_s: float) -> None:
         release_fetch(self.store, self.hbm, self._fetches.pop(req.call_id))
         blocks = req.writeback_block_ids or req.block_ids
-        req.kv_chain = write_and_offload(self.store, req.session_id, blocks, self.hbm,
-                                         self.host, now_s)
+        req.kv_chain = finish_call(self.kv_policy, self.store, req.session_id, blocks,
+                                   self.hbm, self.host, now_s)
         req.finish(now_s)
         self.log.add(now_s, self.name, "done", req.call_id)
         if self.on_done is not None:

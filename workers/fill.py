@@ -19,7 +19,8 @@ from storage.tiers import Location, Tier
 from workers.batching import FillChunk, plan_fill_batch
 from workers.cluster import BatchPolicySpec, WorkerSpec
 from workers.events import EventLog
-from workers.kv_io import FetchResult, fetch, release_fetch, write_and_offload
+from workers.kv_io import FetchResult, fetch, release_fetch
+from workers.kv_policy import DEFAULT_KV_POLICY, KVPolicy, finish_call
 from workers.pricing import StepPricer
 from workers.ready import ReadyBuffer
 from workers.request import LatencyPart, Request, RequestState
@@ -148,6 +149,8 @@ class FillWorker:
 
     Requests that need no decode (one output token or none) finish here."""
 
+    kv_policy: KVPolicy = DEFAULT_KV_POLICY  # where a call's KV goes when its fill ends
+
     def __init__(self, spec: WorkerSpec, pricer: StepPricer, store: BlobStore,
                  ready: ReadyBuffer, log: EventLog,
                  on_done: Callable[[Request, float], None] | None = None):
@@ -237,8 +240,8 @@ class FillWorker:
 
     def _finish(self, req: Request, now_s: float) -> None:
         release_fetch(self.store, self.hbm, self.fills.end(req))
-        req.kv_chain = write_and_offload(self.store, req.session_id, req.block_ids,
-                                         self.hbm, self.host, now_s)
+        req.kv_chain = finish_call(self.kv_policy, self.store, req.session_id,
+                                   req.block_ids, self.hbm, self.host, now_s)
         req.fill_end_s = now_s
         if req.output_tokens >= 1:
             req.generated = 1  # the fill's last logits give the first token

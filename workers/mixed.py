@@ -32,7 +32,8 @@ from workers.cluster import WorkerSpec
 from workers.decode import DecodeWorker
 from workers.events import EventLog
 from workers.fill import ChunkedFills
-from workers.kv_io import FetchResult, release_fetch, write_and_offload
+from workers.kv_io import FetchResult, release_fetch
+from workers.kv_policy import KVPolicy, finish_call, write_through
 from workers.pricing import StepPricer
 from workers.ready import ReadyBuffer
 from workers.request import LatencyPart, Request, RequestState
@@ -200,8 +201,8 @@ class MixedWorker(DecodeWorker):
         if req.output_tokens >= 1:
             req.generated = 1  # the fill's last logits give the first token
         if req.remaining <= 0:
-            req.kv_chain = write_and_offload(self.store, req.session_id, req.block_ids,
-                                             self.hbm, self.host, now_s)
+            req.kv_chain = finish_call(self.kv_policy, self.store, req.session_id,
+                                       req.block_ids, self.hbm, self.host, now_s)
             req.first_token_s = now_s
             req.finish(now_s)
             if self.on_done is not None:
@@ -221,9 +222,11 @@ class MixedWorker(DecodeWorker):
             return (), ()
         plan = self.store.plan_write(req.block_ids, self.hbm, now_s)
         if not plan.fits:
-            return write_and_offload(self.store, req.session_id, req.block_ids, self.hbm,
-                                     self.host, now_s), ()
+            return finish_call(self.kv_policy, self.store, req.session_id, req.block_ids,
+                               self.hbm, self.host, now_s), ()
         self.store.apply(plan)
+        if self.kv_policy is KVPolicy.RETAIN:
+            write_through(self.store, plan, self.host, now_s)
         self.store.ref(req.session_id, plan.chain)
         here = self.store.placement.at[self.hbm]
         pinned = tuple(b for b in plan.chain if b in here)

@@ -17,6 +17,9 @@ class ReadyBuffer:
         self._items: deque[Request] = deque()
         self._subscribers: list[Callable[[], None]] = []
         self.put_total = 0
+        # Which subscriber to wake first for a request (None: in subscription order): the
+        # decode worker that holds most of its KV, when KV stays resident (kv_policy).
+        self.prefer: Callable[[Request], Callable[[], None] | None] | None = None
 
     def __len__(self) -> int:
         return len(self._items)
@@ -35,8 +38,12 @@ class ReadyBuffer:
         req.state = RequestState.READY
         self._items.append(req)
         self.put_total += 1
+        first = self.prefer(req) if self.prefer is not None else None
+        if first is not None:
+            first()
         for wake in self._subscribers:
-            wake()
+            if wake != first:
+                wake()
 
     def peek(self) -> tuple[Request, ...]:
         return tuple(self._items)

@@ -15,6 +15,7 @@ from workers.cluster_toml import MIXED
 from workers.decode import DecodeWorker
 from workers.events import EventLog
 from workers.fill import FillWorker
+from workers.kv_policy import DEFAULT_KV_POLICY, KVPolicy, resident_bytes
 from workers.mixed import MixedWorker
 from workers.pricing import StepPricer
 from workers.ready import ReadyBuffer
@@ -36,8 +37,10 @@ class ClusterRuntime:
     def __init__(self, cluster: BoundCluster, block_tokens: int,
                  eff: Efficiency = DEFAULT_EFFICIENCY,
                  on_done: Callable[[Request, float], None] | None = None,
-                 keep_events: bool = False, jump: bool = True, executor=None, seed: int = 0):
+                 keep_events: bool = False, jump: bool = True, executor=None, seed: int = 0,
+                 kv_policy: KVPolicy = DEFAULT_KV_POLICY):
         self.cluster = cluster
+        self.kv_policy = kv_policy  # where a call's KV goes when it ends (workers.kv_policy)
         self.seed = seed  # decode workers draw multi-token-prediction acceptance from it
         # None: steps wait on this loop's clock; a StepExecutor (workers.executor): steps run
         # where it says (live mode: worker processes).
@@ -48,6 +51,8 @@ class ClusterRuntime:
         kv_per_token = cluster.model.kv_bytes_per_token(BYTES_PER_ELEMENT[decode_kv])
         self.store = BlobStore(cluster.store_layout, block_tokens, round(kv_per_token))
         self.ready = ReadyBuffer()
+        if kv_policy is KVPolicy.RETAIN:
+            self.ready.prefer = self._decode_affinity
         self.done: list[Request] = []
         self._on_done = on_done
         pricers: dict[str, StepPricer] = {}
@@ -65,6 +70,11 @@ class ClusterRuntime:
         self._task_of: dict[str, asyncio.Task] = {}
 
     def _make_worker(self, spec: WorkerSpec, pricer: StepPricer) -> FillWorker | DecodeWorker:
+        worker = self._new_worker(spec, pricer)
+        worker.kv_policy = self.kv_policy
+        return worker
+
+    def _new_worker(self, spec: WorkerSpec, pricer: StepPricer) -> FillWorker | DecodeWorker:
         args = (spec, pricer, self.store, self.ready, self.log, self._finished)
         if spec.phase is MIXED:
             if self.executor is not None:
@@ -81,6 +91,25 @@ class ClusterRuntime:
         if spec.phase is Phase.DECODE:
             return DecodeWorker(*args, jump=self.jump, seed=self.seed)
         return FillWorker(*args)
+
+    def _decode_affinity(self, req: Request):
+        """The wake-up of the decode worker whose HBM holds most of a filled call's KV,
+        or None: it is offered the call first, the others if it has no room."""
+        resident = resident_bytes(self.store, req.kv_chain)
+        best, most = None, 0
+        for w in self.decode_workers.values():
+            n = resident.get(w.hbm.holder, 0)
+            if n > most and w.ready is self.ready:  # a mixed worker's buffer is its own
+                best, most = w, n
+        return None if best is None else best._on_ready
+
+    def resident_tokens(self, blob_ids: tuple) -> dict[str, int]:
+        """Tokens of these blobs resident in each intake worker's HBM, by worker name:
+        what a router learns from the workers' KV events."""
+        resident = resident_bytes(self.store, blob_ids)
+        per_token = self.store.index.kv_bytes_per_token
+        return {w.name: resident[w.hbm.holder] // per_token for w in self.intake_workers()
+                if w.hbm.holder in resident}
 
     def _finished(self, req: Request, now_s: float) -> None:
         self.done.append(req)

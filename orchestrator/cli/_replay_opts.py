@@ -22,8 +22,10 @@ from orchestrator.run.settings import (
     DEFAULT_MODEL,
     RunSettings,
 )
+from workers.kv_policy import DEFAULT_KV_POLICY, KVPolicy
 
 FORMATS = ("auto", "weka", "mooncake", "azure", "native")
+KV_POLICIES = tuple(p.value for p in KVPolicy)
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,10 @@ def add_run_options(p: argparse.ArgumentParser, controller: bool = True) -> None
                        help=f"admission policy: retire, buffered or predictive "
                             f"(default: {DEFAULT_CONTROLLER})")
     p.add_argument("--seed", type=non_negative_int, default=0, help="random seed (default 0)")
+    p.add_argument("--kv-policy", choices=KV_POLICIES, default=DEFAULT_KV_POLICY.value,
+                   help="where a call's KV goes when it ends: offload (to host DRAM, leaving "
+                        "HBM, the source essay's design) or retain (stays in HBM until "
+                        "evicted, as engines do) (default: %(default)s; docs/storage.md)")
     p.add_argument("--mtp", type=non_negative_int, metavar="N",
                    help="MTP drafts per decode step for every decode pool; 0: MTP off "
                         "(default: each pool's mtp, else the model's shipped head)")
@@ -187,6 +193,7 @@ def settings_from_args(args: argparse.Namespace, controller: str | None = None) 
                           reallocator=getattr(args, "reallocator", "hysteresis"),
                           router=getattr(args, "router", "prefix-affinity"),
                           controller=controller or args.controller, seed=args.seed, load=load,
+                          kv_policy=getattr(args, "kv_policy", DEFAULT_KV_POLICY.value),
                           control=control, clock=args.clock, speed=args.speed,
                           live=live_options_from_args(args),
                           predictor=PredictorSettings(error=args.predictor_error,

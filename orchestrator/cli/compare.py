@@ -1,5 +1,6 @@
-"""`tokenfactory compare`: the same sessions and seed under several controllers, or on
-several clusters (`--clusters`, e.g. aggregated against disaggregated), side by side."""
+"""`tokenfactory compare`: the same sessions and seed under several controllers, on
+several clusters (`--clusters`, e.g. aggregated against disaggregated), or under several
+KV placement policies (`--kv-policies offload,retain`), side by side."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from orchestrator.cli._common import UserError, print_json
 from orchestrator.cli._replay_opts import (
+    KV_POLICIES,
     add_run_options,
     add_trace_args,
     settings_from_args,
@@ -37,6 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--clusters", default=None, metavar="A,B",
                    help="comma-separated cluster presets or TOML files: run the trace and "
                         "controller on each (replaces --cluster)")
+    p.add_argument("--kv-policies", default=None, metavar="A,B",
+                   help="comma-separated KV placement policies (offload, retain): run the "
+                        "trace and controller under each (replaces --kv-policy)")
     add_run_options(p, controller=False)
     p.add_argument("--out", default="compare-out",
                    help="directory for report.html and each run's files (default: compare-out)")
@@ -85,6 +90,20 @@ def parse_clusters(text: str, model: str) -> dict[str, str]:
     return {(stem if unique else name): name for stem, name in zip(stems, names, strict=True)}
 
 
+def parse_kv_policies(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if len(names) < 2:
+        raise UserError(f"--kv-policies: expected two or more comma-separated policies, "
+                        f"got {text!r}")
+    for name in names:
+        if name not in KV_POLICIES:
+            raise UserError(f"--kv-policies: unknown policy {name!r}; choose from "
+                            f"{', '.join(KV_POLICIES)}")
+    if len(set(names)) != len(names):
+        raise UserError(f"--kv-policies: {text!r} names a policy twice")
+    return names
+
+
 def _run_all(args: argparse.Namespace, runs: dict[str, RunSettings], title: str,
              notes: str = "") -> dict:
     """Replay each labelled setting on the same sessions; write the report when asked."""
@@ -123,6 +142,13 @@ def compare_clusters(args: argparse.Namespace, clusters: dict[str, str], control
                            for label, path in clusters.items()}, title)
 
 
+def compare_kv_policies(args: argparse.Namespace, policies: list[str], controller: str,
+                        title: str) -> dict:
+    """The same sessions, seed, cluster and controller under each KV placement policy."""
+    base = settings_from_args(args, controller=controller)
+    return _run_all(args, {name: replace(base, kv_policy=name) for name in policies}, title)
+
+
 # The side-by-side of clusters: (label, summary paths, format); ITL is the summary's
 # `itl_s` where it has one, else `tpot_s`.
 CLUSTER_ROWS = (
@@ -134,39 +160,62 @@ CLUSTER_ROWS = (
     ("output tokens/s per GPU", (("throughput", "output_tokens_per_s_per_gpu"),), "{:,.2f}"),
     ("energy per call (kJ)", (("energy", "joules_per_call"),), "kJ"),
 )
+# And, for KV placement policies, where prefixes were found and what moved.
+KV_ROWS = (
+    ("peak HBM per GPU (GB)", (("resources", "peak_hbm_bytes_per_gpu"),), "GB"),
+    ("prefix tokens from HBM", (("cache", "hbm_hit_share"),), "{:.1%}"),
+    ("KV copies per input token", (("kv", "copies_per_input_token"),), "{:.2f}"),
+    ("KV bytes moved (TB)", (("kv", "total_bytes_moved"),), "TB"),
+)
 
 
 def _figure(summary: dict, section: str, key: str):
     if section == "itl_s" and "itl_s" not in summary:
         section = "tpot_s"
-    value = summary.get(section, {}).get(key)
+    if (section, key) == ("kv", "total_bytes_moved"):
+        value = summary.get("kv", {}).get("bytes_moved", {}).get("total")
+    else:
+        value = summary.get(section, {}).get(key)
     return None if value is None else float(value)
 
 
-def cluster_rows(summaries: dict[str, dict]) -> list[tuple[str, list[str]]]:
+_SCALES = {"ms": 1e-3, "kJ": 1e3, "GB": 1e9, "TB": 1e12}
+
+
+def cluster_rows(summaries: dict[str, dict], table=CLUSTER_ROWS) -> list[tuple[str, list[str]]]:
     rows = []
-    for label, paths, fmt in CLUSTER_ROWS:
+    for label, paths, fmt in table:
         cells = []
         for s in summaries.values():
             parts = []
             for section, key in paths:
                 v = _figure(s, section, key)
-                parts.append("-" if v is None else (f"{v * 1e3:.1f}" if fmt == "ms" else
-                                                    f"{v / 1e3:,.2f}" if fmt == "kJ" else
-                                                    fmt.format(v)))
+                parts.append("-" if v is None else
+                             f"{v / _SCALES[fmt]:,.{1 if fmt == 'ms' else 2}f}"
+                             if fmt in _SCALES else fmt.format(v))
             cells.append(" / ".join(parts))
         rows.append((label, cells))
     return rows
 
 
-def print_cluster_table(summaries: dict[str, dict], title: str) -> None:
+def print_cluster_table(summaries: dict[str, dict], title: str, table=CLUSTER_ROWS) -> None:
     from orchestrator.run.tables import print_rows
 
-    print_rows(title, summaries, cluster_rows(summaries))
+    print_rows(title, summaries, cluster_rows(summaries, table))
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.clusters is not None:
+    if args.kv_policies is not None:
+        if args.clusters is not None:
+            raise UserError("--kv-policies and --clusters: compare one of them at a time")
+        controllers = parse_controllers(args.controllers or DEFAULT_CONTROLLER)
+        if len(controllers) != 1:
+            raise UserError(f"--controllers: with --kv-policies, name one controller, got "
+                            f"{args.controllers!r}")
+        policies = parse_kv_policies(args.kv_policies)
+        title = f"tokenfactory compare ({controllers[0]}): " + " vs ".join(policies)
+        summaries = compare_kv_policies(args, policies, controllers[0], title)
+    elif args.clusters is not None:
         controllers = parse_controllers(args.controllers or DEFAULT_CONTROLLER)
         if len(controllers) != 1:
             raise UserError(f"--controllers: with --clusters, name one controller, got "
@@ -181,7 +230,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"runs": summaries})
         return 0
-    if args.clusters is not None:
+    if args.kv_policies is not None:
+        print_cluster_table(summaries, title="compare KV placement policies",
+                            table=CLUSTER_ROWS + KV_ROWS)
+    elif args.clusters is not None:
         print_cluster_table(summaries, title="compare clusters")
     else:
         from orchestrator.run.tables import summary_table

@@ -5,6 +5,15 @@ and decodes each call where it lands). Otherwise a call whose cached prefix is
 long goes to midfill (when there is a midfill pool), else to prefill. Within the pool, workers whose node already holds
 the prefix in host memory come first, then the one with the least queued work;
 names break ties so routing is deterministic.
+
+When KV stays resident in HBM (`--kv-policy retain`, workers.kv_policy), each candidate
+says how many of the call's prefix tokens its HBM holds (`resident_tokens`, what a
+router learns from the workers' KV events) and the worker holding the most takes the
+call, unless its queue is out of balance with the shortest one, as SGLang's cache-aware
+router does (https://docs.sglang.ai/advanced_features/router.html: cache-aware routing
+with `balance_abs_threshold` and `balance_rel_threshold`); here a worker is out of
+balance when it has more than `BALANCE_ABS_TOKENS` queued tokens beyond the shortest
+queue and over `BALANCE_REL` times it. With nothing resident the rule above applies.
 """
 
 from __future__ import annotations
@@ -15,6 +24,10 @@ from typing import Protocol, runtime_checkable
 # A prefix at least this long makes a call midfill work (the source essay, docs/sources.md: midfill
 # is a long cached prefix, 10k-100k+, with a short suffix).
 MIDFILL_MIN_PREFIX_TOKENS = 4096
+# Out of balance for prefix affinity (module docstring): about a third of one fill step
+# of the planned clusters (~100k tokens) beyond the shortest queue, and 1.5 times it.
+BALANCE_ABS_TOKENS = 32_768
+BALANCE_REL = 1.5
 
 
 @dataclass(frozen=True)
@@ -24,6 +37,7 @@ class FillCandidate:
     node: str
     queued_tokens: int
     accepting: bool
+    resident_tokens: int = 0  # of the call's prefix, in this worker's HBM
 
 
 def choose_fill_worker(prefix_tokens: int, candidates: list[FillCandidate],
@@ -36,6 +50,13 @@ def choose_fill_worker(prefix_tokens: int, candidates: list[FillCandidate],
     want = "midfill" if prefix_tokens >= MIDFILL_MIN_PREFIX_TOKENS else "prefill"
     pool = ([c for c in open_ if c.phase == "mixed"] or [c for c in open_ if c.phase == want]
             or open_)
+    if any(c.resident_tokens for c in pool):
+        least = min(c.queued_tokens for c in pool)
+        pool = [c for c in pool if c.queued_tokens - least <= BALANCE_ABS_TOKENS
+                or c.queued_tokens <= BALANCE_REL * least]
+        best = min(pool, key=lambda c: (-c.resident_tokens, c.node not in prefix_nodes,
+                                        c.queued_tokens, c.name))
+        return best.name
     best = min(pool, key=lambda c: (c.node not in prefix_nodes, c.queued_tokens, c.name))
     return best.name
 

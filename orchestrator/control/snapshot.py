@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from orchestrator.control.observe import Observation, PoolObservation, observation
+from workers.kv_policy import KVPolicy
 from workers.runtime import ClusterRuntime
 
 
@@ -77,29 +78,35 @@ def hbm_per_gpu(rt: ClusterRuntime, weights_per_gpu: dict[str, float],
     is more (a running sequence's input is among the blobs it pinned). `states`: the
     workers' states by name, when the caller has just taken them. `memo`: a dict the
     caller keeps between calls (with `states`): a worker whose blob bytes and running
-    KV did not change is not priced again."""
+    KV did not change is not priced again. When KV stays resident after calls
+    (`--kv-policy retain`), a decode worker holds its running KV and, besides, the
+    retained blobs no running sequence pins."""
     used = rt.store.placement.used_bytes
+    retain = rt.kv_policy is KVPolicy.RETAIN
     best = 0.0
     for w in (*rt.fill_workers.values(), *rt.decode_workers.values()):
         resident = states[w.name].kv_resident_bytes if states is not None else None
         blob_bytes = used.get(w.hbm, 0)
+        retained = blob_bytes - rt.store.pinned_bytes(w.hbm) if retain and blob_bytes else 0
         if memo is None or states is None:
-            value = worker_hbm_per_gpu(w, weights_per_gpu[w.spec.pool], blob_bytes, resident)
+            value = worker_hbm_per_gpu(w, weights_per_gpu[w.spec.pool], blob_bytes, resident,
+                                       retained)
         else:
-            key = (w, blob_bytes, resident)
+            key = (w, blob_bytes, resident, retained)
             last = memo.get(w.name)
             if last is None or last[0] != key:
                 last = memo[w.name] = (key, worker_hbm_per_gpu(
-                    w, weights_per_gpu[w.spec.pool], blob_bytes, resident))
+                    w, weights_per_gpu[w.spec.pool], blob_bytes, resident, retained))
             value = last[1]
         best = max(best, value)
     return best
 
 
 def worker_hbm_per_gpu(worker, weights_per_gpu: float, blob_bytes: float,
-                       resident_bytes: float | None = None) -> float:
+                       resident_bytes: float | None = None, retained_bytes: float = 0) -> float:
     """One worker's HBM per GPU: weights, and its blobs' KV or its running sequences'
-    (`resident_bytes`: its running KV, when known; else asked of the worker)."""
+    (`resident_bytes`: its running KV, when known; else asked of the worker), or the
+    running KV plus `retained_bytes`, blobs kept that no running sequence pins."""
     # Blobs count logical KV; MLA's latent (and GQA beyond its KV heads) is whole on
     # every TP rank, so their bytes per GPU follow the worker's capacity figures.
     kv = worker.spec.blob_bytes_per_gpu(blob_bytes)
@@ -108,6 +115,9 @@ def worker_hbm_per_gpu(worker, weights_per_gpu: float, blob_bytes: float,
     if resident_bytes:
         # Footprints are per GPU of a rank group; sequences balance over the ranks.
         kv = max(kv, resident_bytes / worker.spec.kv.ranks)
+        if retained_bytes:
+            kv = max(kv, resident_bytes / worker.spec.kv.ranks
+                     + worker.spec.blob_bytes_per_gpu(retained_bytes))
     return weights_per_gpu + kv
 
 

@@ -36,6 +36,7 @@ from traces.model import Session
 from traces.replay import LoadOptions, session_starts
 from traces.shared_prefix import SharedChains
 from workers.cluster import BoundCluster
+from workers.kv_policy import DEFAULT_KV_POLICY, KVPolicy
 from workers.request import Request
 from workers.runtime import ClusterRuntime
 
@@ -46,7 +47,8 @@ class Orchestrator(FastLoop):
                  on_progress: Callable[[int, int], None] | None = None, logger=None,
                  listeners: Sequence[object] = (), deadline_s: float | None = None,
                  reallocator=None, router=None, backend=None, skip_idle: bool = True,
-                 predictor: PredictorSettings | None = None):
+                 predictor: PredictorSettings | None = None,
+                 kv_policy: KVPolicy = DEFAULT_KV_POLICY):
         self.cluster, self.sessions, self.policy = cluster, list(sessions), policy
         self.control, self.load, self.seed = control, load, seed
         self.on_progress = on_progress
@@ -113,6 +115,7 @@ class Orchestrator(FastLoop):
         # A policy that decides at every event on the cluster as it is (policies.local).
         self._event_driven = bool(getattr(policy, "event_driven", False))
         self.shared_chains = SharedChains()  # what the sessions share (traces.shared_prefix)
+        self.kv_policy = kv_policy  # where a call's KV goes when it ends (workers.kv_policy)
 
     # -- sessions and calls ----------------------------------------------------------
     def _next_call_id(self) -> int:
@@ -160,22 +163,28 @@ class Orchestrator(FastLoop):
         pending.future.set_result(Outcome.REJECTED)
 
     # -- the fast loop ---------------------------------------------------------------
-    def _candidates(self) -> list[FillCandidate]:
+    def _candidates(self, resident: dict[str, int] | None = None) -> list[FillCandidate]:
+        """The intake workers as the router sees them; `resident`: tokens of the call's
+        prefix in each one's HBM, by name (retained KV)."""
         out = []
         for w in self.runtime.intake_workers():  # fill workers and mixed workers
             queued = sum(r.input_tokens - r.prefix_tokens for r in w.queue)
             out.append(FillCandidate(w.name, w.spec.phase.name.lower(), w.spec.node, queued,
-                                     w.accepting))
+                                     w.accepting,
+                                     resident.get(w.name, 0) if resident else 0))
         return out
 
     def _route(self, pending: Pending, now_s: float) -> bool:
         req = pending.request
         match = self.runtime.store.match(req.block_ids)
         nodes = frozenset()
+        resident = None
         if match.blob_ids:
             nodes = frozenset(loc.holder for loc in self.runtime.store.holders(match.blob_ids[-1])
                               if loc.tier is Tier.DRAM)
-        worker = self.router.choose(match.matched_tokens, self._candidates(), nodes)
+            if self.kv_policy is KVPolicy.RETAIN:
+                resident = self.runtime.resident_tokens(match.blob_ids)
+        worker = self.router.choose(match.matched_tokens, self._candidates(resident), nodes)
         if worker is None:
             return False
         self.runtime.submit_fill(worker, req, now_s)
@@ -250,7 +259,7 @@ class Orchestrator(FastLoop):
                                 for p in self.cluster.spec.pools}
         self.runtime = ClusterRuntime(self.cluster, self.block_tokens, on_done=self._on_done,
                                       executor=getattr(self.backend, "executor", None),
-                                      seed=self.seed)
+                                      seed=self.seed, kv_policy=self.kv_policy)
         # An event-driven policy is the engine's own scheduler: it sees its state unlagged.
         self.lag = ObservationLag(0.0 if self._event_driven else self.control.observation_lag_s)
         self.series.period_s = self.control.fast_period_s
@@ -329,6 +338,7 @@ class Orchestrator(FastLoop):
             events=rt.log.count, energy_j=energy, peak_hbm_bytes_per_gpu=self._peak_hbm_per_gpu,
             kv_bytes_moved=int(sum(snap.moved_bytes.values())), gpus=self.cluster.spec.gpus,
             store_counters=snap, control=self.control, policy=self.policy.name,
+            kv_policy=self.kv_policy.value, kv_bytes_per_token=rt.store.index.kv_bytes_per_token,
             realloc_decisions=self.realloc_decisions, realloc_times_s=self.realloc_times_s,
             first_session_s=getattr(self, "first_session_s", 0.0),
             last_session_s=getattr(self, "last_session_s", 0.0),

@@ -41,6 +41,8 @@ class ReplayResult:
     ledger: object = None  # the call ledger's LedgerReport (virtual mode), or None
     # Prefixes shared across sessions: base sessions given one, their tokens, chains.
     shared_prefix: dict = field(default_factory=dict)
+    kv_policy: str = "offload"  # where a call's KV went when it ended (workers.kv_policy)
+    kv_bytes_per_token: int = 0  # of the store's blobs: one KV copy of one token
 
 
 def decode_slots(cluster: BoundCluster) -> int:

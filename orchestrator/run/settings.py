@@ -19,6 +19,7 @@ from traces.model import Session
 from traces.replay import LoadOptions
 from workers.clock import make_clock
 from workers.cluster import ClusterSpec, load_cluster
+from workers.kv_policy import DEFAULT_KV_POLICY, KVPolicy
 
 DEFAULT_MODEL = "kimi-k3-like"
 DEFAULT_CLUSTER = "gb200-nvl72x2"
@@ -44,6 +45,8 @@ class RunSettings:
     skip_idle: bool = True
     # The controller's model of the service (--predictor-error, --predictor-learning).
     predictor: PredictorSettings = field(default_factory=PredictorSettings)
+    # Where a call's KV goes when it ends: "offload" or "retain" (workers.kv_policy).
+    kv_policy: str = DEFAULT_KV_POLICY.value
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,7 @@ def run_replay(prepared: Prepared, settings: RunSettings,
                                                 settings.control),
                         router=load_plugin("router", settings.router, settings.control),
                         backend=backend, skip_idle=settings.skip_idle,
-                        predictor=settings.predictor)
+                        predictor=settings.predictor, kv_policy=KVPolicy(settings.kv_policy))
     result = make_clock(settings.clock, settings.speed).run(orch.run())
     summary = summarize(result, settings.control.ttft_target_s, settings.control.tpot_target_s,
                         run=f"{settings.controller}-seed{settings.seed}",

@@ -30,6 +30,7 @@ import math
 import numpy as np
 
 from orchestrator.run.replay import ReplayResult
+from storage.tiers import Tier
 from workers.request import LatencyPart, Request
 
 WARMUP = 0.10
@@ -153,6 +154,42 @@ def latency_breakdown(reqs: list[Request]) -> dict[str, dict[str, float | None]]
     return {p.key: _pct([r.parts_s[p] for r in reqs]) for p in LatencyPart}
 
 
+def tier_hits(result: ReplayResult) -> dict:
+    """Prefix tokens each fetch found, by the tier that served them (the destination's
+    own HBM, or the fastest tier holding a copy), those recomputed rather than loaded,
+    those the fetching worker's HBM held already (nothing moved), and the shares of
+    the last two kinds. A call's fill and its decode each fetch."""
+    snap = result.store_counters
+    hits = {tier.name.lower(): int(snap.hit_tokens.get(tier, 0)) for tier in Tier}
+    found = sum(hits.values())
+    local = int(snap.local_hit_tokens)
+    return {"hit_tokens": hits, "recomputed_tokens": int(snap.recomputed_tokens),
+            "local_hit_tokens": local,
+            "hbm_hit_share": hits["hbm"] / found if found else None,
+            "local_hit_share": local / found if found else None}
+
+
+def kv_traffic(result: ReplayResult, input_tokens: int) -> dict:
+    """KV bytes copied between tiers by kind of path (`docs/metrics.md`), and per input
+    token of the completed calls, in bytes and in KV copies of the token."""
+    moved = {key: 0 for key in ("hbm_dram", "dram_hbm", "gpu_gpu", "dram_dram", "rack",
+                                "pfs")}
+    for (src, dst), n in result.store_counters.moved_bytes.items():
+        if Tier.RACK in (src, dst):
+            key = "rack"
+        elif Tier.PFS in (src, dst):
+            key = "pfs"
+        else:
+            key = f"{src.name.lower()}_{dst.name.lower()}".replace("hbm_hbm", "gpu_gpu")
+        moved[key] += int(n)
+    total = sum(moved.values())
+    per_token = total / input_tokens if input_tokens else None
+    copies = (per_token / result.kv_bytes_per_token
+              if per_token is not None and result.kv_bytes_per_token else None)
+    return {"policy": result.kv_policy, "bytes_moved": {**moved, "total": total},
+            "bytes_moved_per_input_token": per_token, "copies_per_input_token": copies}
+
+
 def summarize(result: ReplayResult, ttft_target_s: float, tpot_target_s: float,
               run: str = "", controller: str = "") -> dict:
     reqs, c = result.requests, result.counters
@@ -197,7 +234,9 @@ def summarize(result: ReplayResult, ttft_target_s: float, tpot_target_s: float,
             "cross_session_hit_tokens": sum(max(0, r.prefix_tokens - r.own_cached_tokens)
                                             for r in reqs),
             "shared_prefix": dict(result.shared_prefix),
+            **tier_hits(result),
         },
+        "kv": kv_traffic(result, sum(r.input_tokens for r in reqs)),
         "ttft_s": _pct(ttft),
         "itl_s": _pct(itl),
         "tpot_s": _pct(itl),  # alias of itl_s (docs/metrics.md)

@@ -5,7 +5,10 @@ every blob ever written, which sessions are live and what they reference,
 which copies are pinned, the tokens looked up and the bytes planned to move.
 Sessions also grow chains call by call (each call resends the last one and
 adds a few blocks, or backs up and branches), and every prefix match is
-checked against a block-by-block walk of the model's blobs.
+checked against a block-by-block walk of the model's blobs. Calls also end
+as the retain policy ends them (workers.kv_policy: resident in HBM, written
+through) and workers trim what they retain: every fetch's hits name a tier
+that holds the blob they count, at the tier a walk of the placement gives.
 """
 
 import itertools
@@ -18,6 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from storage.plans import FetchAction
 from storage.store import BlobStore
 from storage.tiers import Location, StoreLayout, Tier, TierSpec
+from workers.kv_policy import trim_retained, write_and_retain
 
 BLOCK_TOKENS = 4
 KV_BYTES_PER_TOKEN = 10
@@ -63,15 +67,23 @@ class BlobStoreMachine(RuleBasedStateMachine):
         self.requested_tokens = 0
         self.moved_bytes = 0
         self.written: list[tuple[int, ...]] = []  # every sequence written, in order
+        # Every plan applied, by these rules or by the policy helpers they call.
+        apply = self.store.apply
+
+        def applied(plan):
+            apply(plan)
+            self.moved_bytes += plan.moved_bytes
+            for blob in plan.new_blobs:
+                self.contents[blob.id] = (blob.parent, blob.first_block, blob.block_ids,
+                                          blob.kv_bytes)
+
+        self.store.apply = applied
 
     def _apply(self, plan) -> None:
         if not plan.fits:
             assert plan.steps == ()
             return
         self.store.apply(plan)
-        self.moved_bytes += plan.moved_bytes
-        for blob in plan.new_blobs:
-            self.contents[blob.id] = (blob.parent, blob.first_block, blob.block_ids, blob.kv_bytes)
 
     def _tick(self, dt_s: float) -> float:
         self.now_s += dt_s
@@ -127,6 +139,22 @@ class BlobStoreMachine(RuleBasedStateMachine):
             assert (match.blob_ids, match.matched_blocks) == self.reference_match(blocks)
             assert match.matched_tokens == match.matched_blocks * BLOCK_TOKENS
 
+    def reference_hits(self, blocks, where) -> tuple[dict, int]:
+        """Tokens of the cached prefix by the tier serving each blob (``where`` when it
+        holds the blob, else the fastest holder, checked to hold it), and those at
+        ``where``."""
+        chain, matched = self.reference_match(blocks)
+        hits, local = {}, 0
+        for i, blob_id in enumerate(chain):
+            first = self.contents[blob_id][1]
+            end = self.contents[chain[i + 1]][1] if i + 1 < len(chain) else matched
+            held = self.store.holders(blob_id)
+            tier = where.tier if where in held else min(held).tier
+            assert any(loc.tier is tier for loc in held)
+            hits[tier] = hits.get(tier, 0) + (end - first) * BLOCK_TOKENS
+            local += (end - first) * BLOCK_TOKENS if where in held else 0
+        return {t: n for t, n in hits.items() if n}, local
+
     @rule(
         blocks=prompts,
         where=hbms,
@@ -136,6 +164,9 @@ class BlobStoreMachine(RuleBasedStateMachine):
     def fetch(self, blocks, where, dt, prefill_s_per_token):
         recompute = None if prefill_s_per_token is None else (lambda n: n * prefill_s_per_token)
         plan = self.store.plan_fetch(blocks, where, self._tick(dt), recompute_s=recompute)
+        hits, local = self.reference_hits(blocks, where)
+        assert {t: n for t, n in plan.hit_tokens.items() if n} == hits
+        assert plan.local_tokens == local
         if plan.fits:
             self.requested_tokens += len(blocks) * BLOCK_TOKENS
         if plan.action is FetchAction.RECOMPUTE:
@@ -148,6 +179,29 @@ class BlobStoreMachine(RuleBasedStateMachine):
         if chain:
             self.store.ref(session, chain[-1:])
             self.refs.setdefault(session, set()).update(self.store.index.chain_of(chain[-1]))
+
+    @rule(session=sessions, blocks=prompts, where=hbms, dt=now_steps)
+    def retain_call(self, session, blocks, where, dt):
+        """A call ends under the retain policy: its KV stays at ``where``, unpinned,
+        written through to host memory."""
+        chain = write_and_retain(self.store, session, tuple(blocks), where, DRAM, self._tick(dt))
+        if chain:
+            self.written.append(tuple(blocks))
+            for blob_id in chain:
+                self.refs.setdefault(session, set()).update(self.store.index.chain_of(blob_id))
+
+    @rule(where=hbms, share=st.floats(0.0, 1.0), dt=now_steps)
+    def trim(self, where, share, dt):
+        """A worker's sequences hold ``share`` of its HBM: what it retains is trimmed to
+        the rest, pinned copies kept."""
+        before = dict(self.store.placement.at[where])
+        fits = trim_retained(self.store, where, share, self._tick(dt))
+        capacity = self.store.placement.capacity_bytes[where]
+        retained = self.store.placement.used_bytes[where] - self.store.pinned_bytes(where)
+        if fits:
+            assert retained <= capacity * (1 - share)
+        else:  # a copy a live session needs had no room below: nothing was evicted
+            assert self.store.placement.at[where].keys() == before.keys()
 
     @rule(session=sessions)
     def release(self, session):
