@@ -96,6 +96,17 @@ ROWS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]]]]]] = [
            "{{run}} {{tier}} {{result}}")]),
         ("KV resident per tier", "bytes",
          [(f"tokenfactory_kv_resident_bytes{{{RUN}}}", "{{run}} {{tier}}")]),
+        # Every lookup starts at HBM, so HBM's hits plus misses are the tokens looked up.
+        ("KV tier hit rate (share of prefix lookups each tier served)", "percentunit",
+         [(_rate("tokenfactory_kv_lookup_tokens_total", RUN + ', result="hit"', "run, tier")
+           + " / on (run) group_left "
+           + _rate("tokenfactory_kv_lookup_tokens_total", RUN + ', tier="hbm"', "run"),
+           "{{run}} {{tier}}")]),
+        ("KV link utilisation (busiest 10 links)", "percentunit",
+         [(f"topk(10, max by (run, link) (tokenfactory_kv_link_utilisation_ratio{{{RUN}}}))",
+           "{{run}} {{link}}")]),
+        ("KV bytes per copy path", "Bps",
+         [(_rate("tokenfactory_kv_path_bytes_total", RUN, "run, path"), "{{run}} {{path}}")]),
         ("Resident HBM per GPU, per worker", "bytes",
          [(f"tokenfactory_worker_hbm_per_gpu_bytes{{{RUN}}}", "{{run}} {{worker}}")]),
     ]),

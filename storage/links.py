@@ -79,19 +79,29 @@ class Fabric:
     def start(self, now_s: float, path: Iterable[str], size_bytes: float) -> int:
         """A copy of `size_bytes` over `path` begins at `now_s`; returns its flow id.
         Flows that finished by `now_s` are kept for the next `advance` to return."""
-        path = tuple(dict.fromkeys(path))  # a link crossed twice is shared once
-        if not path:
-            raise ValueError("Fabric.start: a flow needs at least one link")
-        for name in path:
-            self.link(name)
-        if not (math.isfinite(size_bytes) and size_bytes >= 0):
-            raise ValueError(f"Fabric.start: size_bytes must be finite and >= 0, got {size_bytes!r}")
+        return self.start_many(now_s, [(path, size_bytes)])[0]
+
+    def start_many(self, now_s: float, flows: Iterable[tuple[Iterable[str], float]]
+                   ) -> list[int]:
+        """Several copies `(path, size_bytes)` begin at `now_s` (the links are shared
+        out once for all); returns their flow ids."""
+        new = []
+        for path, size_bytes in flows:
+            path = tuple(dict.fromkeys(path))  # a link crossed twice is shared once
+            if not path:
+                raise ValueError("Fabric.start: a flow needs at least one link")
+            for name in path:
+                self.link(name)
+            if not (math.isfinite(size_bytes) and size_bytes >= 0):
+                raise ValueError(f"Fabric.start: size_bytes must be finite and >= 0, "
+                                 f"got {size_bytes!r}")
+            new.append(_Flow(path, float(size_bytes)))
         self._finished.extend(self._run_to(now_s))
-        flow_id = self._next_id
-        self._next_id += 1
-        self._flows[flow_id] = _Flow(path, float(size_bytes))
+        ids = list(range(self._next_id, self._next_id + len(new)))
+        self._next_id += len(new)
+        self._flows.update(zip(ids, new, strict=True))
         self._share()
-        return flow_id
+        return ids
 
     def advance(self, now_s: float) -> list[tuple[int, float]]:
         """Progress every flow to `now_s`; returns `(flow id, finish time)` of the flows
@@ -176,6 +186,10 @@ class Fabric:
     def _share(self) -> None:
         """Max-min fair rates by progressive filling: the link offering the smallest
         equal share fixes the rate of every unfixed flow crossing it; repeat."""
+        if len(self._flows) == 1:  # the common case: alone, at its narrowest link's rate
+            for flow in self._flows.values():
+                flow.rate_bytes_per_s = min(self._links[n].bytes_per_s for n in flow.path)
+            return
         unfixed: dict[str, list[int]] = {}
         for fid, flow in self._flows.items():
             for name in flow.path:

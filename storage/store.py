@@ -38,6 +38,9 @@ class BlobStore:
         self._refs: dict[str, set[BlobId]] = {}
         self._ref_count: list[int] = []  # live sessions referencing each blob, by blob id
         self._pins: dict[Location, dict[BlobId, int]] = {}  # pin counts by place, then blob
+        # Told of every plan applied, once committed; what it returns, `apply` returns (the
+        # workers' links shell starts the plan's copies on the cluster's links there).
+        self.on_apply: Callable[[TransferPlan], object] | None = None
 
     # -- sessions and pins ------------------------------------------------
     def referenced(self, blob_id: BlobId) -> bool:
@@ -336,8 +339,9 @@ class BlobStore:
         return self._plan(draft, Purpose.PROMOTE, dst, chain=ids)
 
     # -- commit -----------------------------------------------------------
-    def apply(self, plan: TransferPlan) -> None:
-        """Commit a plan made against the current version of the store."""
+    def apply(self, plan: TransferPlan) -> object:
+        """Commit a plan made against the current version of the store. Returns what
+        `on_apply(plan)` returns (None without it)."""
         if not plan.fits:
             raise ValueError(f"cannot apply a {plan.purpose.value} plan that does not fit")
         if plan.base_version != self.version:
@@ -363,6 +367,7 @@ class BlobStore:
             self.counters.recomputed_tokens += plan.recompute_tokens
             self.counters.local_hit_tokens += plan.local_tokens
         self.version += 1
+        return None if self.on_apply is None else self.on_apply(plan)
 
     def _apply_step(self, step: Step, now_s: float) -> None:
         location = step.location

@@ -39,7 +39,7 @@ from workers.kv_budget import (
     steps_that_fit,
     steps_until_admissible,
 )
-from workers.kv_io import FetchResult, fetch, release_fetch
+from workers.kv_io import FetchResult, fetch, release_fetch, release_handoff
 from workers.kv_policy import DEFAULT_KV_POLICY, KVPolicy, finish_call, trim_retained
 from workers.pricing import StepPricer
 from workers.ready import ReadyBuffer
@@ -198,14 +198,22 @@ class DecodeWorker:
         loop = asyncio.get_running_loop()
         for req in joined:
             result = fetch(self.store, req.block_ids, self.hbm, now_s, None)
-            load_s = result.transfer_s + self._recompute_s(req)
+            if req.handoff is not None:  # copied from its fill worker's HBM: that copy goes
+                release_handoff(self.store, req.handoff, now_s)
+            recompute_s = self._recompute_s(req)
             req.state = RequestState.LOADING
             req.decode_worker = self.name
             req.enter(LatencyPart.TRANSFER, now_s)
             self._loading[req.call_id] = req
             self._fetches[req.call_id] = result
             self.log.add(now_s, self.name, "load", req.call_id)
-            loop.call_at(now_s + load_s, self._on_loaded, req.call_id)
+            if result.transfer is None:
+                loop.call_at(now_s + (result.transfer_s + recompute_s), self._on_loaded,
+                             req.call_id)
+            else:  # on the links: its end is known when its copies are done
+                result.transfer.add_done_callback(
+                    lambda end_s, call_id=req.call_id, after_s=recompute_s:
+                    loop.call_at(end_s + after_s, self._on_loaded, call_id))
 
     def _recompute_s(self, req: Request) -> float:
         """A resumed sequence (preempted, or moved from a lost worker) has KV for its

@@ -11,6 +11,7 @@ step does. Each step is priced request by request (`costmodel.batch`).
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import deque
 from collections.abc import Callable
 
@@ -19,7 +20,15 @@ from storage.tiers import Location, Tier
 from workers.batching import FillChunk, plan_fill_batch
 from workers.cluster import BatchPolicySpec, WorkerSpec
 from workers.events import EventLog
-from workers.kv_io import FetchResult, fetch, release_fetch
+from workers.kv_io import (
+    FetchResult,
+    Handoff,
+    fetch,
+    promote_hot,
+    release_fetch,
+    release_handoff,
+    write_for_handoff,
+)
 from workers.kv_policy import DEFAULT_KV_POLICY, KVPolicy, finish_call
 from workers.pricing import StepPricer
 from workers.ready import ReadyBuffer
@@ -42,6 +51,12 @@ class ChunkedFills:
     def __init__(self, store: BlobStore, recompute_s: Callable[[int], float] | None,
                  policy: BatchPolicySpec):
         self.store, self.recompute_s, self.policy = store, recompute_s, policy
+        # Set by the runtime: the rack cache hot prefixes are promoted to, and how many
+        # live sessions make a blob hot (workers.kv_io.promote_hot); `on_loaded()` when a
+        # prefix's copies on the links are done.
+        self.rack: Location | None = None
+        self.promote_min_sessions = 0
+        self.on_loaded: Callable[[], None] | None = None
         self.queue: deque[Request] = deque()
         self.fetched: dict[int, FetchResult] = {}
         self.planned: dict[int, int] = {}
@@ -69,12 +84,10 @@ class ChunkedFills:
             if fresh and may_start is not None and not may_start(req, starting):
                 break
             if req.call_id not in self.fetched:
-                result = fetch(self.store, req.block_ids, hbm, now_s, self.recompute_s)
-                self.fetched[req.call_id] = result
-                self.loaded_at[req.call_id] = now_s + result.transfer_s
+                result = self._fetch(req, hbm, now_s)
                 self.planned.pop(req.call_id, None)  # a fresh start
                 req.prefix_tokens = result.prefix_tokens - result.recompute_tokens
-                if skip_loading and result.transfer_s > 0:
+                if skip_loading and self.loaded_at[req.call_id] > now_s:
                     self._start(req, now_s)
             if skip_loading and self.loaded_at[req.call_id] > now_s + CLOCK_TICK_S:
                 continue
@@ -87,9 +100,39 @@ class ChunkedFills:
             chunks = candidate
         return chunks
 
+    def _fetch(self, req: Request, hbm: Location, now_s: float) -> FetchResult:
+        """Fetch its prefix into `hbm`: in HBM from `loaded_at` (inf until the copies on
+        the links are done); hot shared blobs go to the rack cache besides."""
+        result = fetch(self.store, req.block_ids, hbm, now_s, self.recompute_s)
+        self.fetched[req.call_id] = result
+        if result.transfer is None:
+            self.loaded_at[req.call_id] = now_s + result.transfer_s
+        else:
+            self.loaded_at[req.call_id] = math.inf
+            result.transfer.add_done_callback(
+                lambda end_s, call_id=req.call_id: self._loaded(call_id, end_s))
+        if self.rack is not None:
+            promote_hot(self.store, result.pinned, self.rack, self.promote_min_sessions, now_s)
+        return result
+
+    def _loaded(self, call_id: int, end_s: float) -> None:
+        """A prefix's copies are done (its request may be gone: released, evacuated)."""
+        if call_id in self.loaded_at:
+            self.loaded_at[call_id] = end_s
+            if self.on_loaded is not None:
+                self.on_loaded()
+
+    async def loaded(self, reqs: list[Request]) -> None:
+        """Wait until the prefixes of `reqs` are in HBM."""
+        for req in reqs:
+            result = self.fetched.get(req.call_id)
+            if result is not None and result.transfer is not None and not result.transfer.done:
+                await result.transfer.wait()
+
     def begin(self, chunks: list[FillChunk], now_s: float) -> tuple[float, list[Request]]:
         """Put `chunks` in a step starting at `now_s`. Returns the wait for the prefixes
-        of the requests whose fill starts with it, and those requests."""
+        of the requests whose fill starts with it (inf while copies on the links are on
+        their way: `loaded` waits for them), and those requests."""
         starting: list[Request] = []
         for c in chunks:
             req = c.request
@@ -112,7 +155,7 @@ class ChunkedFills:
 
     def next_load_s(self, now_s: float) -> float | None:
         """When the next prefix still on its way reaches HBM, or None."""
-        times = [t for t in self.loaded_at.values() if t > now_s + CLOCK_TICK_S]
+        times = [t for t in self.loaded_at.values() if now_s + CLOCK_TICK_S < t < math.inf]
         return min(times) if times else None
 
     def resume(self, chunks: tuple[FillChunk, ...] | list[FillChunk]) -> None:
@@ -150,6 +193,10 @@ class FillWorker:
     Requests that need no decode (one output token or none) finish here."""
 
     kv_policy: KVPolicy = DEFAULT_KV_POLICY  # where a call's KV goes when its fill ends
+    # A call going on to decode keeps its KV pinned here for its decode worker to copy GPU
+    # to GPU (`workers.kv_io.Handoff`), when the cluster says so and KV leaves HBM after
+    # a call (offload); else it goes through host memory (or stays resident: retain).
+    direct_handoff = False
 
     def __init__(self, spec: WorkerSpec, pricer: StepPricer, store: BlobStore,
                  ready: ReadyBuffer, log: EventLog,
@@ -164,6 +211,8 @@ class FillWorker:
         self._in_flight = 0
         # Steps running, their calls findable by the call ledger (orchestrator.run.ledger).
         self._steps: dict = {}
+        self.loading_step: FillStep | tuple = ()  # a step waiting for its prefixes
+        self._handoffs: list[Handoff] = []  # KV held for decode workers to copy
         self._tokens_done = 0
         self._busy_s = 0.0
         self._wake: asyncio.Event | None = None
@@ -209,14 +258,29 @@ class FillWorker:
             now_s = loop.time()
             chunks = self.fills.prepare(self.hbm, now_s)
             transfer_s, starting = self.fills.begin(chunks, now_s)
-            latency_s, occupancy_s = self.pricer.fill_step_s(
-                [c.tokens for c in chunks], [c.cached_tokens for c in chunks])
             if starting:
                 self.log.add(now_s, self.name, "fill_start", *(r.call_id for r in starting))
             self._in_flight += len(chunks)
+            if transfer_s == math.inf:
+                # Their prefixes are on the links: the step waits for them (its calls
+                # are running, and held in `loading_step` meanwhile).
+                self.loading_step = FillStep(chunks)
+                await self.fills.loaded(starting)
+                self.loading_step = ()
+                self._busy_s += loop.time() - now_s
+                transfer_s = 0.0
+            latency_s, occupancy_s = self.pricer.fill_step_s(
+                [c.tokens for c in chunks], [c.cached_tokens for c in chunks])
             self._start_step(FillStep(chunks), loop.time() + transfer_s + latency_s)
             self._busy_s += transfer_s + occupancy_s
             await asyncio.sleep(transfer_s + occupancy_s)
+
+    def release_handoffs(self, now_s: float) -> None:
+        """The worker stops: the KV it still holds for decode workers goes to host
+        memory (they load it from there)."""
+        for handoff in self._handoffs:
+            release_handoff(self.store, handoff, now_s)
+        self._handoffs = []
 
     def _start_step(self, batch: FillStep, end_s: float) -> None:
         """The step ends at `end_s` on the run's clock (workers.executor runs it on
@@ -240,8 +304,16 @@ class FillWorker:
 
     def _finish(self, req: Request, now_s: float) -> None:
         release_fetch(self.store, self.hbm, self.fills.end(req))
-        req.kv_chain = finish_call(self.kv_policy, self.store, req.session_id,
-                                   req.block_ids, self.hbm, self.host, now_s)
+        if (self.direct_handoff and self.kv_policy is KVPolicy.OFFLOAD
+                and req.output_tokens > max(1, req.generated)):
+            req.kv_chain, req.handoff = write_for_handoff(
+                self.store, req.session_id, req.block_ids, self.hbm, self.host, now_s)
+            if req.handoff is not None:
+                self._handoffs = [h for h in self._handoffs if not h.released]
+                self._handoffs.append(req.handoff)
+        else:
+            req.kv_chain = finish_call(self.kv_policy, self.store, req.session_id,
+                                       req.block_ids, self.hbm, self.host, now_s)
         req.fill_end_s = now_s
         if req.output_tokens >= 1:
             req.generated = 1  # the fill's last logits give the first token

@@ -4,6 +4,14 @@ Plans are pure decisions of the store; these helpers apply them at `now_s` and
 return what the shell must wait for. A plan that does not fit in HBM falls
 back to what a real system does: evict first, then retry; failing that, the
 prefix is recomputed (fetch) or written straight to host memory (write).
+
+When the cluster's links are attached to the store (`workers.kv_links.KvLinks`
+as `store.on_apply`), every byte an applied plan moves runs on them: a fetch's
+`transfer` is done when its copies have crossed, sharing the links with every
+other copy in flight; a write's evictions, an offload and a promotion occupy
+their links too, and nothing waits for them but later copies that read what
+they are still writing. Without links (a worker tested on its own) a fetch
+takes the store's uncontended estimate, `transfer_s`.
 """
 
 from __future__ import annotations
@@ -14,14 +22,16 @@ from dataclasses import dataclass
 from storage.plans import FetchAction
 from storage.store import BlobStore
 from storage.tiers import Location, Tier
+from workers.kv_links import Transfer
 
 
 @dataclass(frozen=True)
 class FetchResult:
     prefix_tokens: int  # cached tokens the request need not compute
     recompute_tokens: int  # of those, recomputed from text because loading is slower
-    transfer_s: float  # time to bring the rest into HBM
+    transfer_s: float  # the store's estimate of the time to bring the rest into HBM
     pinned: tuple  # blob ids pinned at the worker's HBM until `release_fetch`
+    transfer: Transfer | None = None  # the copies on the links (None: nothing moves)
 
 
 def fetch(store: BlobStore, block_ids: tuple[int, ...], hbm: Location, now_s: float,
@@ -32,10 +42,12 @@ def fetch(store: BlobStore, block_ids: tuple[int, ...], hbm: Location, now_s: fl
     if not plan.fits:
         # No room at this HBM for the prefix: compute it all from text.
         return FetchResult(0, 0, 0.0, ())
-    store.apply(plan)
+    transfer = store.apply(plan)
     store.pin(hbm, plan.chain)
     recompute = plan.recompute_tokens if plan.action is FetchAction.RECOMPUTE else 0
-    return FetchResult(plan.prefix_tokens, recompute, plan.time_s, plan.chain)
+    if store.on_apply is not None and transfer is None:
+        return FetchResult(plan.prefix_tokens, recompute, 0.0, plan.chain)  # nothing moves
+    return FetchResult(plan.prefix_tokens, recompute, plan.time_s, plan.chain, transfer)
 
 
 def release_fetch(store: BlobStore, hbm: Location, result: FetchResult) -> None:
@@ -57,7 +69,78 @@ def write_and_offload(store: BlobStore, session_id: str, block_ids: tuple[int, .
     store.apply(plan)
     store.ref(session_id, plan.chain)
     if plan.location.tier is Tier.HBM:
-        offload = store.plan_offload(plan.chain, hbm, now_s)
-        if offload.fits:
-            store.apply(offload)
+        offload(store, plan.chain, hbm, now_s)
     return plan.chain
+
+
+def offload(store: BlobStore, chain: tuple, hbm: Location, now_s: float) -> None:
+    """Move these copies out of `hbm` (pinned ones stay)."""
+    plan = store.plan_offload(chain, hbm, now_s)
+    if plan.fits:
+        store.apply(plan)
+
+
+@dataclass
+class Handoff:
+    """A filled call's KV kept pinned in its fill worker's HBM until its decode worker
+    has pulled it (a direct hand-off: GPU to GPU, as NIXL and Mooncake's transfer engine
+    move KV between prefill and decode instances). Released once (`released`): by the
+    decode worker, or by the fill worker when it stops."""
+
+    hbm: Location
+    pinned: tuple
+    released: bool = False
+
+
+def write_for_handoff(store: BlobStore, session_id: str, block_ids: tuple[int, ...],
+                      hbm: Location, host: Location, now_s: float
+                      ) -> tuple[tuple, Handoff | None]:
+    """Record the KV just computed as blobs at `hbm`, pinned there for the decode worker
+    to copy from (`release_handoff` once it has). No room at `hbm`: written to host
+    memory and offloaded as `write_and_offload` does, no hand-off."""
+    if not block_ids:
+        return (), None
+    plan = store.plan_write(block_ids, hbm, now_s)
+    if not plan.fits:
+        return write_and_offload(store, session_id, block_ids, hbm, host, now_s), None
+    store.apply(plan)
+    store.ref(session_id, plan.chain)
+    here = store.placement.at[hbm]
+    pinned = tuple(b for b in plan.chain if b in here)
+    store.pin(hbm, pinned)
+    return plan.chain, Handoff(hbm, pinned)
+
+
+def release_handoff(store: BlobStore, handoff: Handoff, now_s: float) -> None:
+    """The decode worker has its copy (or the fill worker stops): the fill worker's
+    leaves HBM (to host memory, between turns, as `write_and_offload` moves it)."""
+    if handoff.released:
+        return
+    handoff.released = True
+    store.unpin(handoff.hbm, handoff.pinned)
+    offload(store, handoff.pinned, handoff.hbm, now_s)
+
+
+def promote_hot(store: BlobStore, chain: tuple, rack: Location, min_sessions: int,
+                now_s: float) -> int:
+    """Copy to the rack cache the leading blobs of `chain` that at least `min_sessions`
+    live sessions reference and the cache lacks; returns how many. A chain's sessions
+    reference every ancestor of what they hold, so the shared blobs lead the chain and
+    the walk stops at the first one shared less. Does nothing when the cache is full of
+    what it cannot drop."""
+    if min_sessions <= 0 or not chain:
+        return 0
+    there = store.placement.at[rack]
+    hot = []
+    for blob_id in chain:
+        if store.sessions_referencing(blob_id) < min_sessions:
+            break
+        if blob_id not in there:
+            hot.append(blob_id)
+    if not hot:
+        return 0
+    plan = store.plan_promote(hot, rack, now_s)
+    if not plan.fits:
+        return 0
+    store.apply(plan)
+    return len(hot)

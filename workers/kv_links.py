@@ -114,10 +114,11 @@ class KvLinks:
 
     def copy(self, plan: TransferPlan, now_s: float) -> Transfer | None:
         """Start the copies of an applied plan at `now_s`; None when it moves no byte.
-        A copy reading blobs that another copy is still writing to its source is done
-        only when that one is too (its bytes follow the others' in a pipeline)."""
+        The bytes a plan sends over one path are one flow (its steps run one after
+        another). A copy reading blobs that another copy is still writing to its source
+        is done only when that one is too (its bytes follow the others' in a pipeline)."""
         transfer = Transfer()
-        flows = []
+        flows: dict[tuple[str, ...], int] = {}  # one flow per path: its steps run in turn
         after: set[Transfer] = set()
         path_of = self.topology.path
         landing = self._landing
@@ -129,7 +130,7 @@ class KvLinks:
                 if source.kv_bytes <= 0:
                     continue
                 path = path_of(source.location, step.location)
-                flows.append((path, source.kv_bytes))
+                flows[path] = flows.get(path, 0) + source.kv_bytes
                 self.bytes_by_path[path_kind(source.location, step.location, path)] += (
                     source.kv_bytes)
                 there = landing.get(source.location)
@@ -147,9 +148,8 @@ class KvLinks:
         transfer.pending = len(flows) + len(after)
         for earlier in after:
             earlier.add_done_callback(lambda end_s, t=transfer: self._one_done(t, end_s))
-        start = self.fabric.start
-        for path, size in flows:
-            self._flows[start(now_s, path, size)] = transfer
+        for flow_id in self.fabric.start_many(now_s, flows.items()):
+            self._flows[flow_id] = transfer
         self.transfers += 1
         self._after_change()
         return transfer

@@ -49,6 +49,7 @@ class MixedWorker(DecodeWorker):
         super().__init__(spec, pricer, store, ReadyBuffer(f"{spec.name}-resume"), log,
                          on_done, jump)
         self.fills = ChunkedFills(store, pricer.recompute_s, spec.batch)
+        self.fills.on_loaded = self._arrived  # a prefix's copies on the links are done
         self.queue = self.fills.queue  # calls waiting to start or finish their fill
         self._filling: dict[int, Request] = {}
         self._wake_at: asyncio.TimerHandle | None = None

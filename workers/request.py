@@ -65,6 +65,8 @@ class Request:
     fill_worker: str | None = None
     decode_worker: str | None = None
     kv_chain: tuple = field(default=(), repr=False)
+    # KV its fill worker keeps pinned for its decode worker to copy (workers.kv_io.Handoff)
+    handoff: object = field(default=None, repr=False)
     preemptions: int = 0  # times a decode worker retracted it to free KV
     recomputed_tokens: int = 0  # generated tokens whose KV was recomputed on a resume
     parts_s: list[float] = field(default_factory=lambda: [0.0] * len(LatencyPart), repr=False)

@@ -15,6 +15,7 @@ from workers.cluster_toml import MIXED
 from workers.decode import DecodeWorker
 from workers.events import EventLog
 from workers.fill import FillWorker
+from workers.kv_links import KvLinks
 from workers.kv_policy import DEFAULT_KV_POLICY, KVPolicy, resident_bytes
 from workers.mixed import MixedWorker
 from workers.pricing import StepPricer
@@ -51,8 +52,13 @@ class ClusterRuntime:
         kv_per_token = cluster.model.kv_bytes_per_token(BYTES_PER_ELEMENT[decode_kv])
         self.store = BlobStore(cluster.store_layout, block_tokens, round(kv_per_token))
         self.ready = ReadyBuffer()
+        # The cluster's links: every copy the store's plans make runs on them once the
+        # runtime starts (`start` attaches them to the store on the running loop).
+        self.links = KvLinks(cluster)
         if kv_policy is KVPolicy.RETAIN:
             self.ready.prefer = self._decode_affinity
+        # Completed calls, kept here only when no on_done takes them (the orchestrator keeps
+        # its own, compactly).
         self.done: list[Request] = []
         self._on_done = on_done
         pricers: dict[str, StepPricer] = {}
@@ -72,6 +78,12 @@ class ClusterRuntime:
     def _make_worker(self, spec: WorkerSpec, pricer: StepPricer) -> FillWorker | DecodeWorker:
         worker = self._new_worker(spec, pricer)
         worker.kv_policy = self.kv_policy
+        fills = getattr(worker, "fills", None)
+        if fills is not None:  # fill and mixed workers promote hot prefixes they fetch
+            fills.rack = self.links.rack_cache(spec)
+            fills.promote_min_sessions = self.links.promote_min_sessions
+        if isinstance(worker, FillWorker):
+            worker.direct_handoff = self.links.handoff == "direct"
         return worker
 
     def _new_worker(self, spec: WorkerSpec, pricer: StepPricer) -> FillWorker | DecodeWorker:
@@ -112,11 +124,13 @@ class ClusterRuntime:
                 if w.hbm.holder in resident}
 
     def _finished(self, req: Request, now_s: float) -> None:
-        self.done.append(req)
-        if self._on_done is not None:
+        if self._on_done is None:
+            self.done.append(req)
+        else:
             self._on_done(req, now_s)
 
     def start(self) -> list[asyncio.Task]:
+        self.store.on_apply = self.links.applied
         workers = [*self.fill_workers.values(), *self.decode_workers.values()]
         self._tasks = [asyncio.create_task(w.run(), name=w.name) for w in workers]
         self._task_of = {w.name: t for w, t in zip(workers, self._tasks, strict=True)}
@@ -133,6 +147,7 @@ class ClusterRuntime:
         pricer = self.pricers.get(spec.pool) or StepPricer(self.cluster.model, spec.hardware,
                                                            spec.layout, self.eff)
         self.pricers.setdefault(spec.pool, pricer)
+        self.links.add_worker(spec, hbm_holder)
         worker = self._make_worker(spec, pricer)
         if spec.phase in DECODING:
             self.decode_workers[spec.name] = worker
@@ -148,6 +163,8 @@ class ClusterRuntime:
     def remove_worker(self, name: str) -> None:
         """Stop a drained worker (it holds no request)."""
         worker = self.fill_workers.pop(name, None) or self.decode_workers.pop(name)
+        if isinstance(worker, FillWorker):  # its HBM is resized next: nothing pinned there
+            worker.release_handoffs(asyncio.get_running_loop().time())
         if isinstance(worker, DecodeWorker):
             worker.ready.unsubscribe(worker._on_ready)  # a mixed worker's is its own
         self._task_of.pop(name).cancel()

@@ -142,6 +142,7 @@ def _worker_calls(worker) -> Iterable:
         yield from held()
     for batch in getattr(worker, "_steps", {}).values():  # an executed fill worker's steps
         yield from batch
+    yield from getattr(worker, "loading_step", ())  # a fill step waiting for its prefixes
 
 
 def held_call_ids(orch, extra: Iterable = ()) -> set[int]:

@@ -109,6 +109,12 @@ def _families() -> list[Family]:
         (f"{p}kv_lookup_tokens_total", "counter", (*RUN, "tier", "result"), "tokens",
          "prefix tokens looked up per tier, result hit or miss"),
         (f"{p}kv_resident_bytes", "gauge", (*RUN, "tier"), "bytes", "KV held per tier"),
+        (f"{p}kv_path_bytes_total", "counter", (*RUN, "path"), "bytes",
+         "KV bytes whose copy started, by kind of path: hbm_hbm_nvlink, hbm_hbm_nic, "
+         "hbm_dram, dram_hbm, rack_hbm, dram_rack, ... (workers.kv_links.path_kind)"),
+        (f"{p}kv_link_utilisation_ratio", "gauge", (*RUN, "link"), "ratio",
+         "bytes a link carried over the last sample period over its bandwidth x the period "
+         "(links that have carried KV)"),
         (f"{p}reconfigurations_total", "counter", (*RUN, "from_pool", "to_pool"), "moves",
          "workers the slow loop started moving between pools"),
         (f"{p}energy_joules_total", "counter", RUN, "joules", "simulated GPU energy"),

@@ -106,6 +106,7 @@ class MetricsListener:
         self._pools(orch, obs)
         self._per_worker(orch)
         self._storage(orch)
+        self._links(orch, now_s, period_s)
         self._energy(orch, now_s)
         self._reconfigurations(orch)
         control = orch.control
@@ -197,6 +198,18 @@ class MetricsListener:
                              "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"):
                     self.m[name].remove(model, *self.base, *labels)
         self._gauged = now
+
+    def _links(self, orch, now_s: float, period_s: float) -> None:
+        """Bytes per kind of copy, and each link's utilisation over the last period."""
+        links = orch.runtime.links
+        for path, n in links.bytes_by_path.items():
+            self._inc_to(("path", path), self._c("kv_path_bytes_total", path), n)
+        for name, carried in links.carried_bytes(now_s).items():
+            before = self._last.get(("link", name), 0.0)
+            self._last[("link", name)] = carried
+            if period_s > 0:
+                self._c("kv_link_utilisation_ratio", name).set(
+                    (carried - before) / (links.bandwidth(name) * period_s))
 
     def _storage(self, orch) -> None:
         store = orch.runtime.store

@@ -25,6 +25,7 @@ from orchestrator.control.predictor import Predictor, PredictorSettings
 from orchestrator.control.realloc import Reallocator, ReallocDecision
 from orchestrator.control.router import FillCandidate, PrefixAffinityRouter
 from orchestrator.control.snapshot import energy_j
+from orchestrator.run.completed import CompletedCalls
 from orchestrator.run.fast_loop import ConservationError, FastLoop
 from orchestrator.run.ledger import LedgerListener, held_call_ids
 from orchestrator.run.reconfig import Reconfigurer
@@ -97,7 +98,7 @@ class Orchestrator(FastLoop):
         self._last_obs = None
         self.realloc_decisions: list[ReallocDecision] = []
         self.realloc_times_s: list[float] = []
-        self.done: list[Request] = []
+        self.done = CompletedCalls()  # completed calls, as columns
         self._rejected_arrivals_s: list[float] = []
         self._period_done: list[Request] = []
         self._period_admitted = 0
@@ -145,11 +146,11 @@ class Orchestrator(FastLoop):
         self.counters["completed"] += 1
         if req.decode_worker is not None:
             self.counters["retired"] += 1
-        self.done.append(req)
         self._period_done.append(req)
         self.predictor.observe_completion(req, self.runtime)
         self._notify("on_done", req, now_s)
-        req.compact()  # kept for the summary: its block ids are not
+        self.done.append(req)  # its row, for the summary
+        req.compact()  # the period's calls keep it until the next sample: not its block ids
         if not pending.future.done():
             pending.future.set_result(Outcome.DONE)
         if self._event_driven and self.queue:
@@ -339,6 +340,8 @@ class Orchestrator(FastLoop):
             kv_bytes_moved=int(sum(snap.moved_bytes.values())), gpus=self.cluster.spec.gpus,
             store_counters=snap, control=self.control, policy=self.policy.name,
             kv_policy=self.kv_policy.value, kv_bytes_per_token=rt.store.index.kv_bytes_per_token,
+            link_utilisation=rt.links.utilisation(end_s),
+            path_bytes={k: int(v) for k, v in sorted(rt.links.bytes_by_path.items())},
             realloc_decisions=self.realloc_decisions, realloc_times_s=self.realloc_times_s,
             first_session_s=getattr(self, "first_session_s", 0.0),
             last_session_s=getattr(self, "last_session_s", 0.0),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from costmodel.phase import Phase
@@ -14,7 +15,7 @@ from workers.request import Request
 
 @dataclass
 class ReplayResult:
-    requests: list[Request]  # completed calls
+    requests: Sequence[Request]  # completed calls (a run's: CompletedCalls, read-only rows)
     counters: dict[str, int]
     series: Series
     decisions: list[tuple[float, str]]  # (time, reason) per fast tick
@@ -43,6 +44,10 @@ class ReplayResult:
     shared_prefix: dict = field(default_factory=dict)
     kv_policy: str = "offload"  # where a call's KV went when it ended (workers.kv_policy)
     kv_bytes_per_token: int = 0  # of the store's blobs: one KV copy of one token
+    # Copies on the cluster's links (workers.kv_links): per link that carried KV, its
+    # utilisation {"mean", "p99"}; bytes started per kind of path.
+    link_utilisation: dict = field(default_factory=dict)
+    path_bytes: dict = field(default_factory=dict)
 
 
 def decode_slots(cluster: BoundCluster) -> int:

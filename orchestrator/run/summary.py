@@ -29,9 +29,10 @@ import math
 
 import numpy as np
 
+from orchestrator.run.completed import CompletedCalls
 from orchestrator.run.replay import ReplayResult
 from storage.tiers import Tier
-from workers.request import LatencyPart, Request
+from workers.request import LatencyPart
 
 WARMUP = 0.10
 
@@ -67,8 +68,10 @@ def window_throughput(result: ReplayResult) -> dict[str, float | None]:
     lo, hi = window_bounds_s(result)
     if hi <= lo:
         return {"output_tokens_per_s": None, "output_tokens_per_s_per_gpu": None}
-    tokens = sum(r.output_tokens for r in result.requests
-                 if r.done_s is not None and lo <= r.done_s <= hi)
+    calls = result.requests
+    tokens = sum(out for out, done in zip(calls.column("output_tokens"), calls.column("done_s"),
+                                          strict=True)
+                 if done == done and lo <= done <= hi)  # NaN: not done
     rate = tokens / (hi - lo)
     return {"output_tokens_per_s": rate, "output_tokens_per_s_per_gpu": rate / result.gpus}
 
@@ -114,11 +117,13 @@ def oscillation(result: ReplayResult) -> dict[str, float | None]:
 def pipeline_s(result: ReplayResult) -> float:
     """Mean time from a fill's start to the call's KV loaded in decode (fill plus transfer)
     over the completed calls: the delay an admission takes to reach decode, measured."""
-    done = [r for r in result.requests if r.done_s is not None]
+    calls = result.requests
+    done = [(fill, transfer) for fill, transfer, done_s in
+            zip(calls.part(LatencyPart.FILL), calls.part(LatencyPart.TRANSFER),
+                calls.column("done_s"), strict=True) if done_s == done_s]  # NaN: not done
     if not done:
         return 0.0
-    return sum(r.parts_s[LatencyPart.FILL] + r.parts_s[LatencyPart.TRANSFER]
-               for r in done) / len(done)
+    return sum(fill + transfer for fill, transfer in done) / len(done)
 
 
 def loop_model(result: ReplayResult) -> dict[str, float | None]:
@@ -149,9 +154,21 @@ def starvation(result: ReplayResult) -> float:
     return float(np.mean((running < 0.5 * slots) & (waiting > 0)))
 
 
-def latency_breakdown(reqs: list[Request]) -> dict[str, dict[str, float | None]]:
+def latency_breakdown(calls: CompletedCalls) -> dict[str, dict[str, float | None]]:
     """p50/p90/p99 of each latency part over the calls given."""
-    return {p.key: _pct([r.parts_s[p] for r in reqs]) for p in LatencyPart}
+    return {p.key: _pct(calls.part(p)) for p in LatencyPart}
+
+
+def _ttft_itl(calls: CompletedCalls) -> tuple[list[float], list[float | None]]:
+    """Every call's TTFT where it had a first token, and every call's ITL (None where
+    `Request.itl_s` is None), as `Request`'s properties compute them."""
+    decode = calls.part(LatencyPart.DECODE)
+    ttft = [first - arrival for first, arrival in
+            zip(calls.column("first_token_s"), calls.column("arrival_s"), strict=True)
+            if first == first]  # NaN: no first token
+    itl = [None if done != done or out < 2 else spent / (out - 1) for done, out, spent in
+           zip(calls.column("done_s"), calls.column("output_tokens"), decode, strict=True)]
+    return ttft, itl
 
 
 def tier_hits(result: ReplayResult) -> dict:
@@ -187,19 +204,29 @@ def kv_traffic(result: ReplayResult, input_tokens: int) -> dict:
     copies = (per_token / result.kv_bytes_per_token
               if per_token is not None and result.kv_bytes_per_token else None)
     return {"policy": result.kv_policy, "bytes_moved": {**moved, "total": total},
-            "bytes_moved_per_input_token": per_token, "copies_per_input_token": copies}
+            "bytes_moved_per_input_token": per_token, "copies_per_input_token": copies,
+            # On the links (docs/network.md): bytes per kind of copy, and per link that
+            # carried KV its utilisation, mean over the run and p99 over 1 s windows.
+            "path_bytes": dict(result.path_bytes),
+            "link_utilisation": dict(result.link_utilisation)}
 
 
 def summarize(result: ReplayResult, ttft_target_s: float, tpot_target_s: float,
               run: str = "", controller: str = "") -> dict:
-    reqs, c = result.requests, result.counters
+    calls, c = result.requests, result.counters
     duration = max(result.simulated_s, 1e-9)
-    ttft = [r.ttft_s for r in reqs if r.ttft_s is not None]
-    itl = [r.itl_s for r in reqs if r.itl_s is not None]
-    out_tokens = sum(r.output_tokens for r in reqs)
-    good = sum(r.output_tokens for r in reqs
-               if r.ttft_s is not None and r.ttft_s <= ttft_target_s
-               and (r.itl_s is None or r.itl_s <= tpot_target_s))
+    ttft, itl_or_none = _ttft_itl(calls)
+    itl = [v for v in itl_or_none if v is not None]
+    outputs = calls.column("output_tokens")
+    out_tokens = sum(outputs)
+    good = sum(out for out, first, arrival, call_itl in
+               zip(outputs, calls.column("first_token_s"), calls.column("arrival_s"),
+                   itl_or_none, strict=True)
+               if first == first and first - arrival <= ttft_target_s
+               and (call_itl is None or call_itl <= tpot_target_s))
+    preemptions = calls.column("preemptions")
+    prefix = calls.column("prefix_tokens")
+    input_tokens = sum(calls.column("input_tokens"))
     # Lost and in flight from the call ledger when the run kept one: calls issued against
     # calls final and calls found held at the end (orchestrator.run.ledger). Live mode
     # fills them from its backend's ledger (orchestrator.run.settings).
@@ -223,28 +250,29 @@ def summarize(result: ReplayResult, ttft_target_s: float, tpot_target_s: float,
             # calls handed to another worker after theirs was lost (live mode)
             "redispatched": c.get("redispatched", 0),
             # completed calls a decode worker preempted at least once, and times in all
-            "preempted": sum(1 for r in reqs if r.preemptions),
-            "preemptions": sum(r.preemptions for r in reqs),
+            "preempted": sum(1 for n in preemptions if n),
+            "preemptions": sum(preemptions),
         },
-        "tokens": {"recomputed": sum(r.recomputed_tokens for r in reqs)},
+        "tokens": {"recomputed": sum(calls.column("recomputed_tokens"))},
         "cache": {
             # Input tokens found cached, and of them those beyond what the call's own
             # session had computed: KV another session wrote (a shared prefix).
-            "prefix_hit_tokens": sum(r.prefix_tokens for r in reqs),
-            "cross_session_hit_tokens": sum(max(0, r.prefix_tokens - r.own_cached_tokens)
-                                            for r in reqs),
+            "prefix_hit_tokens": sum(prefix),
+            "cross_session_hit_tokens": sum(max(0, hit - own) for hit, own in
+                                            zip(prefix, calls.column("own_cached_tokens"),
+                                                strict=True)),
             "shared_prefix": dict(result.shared_prefix),
             **tier_hits(result),
         },
-        "kv": kv_traffic(result, sum(r.input_tokens for r in reqs)),
+        "kv": kv_traffic(result, input_tokens),
         "ttft_s": _pct(ttft),
         "itl_s": _pct(itl),
         "tpot_s": _pct(itl),  # alias of itl_s (docs/metrics.md)
-        "latency_breakdown_s": latency_breakdown(reqs),
+        "latency_breakdown_s": latency_breakdown(calls),
         "throughput": {
             "output_tokens_per_s": out_tokens / duration,
             "output_tokens_per_s_per_gpu": out_tokens / duration / result.gpus,
-            "input_tokens_per_s": sum(r.input_tokens for r in reqs) / duration,
+            "input_tokens_per_s": input_tokens / duration,
             "window": window_throughput(result),
         },
         "goodput": {
