@@ -91,6 +91,8 @@ class ExecutedFillWorker(FillWorker):
             task.cancel()
             out.extend(batch)
         self._steps.clear()
+        out.extend(self.loading_step)  # a step still waiting for its prefixes
+        self.loading_step = ()
         out.extend(self.queue)
         self.queue.clear()
         self._in_flight = 0

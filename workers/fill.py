@@ -264,8 +264,10 @@ class FillWorker:
             if transfer_s == math.inf:
                 # Their prefixes are on the links: the step waits for them (its calls
                 # are running, and held in `loading_step` meanwhile).
-                self.loading_step = FillStep(chunks)
+                step = self.loading_step = FillStep(chunks)
                 await self.fills.loaded(starting)
+                if self.loading_step is not step:  # evacuated meanwhile (workers.executor)
+                    continue
                 self.loading_step = ()
                 self._busy_s += loop.time() - now_s
                 transfer_s = 0.0

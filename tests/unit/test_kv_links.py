@@ -128,3 +128,26 @@ def test_the_cluster_file_says_how_kv_moves():
         small_cluster(kv={"promote_min_sessions": 1.5})
     with pytest.raises(ClusterError, match=r"kv.fast: unknown field"):
         small_cluster(kv={"fast": True})
+
+
+def test_the_links_per_preset_in_docs_network_md_are_the_presets():
+    from pathlib import Path
+
+    from workers.cluster import cluster_names
+    from workers.network import fabric_links, same_domain
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "network.md").read_text()
+    rows = {r[0].strip("` "): [c.strip() for c in r[1:]]
+            for r in (line.split("|")[1:-1] for line in text.splitlines())
+            if r and r[0].strip("` ") in cluster_names() and r[0].strip().startswith("`")}
+    assert sorted(rows) == cluster_names()
+    model = load_model("kimi-k3-like")
+    for name, (workers, nodes, links, racks, handoff) in rows.items():
+        bound = load_cluster(name).bind(model)
+        assert int(workers) == len(bound.workers)
+        assert int(nodes) == len(bound.spec.nodes)
+        assert int(links) == len(fabric_links(bound))
+        assert racks == ", ".join(r.name for r in bound.spec.racks if r.cache_bytes)
+        fill = next(w for w in bound.workers if w.pool == "prefill")
+        decode = next(w for w in bound.workers if w.pool == "decode")
+        assert handoff.startswith("NVLink" if same_domain(bound, fill, decode) else "NICs")
