@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from workers.kv_policy import KVPolicy
+
 
 class GridError(ValueError):
     """A grid the sweep cannot run: one line naming the key and the value."""
@@ -63,6 +65,14 @@ def _text(value: Any) -> str:
     return value
 
 
+def _choice(*names: str) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if value not in names:
+            raise ValueError(f"expected one of {', '.join(names)}")
+        return value
+    return check
+
+
 def _flag(value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError("expected true or false")
@@ -79,6 +89,7 @@ RUN_KEYS: dict[str, Callable[[Any], Any]] = {
     "slow_period": POSITIVE, "observation_lag": NON_NEGATIVE, "no_realloc": _flag,
     "no_hysteresis": _flag, "ttft_target": POSITIVE, "tpot_target": POSITIVE,
     "predictor_error": POSITIVE, "predictor_learning": _number_in(0.0, 1.0),
+    "kv_policy": _choice(*(p.value for p in KVPolicy)),
     # Session starts as a multiple of the point's cluster's planned capacity on the
     # sweep's traces (orchestrator/run/capacity.py); needs `duration`.
     "load": POSITIVE,

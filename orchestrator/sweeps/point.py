@@ -119,7 +119,8 @@ def build_settings(v: dict[str, Any]) -> RunSettings:
                                   learn=v.get("predictor_learning", PredictorSettings.learn))
     return RunSettings(model=v.get("model", DEFAULT_MODEL), cluster=v.get("cluster", DEFAULT_CLUSTER),
                        controller=v.get("controller", DEFAULT_CONTROLLER), seed=v.get("seed", 0),
-                       load=load, control=control, predictor=predictor)
+                       load=load, control=control, predictor=predictor,
+                       kv_policy=v.get("kv_policy", RunSettings.kv_policy))
 
 
 def resolve_load(values: dict[str, Any], model: ModelSpec, cluster: ClusterSpec,

@@ -136,3 +136,10 @@ def test_a_load_is_session_starts_relative_to_the_clusters_planned_capacity():
         build_tasks(grid("load = [1.0]"), sessions)
     with pytest.raises(GridError, match="give one"):
         build_tasks(grid("duration = 60\nload = [1.0]\nsessions_per_hour = [60]"), sessions)
+
+
+def test_the_kv_policy_reaches_the_settings():
+    tasks = build_tasks(grid('kv_policy = ["offload", "retain"]\n'))
+    assert [t.settings.kv_policy for t in tasks] == ["offload", "retain"]
+    with pytest.raises(GridError, match="'kv_policy': bad value 'keep'"):
+        grid('kv_policy = ["keep"]')
