@@ -78,7 +78,8 @@ def main() -> int:
     rates = per_wall(fig)
     print(f"{fig['calls']:,} calls of {fig['submitted']:,} submitted ({fig['lost']} lost), "
           f"{fig['sessions']:,} sessions, wall {fig['replay_s']:,.1f} s (+{fig['prepare_s']:.1f} s "
-          f"reading), {rates['calls_per_s']:,.0f} calls/s, {rates['sim_per_wall']:,.0f} "
+          f"reading), {rates['calls_per_s']:,.0f} calls/s ({rates['calls_per_cpu_s']:,.0f} per CPU "
+          f"s), {rates['sim_per_wall']:,.0f} "
           f"simulated s/wall s ({fig['simulated_s'] / 86400:,.1f} simulated days), "
           f"{rates['events_per_call']:.1f} events/call, peak RSS {fig['peak_rss_mb']:,.0f} MB "
           f"[{verdict(fig['peak_rss_mb'] < PEAK_RSS_TARGET_MB)} < 2 GB]")

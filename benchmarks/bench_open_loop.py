@@ -50,7 +50,8 @@ def line(fig: dict) -> str:
         target = f" [{verdict(rates['calls_per_s'] >= CALLS_PER_S_TARGET)} >= 5,000]"
     return (f"{fig['submitted']:>7,} requests: {fig['calls']:,} completed, replay "
             f"{fig['replay_s']:6.2f} s, process {fig['process_s']:6.2f} s, "
-            f"{rates['calls_per_s']:7,.0f} calls/s{target}, {rates['sim_per_wall']:6,.0f} "
+            f"{rates['calls_per_s']:7,.0f} calls/s{target} ({rates['calls_per_cpu_s']:,.0f} per "
+            f"CPU s), {rates['sim_per_wall']:6,.0f} "
             f"simulated s/wall s, {rates['events_per_call']:5.1f} events/call, peak RSS "
             f"{fig['peak_rss_mb']:5.0f} MB, TTFT p50 {fig['ttft_p50_s']:.3f} s")
 

@@ -60,7 +60,7 @@ def line(label: str, fig: dict) -> str:
     rates = per_wall(fig)
     return (f"{label:>18}: {fig['calls']:>7,} calls ({fig['lost']} lost), wall "
             f"{fig['replay_s']:7.1f} s (+{fig['prepare_s']:.1f} s reading), "
-            f"{rates['calls_per_s']:7,.0f} calls/s "
+            f"{rates['calls_per_s']:7,.0f} calls/s ({rates['calls_per_cpu_s']:,.0f} per CPU s) "
             f"[{verdict(rates['calls_per_s'] >= CALLS_PER_S_TARGET)} >= 2,000; stretch 10,000 "
             f"{verdict(rates['calls_per_s'] >= CALLS_PER_S_STRETCH)}], "
             f"{rates['sim_per_wall']:8,.0f} simulated s/wall s, "
