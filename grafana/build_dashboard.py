@@ -101,7 +101,11 @@ ROWS: list[tuple[str, list[tuple[str, str, list[tuple[str, str]]]]]] = [
          [(_rate("tokenfactory_kv_lookup_tokens_total", RUN + ', result="hit"', "run, tier")
            + " / on (run) group_left "
            + _rate("tokenfactory_kv_lookup_tokens_total", RUN + ', tier="hbm"', "run"),
-           "{{run}} {{tier}}")]),
+           "{{run}} {{tier}}"),
+          (_rate("tokenfactory_kv_local_hit_tokens_total", RUN, "run")
+           + " / on (run) "
+           + _rate("tokenfactory_kv_lookup_tokens_total", RUN + ', tier="hbm"', "run"),
+           "{{run}} own HBM (nothing moved)")]),
         ("KV link utilisation (busiest 10 links)", "percentunit",
          [(f"topk(10, max by (run, link) (tokenfactory_kv_link_utilisation_ratio{{{RUN}}}))",
            "{{run}} {{link}}")]),

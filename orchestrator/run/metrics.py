@@ -109,6 +109,10 @@ def _families() -> list[Family]:
         (f"{p}kv_lookup_tokens_total", "counter", (*RUN, "tier", "result"), "tokens",
          "prefix tokens looked up per tier, result hit or miss"),
         (f"{p}kv_resident_bytes", "gauge", (*RUN, "tier"), "bytes", "KV held per tier"),
+        (f"{p}kv_local_hit_tokens_total", "counter", RUN, "tokens",
+         "prefix tokens the fetching worker's own HBM held already (nothing moved for them)"),
+        (f"{p}kv_recomputed_prefix_tokens_total", "counter", RUN, "tokens",
+         "cached prefix tokens recomputed from text because that was faster than loading"),
         (f"{p}kv_path_bytes_total", "counter", (*RUN, "path"), "bytes",
          "KV bytes whose copy started, by kind of path: hbm_hbm_nvlink, hbm_hbm_nic, "
          "hbm_dram, dram_hbm, rack_hbm, dram_rack, ... (workers.kv_links.path_kind)"),

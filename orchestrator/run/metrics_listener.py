@@ -73,7 +73,8 @@ class MetricsListener:
                      "requests_completed_total", "requests_rejected_total",
                      "input_tokens_total", "output_tokens_total", "energy_joules_total",
                      "decode_starved_seconds_total", "requests_preempted_total",
-                     "recomputed_tokens_total"):
+                     "recomputed_tokens_total", "kv_local_hit_tokens_total",
+                     "kv_recomputed_prefix_tokens_total"):
             self._c(name)
         for name in ("request_ttft_seconds", "request_itl_seconds", "request_tpot_seconds",
                      "request_e2e_seconds"):
@@ -200,8 +201,14 @@ class MetricsListener:
         self._gauged = now
 
     def _links(self, orch, now_s: float, period_s: float) -> None:
-        """Bytes per kind of copy, and each link's utilisation over the last period."""
+        """Local hits and recomputed prefixes, bytes per kind of copy, and each link's
+        utilisation over the last period."""
         links = orch.runtime.links
+        counters = orch.runtime.store.counters
+        self._inc_to("local_hits", self._c("kv_local_hit_tokens_total"),
+                     counters.local_hit_tokens)
+        self._inc_to("recomputed_prefix", self._c("kv_recomputed_prefix_tokens_total"),
+                     counters.recomputed_tokens)
         for path, n in links.bytes_by_path.items():
             self._inc_to(("path", path), self._c("kv_path_bytes_total", path), n)
         for name, carried in links.carried_bytes(now_s).items():
