@@ -42,6 +42,7 @@ class _Flow:
     path: tuple[str, ...]
     remaining_bytes: float
     rate_bytes_per_s: float = 0.0
+    finish_s: float = math.inf  # at today's rate: it stays put until the rates change
 
 
 class Fabric:
@@ -58,6 +59,7 @@ class Fabric:
         self.now_s = 0.0
         self._carried: dict[str, float] = dict.fromkeys(self._links, 0.0)
         self._finished: list[tuple[int, float]] = []
+        self._next_s = math.inf  # the earliest flow's finish at today's rates
 
     def link(self, name: str) -> Link:
         try:
@@ -112,18 +114,14 @@ class Fabric:
 
     def _run_to(self, now_s: float) -> list[tuple[int, float]]:
         done: list[tuple[int, float]] = []
-        while self._flows:
-            finishes = {fid: self._finish_of(f) for fid, f in self._flows.items()}
-            finish_s = min(finishes.values())
-            if finish_s > now_s:
-                break
+        while self._flows and self._next_s <= now_s:
+            finish_s = self._next_s
             self._progress_to(finish_s)
-            for fid, t in finishes.items():
-                if t <= finish_s:
-                    flow = self._flows.pop(fid)
-                    for name in flow.path:  # the rounding left over crosses too
-                        self._carried[name] += flow.remaining_bytes
-                    done.append((fid, finish_s))
+            for fid in [fid for fid, f in self._flows.items() if f.finish_s <= finish_s]:
+                flow = self._flows.pop(fid)
+                for name in flow.path:  # the rounding left over crosses too
+                    self._carried[name] += flow.remaining_bytes
+                done.append((fid, finish_s))
             self._share()
         self._progress_to(now_s)
         return done
@@ -134,7 +132,7 @@ class Fabric:
             return self.now_s
         if not self._flows:
             return None
-        return min(self._finish_of(f) for f in self._flows.values())
+        return self._next_s
 
     def rate(self, flow_id: int) -> float:
         return self._flows[flow_id].rate_bytes_per_s
@@ -184,21 +182,34 @@ class Fabric:
         self.now_s = now_s
 
     def _share(self) -> None:
-        """Max-min fair rates by progressive filling: the link offering the smallest
-        equal share fixes the rate of every unfixed flow crossing it; repeat."""
-        if len(self._flows) == 1:  # the common case: alone, at its narrowest link's rate
-            for flow in self._flows.values():
-                flow.rate_bytes_per_s = min(self._links[n].bytes_per_s for n in flow.path)
-            return
+        """Max-min fair rates, then each flow's finish at them (they hold until the next
+        start or finish: the flows' finishes move only here)."""
+        self._fill()
+        next_s = math.inf
+        for flow in self._flows.values():
+            flow.finish_s = finish_s = self._finish_of(flow)
+            if finish_s < next_s:
+                next_s = finish_s
+        self._next_s = next_s
+
+    def _fill(self) -> None:
+        """Progressive filling: the link offering the smallest equal share fixes the rate
+        of every unfixed flow crossing it; repeat."""
         unfixed: dict[str, list[int]] = {}
         for fid, flow in self._flows.items():
             for name in flow.path:
                 unfixed.setdefault(name, []).append(fid)
+        if len(unfixed) == sum(len(f.path) for f in self._flows.values()):
+            # No link is shared: each flow runs at its narrowest link's rate.
+            for flow in self._flows.values():
+                flow.rate_bytes_per_s = min(self._links[n].bytes_per_s for n in flow.path)
+            return
         # Only the links some flow crosses (a cluster has hundreds, a few are busy).
         spare = {name: self._links[name].bytes_per_s for name in unfixed}
         fixed: set[int] = set()
         while unfixed:
-            name = min(unfixed, key=lambda n: (spare[n] / len(unfixed[n]), n))
+            # The smallest equal share, the first name on a tie (min over tuples, in C).
+            _, name = min([(spare[n] / len(fids), n) for n, fids in unfixed.items()])
             share = max(0.0, spare[name] / len(unfixed[name]))
             for fid in unfixed[name]:
                 if fid in fixed:
