@@ -88,7 +88,6 @@ class KvLinks:
         self.fabric = Fabric(fabric_links(bound))
         self.window_s = window_s
         self.bytes_by_path: Counter[str] = Counter()  # bytes started, by `path_kind`
-        self.transfers = 0
         self._flows: dict[int, Transfer] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_s = math.inf
@@ -150,7 +149,6 @@ class KvLinks:
             earlier.add_done_callback(lambda end_s, t=transfer: self._one_done(t, end_s))
         for flow_id in self.fabric.start_many(now_s, flows.items()):
             self._flows[flow_id] = transfer
-        self.transfers += 1
         self._after_change()
         return transfer
 
