@@ -117,3 +117,29 @@ def test_the_router_leaves_a_worker_out_of_balance_for_the_shortest_queue():
     # Beyond the absolute margin but within 1.5 times the shortest queue: still balanced.
     assert choose_fill_worker(8192, _candidates([4 * far, 5 * far], [0, 8192]),
                               frozenset()) == "m1"
+
+
+def test_the_ready_buffer_offers_a_call_first_to_the_preferred_decode_worker():
+    from workers.ready import ReadyBuffer
+    from workers.request import Request
+
+    woken = []
+
+    class Worker:
+        def __init__(self, name):
+            self.name = name
+
+        def on_ready(self):
+            woken.append(self.name)
+
+    a, b = Worker("a"), Worker("b")
+    ready = ReadyBuffer()
+    ready.subscribe(a.on_ready)
+    ready.subscribe(b.on_ready)
+    req = Request.__new__(Request)
+    ready.put(req)
+    assert woken == ["a", "b"]  # no preference: in subscription order
+    woken.clear()
+    ready.prefer = lambda r: b.on_ready
+    ready.put(req)
+    assert woken == ["b", "a"]  # each woken once, the preferred first
