@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from itertools import compress, repeat
-from operator import is_
+from operator import floordiv, is_, mul
 
 from storage.blobs import BlobId, BlobIndex
 from storage.plans import Source, Step, StepKind
@@ -169,12 +169,20 @@ class Stripe:
         self.total_rate = sum(self.rates)
         self.rate = min(self.total_rate, layout.spec(dst).write_bytes_per_s)
 
-    def shares(self, kv_bytes: int) -> list[int]:
+    def sent_bytes(self, kv_bytes: Collection[int]) -> list[int]:
+        """What each holder sends, in `holders` order, for copies of these sizes: of
+        each copy every holder but the first sends its share of the rate rounded down
+        (`kv_bytes * rate // total_rate`), the first the rest. Summed over the copies
+        holder by holder in C: shares are whole bytes, so the sums are exact."""
+        total = sum(kv_bytes)
         if len(self.rates) == 1:
-            return [kv_bytes]
-        shares = [kv_bytes * r // self.total_rate for r in self.rates]
-        shares[0] += kv_bytes - sum(int(s) for s in shares)
-        return [int(s) for s in shares]
+            return [total]
+        out = [0]
+        for rate in self.rates[1:]:
+            out.append(sum(map(int, map(floordiv, map(mul, kv_bytes, repeat(rate)),
+                                        repeat(self.total_rate)))))
+        out[0] = total - sum(out)
+        return out
 
 
 class Draft:
@@ -332,17 +340,12 @@ class Draft:
         sent = run.sent_bytes
         if len(kv_bytes) != len(stripes):
             raise ValueError(f"{len(kv_bytes)} sizes for {len(stripes)} stripes")
-        # A chain's blobs have a few holder sets between them: add up each stripe's
-        # blobs in C. A single holder sends them whole; shares are split blob by blob.
+        # A chain's blobs have a few holder sets between them: add up what each
+        # stripe's holders send for its blobs, in C.
         for stripe in dict.fromkeys(stripes):
-            mine = compress(kv_bytes, map(is_, stripes, repeat(stripe)))
-            holders = stripe.holders
-            if len(holders) == 1:
-                sent[holders[0]] = sent.get(holders[0], 0) + sum(mine)
-                continue
-            for n in mine:
-                for loc, share in zip(holders, stripe.shares(n), strict=True):
-                    sent[loc] = sent.get(loc, 0) + share
+            mine = list(compress(kv_bytes, map(is_, stripes, repeat(stripe))))
+            for loc, n in zip(stripe.holders, stripe.sent_bytes(mine), strict=True):
+                sent[loc] = sent.get(loc, 0) + n
         run.times_s += times_s
         self._times_s += times_s
         self._record_adds(run, blob_ids, sum(kv_bytes))
