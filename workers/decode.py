@@ -307,10 +307,6 @@ class DecodeWorker:
         until_retire = min([r.output_tokens - r.generated for r in running]) if self.jump else 1
         contexts = np.array([r.input_tokens + r.generated for r in running], dtype=np.float64)
         other = self._loading_bytes()
-        if self.kv_policy is KVPolicy.RETAIN:
-            # Retained blobs fit in what the sequences held leave (workers.kv_policy).
-            held = float(footprints(self.kv, contexts).sum()) + other
-            trim_retained(self.store, self.hbm, held / self.kv.instance_bytes, now_s)
         fit = steps_that_fit(self.kv, contexts, other, until_retire)
         if fit == 0 and len(self.running) > 1:
             drop = preemption_count(self.kv, contexts, other)
@@ -321,7 +317,13 @@ class DecodeWorker:
             fit = steps_that_fit(self.kv, contexts, other, until_retire)
         # A lone sequence larger than the instance runs anyway: nothing else to free.
         steps = min(until_retire, fit) if fit > 0 else until_retire
-        return min(steps, self._steps_until_admission(contexts, steps))
+        steps = min(steps, self._steps_until_admission(contexts, steps))
+        if self.kv_policy is KVPolicy.RETAIN:
+            # Retained blobs fit in what the sequences held leave at the run's end, each
+            # grown by at most 1 + MTP drafts tokens a step (workers.kv_policy).
+            held = float(footprints(self.kv, contexts + steps * (1 + self.mtp)).sum()) + other
+            trim_retained(self.store, self.hbm, held / self.kv.instance_bytes, now_s)
+        return steps
 
     def _steps_until_admission(self, contexts: np.ndarray, horizon: int) -> int:
         """The run also ends where the ready buffer's head, held back for KV, would be
