@@ -4,7 +4,6 @@ at a point of the operating region the control sweep found (docs/control.md)."""
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 
 from orchestrator.cli._common import UserError, positive_float, print_json
@@ -67,14 +66,13 @@ def _choose_load(args: argparse.Namespace) -> dict:
     if args.duration is None:
         raise UserError("--duration: the demo needs a window for session starts")
     if args.sessions_per_hour is None:
-        rate, repeat = sessions_for_load(cap, args.load, args.duration)
-        args.sessions_per_hour = rate
         load_why = (DEMO_POINT.why_load if args.load == DEMO_POINT.load else "set by --load")
     else:
-        repeat = max(1, math.ceil(args.sessions_per_hour * args.duration / 3600.0
-                                  / cap.sessions))
         args.load = args.sessions_per_hour / cap.sessions_per_hour
         load_why = "set by --sessions-per-hour"
+    rate, repeat = sessions_for_load(cap, args.load, args.duration)
+    if args.sessions_per_hour is None:
+        args.sessions_per_hour = rate
     if args.repeat is None:
         args.repeat = repeat
     lag_why = (DEMO_POINT.why_lag if args.observation_lag == DEMO_POINT.observation_lag_s

@@ -25,8 +25,6 @@ Definitions (docs/metrics.md states them for users; keep the two in step):
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from orchestrator.run.completed import CompletedCalls
@@ -305,7 +303,7 @@ def summarize(result: ReplayResult, ttft_target_s: float, tpot_target_s: float,
         },
         "energy": {
             "joules": result.energy_j,
-            "joules_per_call": result.energy_j / c["completed"] if c["completed"] else math.nan,
+            "joules_per_call": result.energy_j / c["completed"] if c["completed"] else None,
         },
         "sim": {"simulated_s": result.simulated_s, "wall_s": result.wall_s,
                 "events": result.events},

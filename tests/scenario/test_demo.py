@@ -94,3 +94,16 @@ def test_binding_decisions_read_from_a_series_skip_the_final_sample(tmp_path):
         "time_s,admission_queue,admit,reason\n0,0,0,no_observation\n1,5,2,rate_match\n"
         "2,3,3,rate_match\n3,4,,\n")
     assert run_binding_decisions(tmp_path, "x") == 1
+
+
+def test_a_load_that_starts_no_session_still_gives_a_summary(tmp_path, capsys):
+    """60 sessions an hour for 60 s, seed 1: the Poisson process starts none. The summary
+    has no energy per call (null, not NaN, which JSON cannot hold)."""
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out), "--json", "--no-progress",
+                 "--sessions-per-hour", "60", "--duration", "60", "--max-sessions", "1"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["load"]["why"]["load"] == "set by --sessions-per-hour"
+    for summary in printed["controllers"].values():
+        assert summary["requests"]["sessions"] == 0
+        assert summary["energy"]["joules_per_call"] is None
