@@ -4,8 +4,9 @@ Kept run-length: a record stands for `ticks[i]` consecutive samples, one period
 apart from `time_s[i]`, with the same values (an idle span the fast loop skipped:
 nothing queued or in flight; its per-period counts are 0 and its latencies NaN).
 The columns hold records, numbers as typed arrays (8 bytes a value: a run of a
-million calls keeps a few million records); `array(name)` expands them to one
-value per sample.
+million calls keeps a few million records), the latency percentiles as sparse
+columns (only the records whose period completed a call); `array(name)` expands
+them to one value per sample.
 """
 
 from __future__ import annotations
@@ -45,6 +46,46 @@ def _floats() -> array:
     return array("d")
 
 
+class SparseColumn:
+    """A float column that is NaN at most records (a period's latency percentiles: NaN
+    unless a call completed in it), kept as the records that are not and their values:
+    16 bytes each of those, none for the rest (a dense column: 8 bytes every record).
+    Reads as the dense column would: `len`, indexing, slices and iteration as Python
+    floats, `np.asarray` as float64."""
+
+    __slots__ = ("_at", "_n", "_values")
+
+    def __init__(self) -> None:
+        self._at = array("q")  # the records that hold a value, ascending
+        self._values = array("d")
+        self._n = 0
+
+    def append(self, value: float) -> None:
+        if value == value:  # NaN is what a record without one reads
+            self._at.append(self._n)
+            self._values.append(value)
+        self._n += 1
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        out = np.full(self._n, np.nan)
+        out[np.asarray(self._at, dtype=np.int64)] = np.asarray(self._values, dtype=np.float64)
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def tolist(self) -> list[float]:
+        return self.__array__().tolist()
+
+    def __iter__(self):
+        return iter(self.tolist())
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            return self.__array__()[key].tolist()
+        return float(self.__array__()[key])
+
+
 def _ints() -> array:
     return array("q")
 
@@ -70,8 +111,8 @@ class Series:
     rejected_total: array = field(default_factory=_ints)
     workers_by_pool: list[dict[str, int]] = field(default_factory=list)
     # Per period, over the calls completed in it: "<part>_<p50|p90|p99>_s" -> values (NaN
-    # when none completed), parts as in the summary's latency_breakdown_s.
-    latency_breakdown_s: dict[str, array] = field(default_factory=dict)
+    # when none completed: sparse columns), parts as in the summary's latency_breakdown_s.
+    latency_breakdown_s: dict[str, SparseColumn] = field(default_factory=dict)
     ticks: array = field(default_factory=_ints)  # samples each record stands for
     period_s: float = 1.0  # between samples
 
@@ -111,7 +152,7 @@ class Series:
             for q, name in zip(QUANTILES, names, strict=True):
                 col = cols.get(name)
                 if col is None:
-                    col = cols[name] = _floats()
+                    col = cols[name] = SparseColumn()
                 col.append(percentile(values, q) if values else nan)
 
     def array(self, name: str) -> np.ndarray:

@@ -1,0 +1,48 @@
+"""A sparse latency column reads as the dense column of the same appends would."""
+
+import math
+from array import array
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from orchestrator.run.series import Series, SparseColumn
+from workers.request import LatencyPart, Request
+
+
+@given(st.lists(st.one_of(st.just(math.nan), st.floats(-1e9, 1e9)), max_size=60),
+       st.integers(-70, 70), st.integers(-70, 70))
+def test_a_sparse_column_reads_as_the_dense_one(values, start, stop):
+    dense, sparse = array("d"), SparseColumn()
+    for v in values:
+        dense.append(v)
+        sparse.append(v)
+    assert len(sparse) == len(dense)
+    assert np.array_equal(np.asarray(sparse, dtype=np.float64), np.asarray(dense),
+                          equal_nan=True)
+    same = [(a == b) or (math.isnan(a) and math.isnan(b))
+            for a, b in zip(sparse[start:stop], dense[start:stop], strict=True)]
+    assert len(sparse[start:stop]) == len(dense[start:stop]) and all(same)
+    if values:
+        i = start % len(values)
+        a, b = sparse[i], dense[i]
+        assert a == b or (math.isnan(a) and math.isnan(b))
+
+
+def _done(call_id: int, fill_s: float) -> Request:
+    req = Request(call_id, "s", 64, 1, arrival_s=0.0)
+    req.enter(LatencyPart.FILL, 0.0)
+    req.finish(fill_s)
+    return req
+
+
+def test_periods_without_completions_read_nan_and_take_no_room():
+    s = Series()
+    s.add_breakdown([])
+    s.add_breakdown([_done(1, 0.5), _done(2, 1.5)])
+    for _ in range(1000):
+        s.add_breakdown([])
+    col = s.latency_breakdown_s["fill_p50_s"]
+    assert len(col) == 1002 and math.isnan(col[0]) and col[1] == 1.0 and math.isnan(col[-1])
+    assert len(col._values) == 1  # one record holds a value
