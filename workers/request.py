@@ -90,8 +90,10 @@ class Request:
     def compact(self) -> None:
         """Drop what only a call in flight needs (its block ids and KV chain: thousands of
         ids for an agent call) once it is done; what the summary, the listeners and the
-        outputs read of a completed call (times, tokens, parts, workers) stays. Keeping a
-        run's completed calls then costs a few hundred bytes each."""
+        outputs read of a completed call (times, tokens, parts, workers) stays. A replay
+        keeps its completed calls as rows of columns (orchestrator.run.completed); the
+        request itself may be held a while longer (the period's completed calls until
+        the next sample, listeners), then without its ids."""
         if self.state is not RequestState.DONE:
             raise RuntimeError(f"call {self.call_id} compacted in state {self.state.name}")
         self.block_ids = self.writeback_block_ids = self.kv_chain = ()
