@@ -11,8 +11,9 @@ header, `docs/plan.md`), `--repeat` enough copies of the 113 sessions for the wi
 replay at a time, each in its own process; the CPU seconds are that process's.
 
 Prints one markdown row per run: TTFT p50 / p99, goodput, peak HBM per GPU, KV bytes
-moved per input token and in KV copies of the token, the share of prefix tokens found
-in HBM (any worker's) and in the fetching worker's own HBM.
+moved per input token and in KV copies of the token, the share of prefix tokens served
+by HBM (any worker's: its share of the striped loads) and found in the fetching worker's
+own HBM.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ class CounterSnapshot:
     """Totals since the store was built; resident bytes as of the snapshot.
 
     A lookup walks the tiers from fast to slow: at each tier the prefix
-    tokens not yet found are either a hit or a miss there, so
+    tokens not yet found are either a hit (served by that tier) or a miss
+    there, so
     ``lookup_tokens(t) == hit_tokens[t] + miss_tokens[t]`` and the misses of
     one tier are the lookups of the next.
     """
@@ -76,6 +77,8 @@ def lookup_tokens(
 
     A prefix token is a hit at ``dst``'s tier when ``dst`` holds its blob,
     else at the fastest tier holding a copy, and a miss at every tier before.
+    A fetch that loads the blobs counts its hits by the tiers that sent the
+    bytes instead (``served_hits``); one that recomputes them, as found here.
     """
     hits: dict[Tier, int] = {}
     local = 0
@@ -106,12 +109,44 @@ def lookup_tokens(
         else:
             served = fastest[copies[blob.id]]
         hits[served] = hits.get(served, 0) + tokens
-    unmatched = requested_tokens - match.matched_tokens
+    return hits, miss_tokens(hits, requested_tokens - match.matched_tokens), local
+
+
+def miss_tokens(hits: dict[Tier, int], unmatched_tokens: int) -> dict[Tier, int]:
+    """Per-tier misses of a lookup whose hits are ``hits``: a token is a miss at every
+    tier faster than the one that served it, and the ``unmatched_tokens`` no blob
+    covers are misses at every tier."""
     served_by = hits.items()
-    misses = {
-        tier: unmatched + sum([n for served, n in served_by if served > tier]) for tier in _TIERS
+    return {
+        tier: unmatched_tokens + sum([n for served, n in served_by if served > tier])
+        for tier in _TIERS
     }
-    return hits, misses, local
+
+
+def served_hits(
+    hits: dict[Tier, int], local: int, dst_tier: Tier, sent_bytes: dict[Tier, int]
+) -> dict[Tier, int]:
+    """The hit tokens of a load, by the tier that served them: the ``local`` tokens the
+    destination held stay at ``dst_tier``; the rest went over the links, so each tier
+    that sent bytes of the load (``sent_bytes``, striped copies' shares by the sending
+    holder's tier) serves them in proportion to the bytes it sent.
+
+    Whole tokens, by largest remainder (ties to the faster tier): the result sums to
+    ``sum(hits.values())`` exactly. Without bytes sent the hits are returned as given.
+    """
+    loaded = sum(hits.values()) - local
+    total = sum(sent_bytes.values())
+    if loaded <= 0 or total <= 0:
+        return hits
+    tiers = sorted(t for t, n in sent_bytes.items() if n > 0)
+    shares = {t: divmod(loaded * sent_bytes[t], total) for t in tiers}
+    out = {tier: shares[tier][0] for tier in tiers}
+    left = loaded - sum(out.values())  # < len(tiers): one more token each to the largest
+    for tier in sorted(tiers, key=lambda t: (-shares[t][1], t))[:left]:
+        out[tier] += 1
+    if local:
+        out[dst_tier] = out.get(dst_tier, 0) + local
+    return {tier: n for tier, n in out.items() if n}
 
 
 _TIERS = tuple(Tier)  # iterating the enum class builds its member list every time

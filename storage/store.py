@@ -20,10 +20,16 @@ from itertools import filterfalse
 from operator import attrgetter, truediv
 
 from storage.blobs import BlobId, BlobIndex, PrefixMatch
-from storage.counters import CounterSnapshot, StoreCounters, lookup_tokens
+from storage.counters import (
+    CounterSnapshot,
+    StoreCounters,
+    lookup_tokens,
+    miss_tokens,
+    served_hits,
+)
 from storage.placement import Draft, Placement, Stripe
 from storage.plans import FetchAction, NoFit, Purpose, Step, StepKind, TransferPlan
-from storage.tiers import Location, StoreLayout
+from storage.tiers import Location, StoreLayout, Tier
 
 _rate = attrgetter("rate")
 
@@ -161,13 +167,14 @@ class BlobStore:
             raise ValueError(f"now_s must be a number, got {now_s!r}")
         return Draft(self.placement, self.index, self.referenced, self.pinned, now_s)
 
-    def _plan(self, draft: Draft, purpose: Purpose, location: Location, **fields) -> TransferPlan:
+    def _plan(self, draft: Draft, purpose: Purpose, location: Location,
+              steps: tuple[Step, ...] | None = None, **fields) -> TransferPlan:
         return TransferPlan(
             purpose,
             location,
             draft.now_s,
             self.version,
-            steps=draft.steps,
+            steps=draft.steps if steps is None else steps,
             time_s=draft.time_s,
             **fields,
         )
@@ -187,6 +194,8 @@ class BlobStore:
         Missing blobs are loaded (striped across holders) unless
         ``recompute_s(tokens)`` says recomputing them from text is faster.
         The whole of each blob is moved, even one the prefix uses in part.
+        A load's hit tokens count at the tiers that sent its bytes, in
+        proportion to the bytes each sent (``served_hits``).
         """
         draft = self._draft(dst, now_s)
         match = self.match(block_ids)
@@ -233,7 +242,17 @@ class BlobStore:
                 **common,
             )
         draft.copy_run(ids, sizes, dst, stripes, times_s)
-        return self._plan(draft, Purpose.FETCH, dst, action=FetchAction.LOAD, **common)
+        steps = draft.steps
+        sent: dict[Tier, int] = {}
+        for step in steps:
+            if step.kind is StepKind.COPY and step.location == dst:  # the load, not evictions
+                for source in step.sources:
+                    tier = source.location.tier
+                    sent[tier] = sent.get(tier, 0) + source.kv_bytes
+        served = served_hits(hits, local, dst.tier, sent)
+        common |= {"hit_tokens": served,
+                   "miss_tokens": miss_tokens(served, requested - match.matched_tokens)}
+        return self._plan(draft, Purpose.FETCH, dst, steps, action=FetchAction.LOAD, **common)
 
     def _known_stripes(self, ids: list[BlobId], dst: Location) -> list[Stripe] | None:
         """The striping of a copy of each blob to ``dst`` when every one was worked out

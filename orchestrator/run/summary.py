@@ -171,7 +171,8 @@ def _ttft_itl(calls: CompletedCalls) -> tuple[list[float], list[float | None]]:
 
 def tier_hits(result: ReplayResult) -> dict:
     """Prefix tokens each fetch found, by the tier that served them (the destination's
-    own HBM, or the fastest tier holding a copy), those recomputed rather than loaded,
+    own HBM, or the tiers that sent a load's bytes, in proportion to them: see
+    `storage.counters.served_hits`), those recomputed rather than loaded,
     those the fetching worker's HBM held already (nothing moved), and the shares of
     the last two kinds. A call's fill and its decode each fetch."""
     snap = result.store_counters

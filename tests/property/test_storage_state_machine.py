@@ -12,13 +12,14 @@ that holds the blob they count, at the tier a walk of the placement gives.
 """
 
 import itertools
+from fractions import Fraction
 
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from storage.plans import FetchAction
+from storage.plans import FetchAction, StepKind
 from storage.store import BlobStore
 from storage.tiers import Location, StoreLayout, Tier, TierSpec
 from workers.kv_policy import trim_retained, write_and_retain
@@ -140,9 +141,9 @@ class BlobStoreMachine(RuleBasedStateMachine):
             assert match.matched_tokens == match.matched_blocks * BLOCK_TOKENS
 
     def reference_hits(self, blocks, where) -> tuple[dict, int]:
-        """Tokens of the cached prefix by the tier serving each blob (``where`` when it
+        """Tokens of the cached prefix by the tier holding each blob (``where`` when it
         holds the blob, else the fastest holder, checked to hold it), and those at
-        ``where``."""
+        ``where``: a fetch that loads nothing counts its hits so."""
         chain, matched = self.reference_match(blocks)
         hits, local = {}, 0
         for i, blob_id in enumerate(chain):
@@ -165,8 +166,25 @@ class BlobStoreMachine(RuleBasedStateMachine):
         recompute = None if prefill_s_per_token is None else (lambda n: n * prefill_s_per_token)
         plan = self.store.plan_fetch(blocks, where, self._tick(dt), recompute_s=recompute)
         hits, local = self.reference_hits(blocks, where)
-        assert {t: n for t, n in plan.hit_tokens.items() if n} == hits
         assert plan.local_tokens == local
+        served = {t: n for t, n in plan.hit_tokens.items() if n}
+        if plan.action is FetchAction.LOAD:
+            # A load's tokens are served by the tiers that sent its bytes (holders of the
+            # chain's blobs), each within a token of its share of the bytes.
+            sent: dict[Tier, int] = {}
+            for step in plan.steps:
+                if step.kind is StepKind.COPY and step.location == where:
+                    for src in step.sources:
+                        assert any(src.location in self.store.holders(b) for b in plan.chain)
+                        sent[src.location.tier] = sent.get(src.location.tier, 0) + src.kv_bytes
+            loaded = sum(hits.values()) - local
+            assert sum(served.values()) == loaded + local
+            for tier in Tier:
+                exact = Fraction(loaded * sent.get(tier, 0), sum(sent.values()))
+                exact += local if tier is where.tier else 0
+                assert abs(served.get(tier, 0) - exact) < 1
+        else:
+            assert served == hits
         if plan.fits:
             self.requested_tokens += len(blocks) * BLOCK_TOKENS
         if plan.action is FetchAction.RECOMPUTE:

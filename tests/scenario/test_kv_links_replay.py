@@ -39,12 +39,20 @@ def test_the_handoff_goes_gpu_to_gpu_unless_the_cluster_says_through_host_memory
                             for u in util.values())
 
 
-def test_on_the_mooncake_trace_shared_prefixes_are_promoted_and_read_from_the_rack(capsys):
+def test_on_the_mooncake_trace_shared_prefixes_are_promoted_read_from_the_rack_and_counted(capsys):
     code, out, err = run_cli(["replay", str(TRACE_DATA / "mooncake" / "synthetic_trace.jsonl"),
                               "--max-sessions", "300", "--cluster", "b200x8", "--json",
                               "--no-progress"], capsys)
     assert code == 0, err
-    paths = json.loads(out)["kv"]["path_bytes"]
+    summary = json.loads(out)
+    paths = summary["kv"]["path_bytes"]
     promoted = paths.get("dram_rack", 0) + paths.get("hbm_rack", 0)
     assert promoted > 0
     assert paths.get("rack_hbm", 0) > 0  # later fetches read from the rack cache
+    # ...and those reads are hits the rack served (its share of the striped loads), of
+    # prefixes other sessions computed (Mooncake's block ids are global).
+    cache = summary["cache"]
+    assert cache["hit_tokens"]["rack"] > 0
+    assert cache["cross_session_hit_tokens"] > 0
+    found = sum(cache["hit_tokens"].values())
+    assert cache["hbm_hit_share"] == cache["hit_tokens"]["hbm"] / found
