@@ -41,6 +41,7 @@ class Link:
 class _Flow:
     path: tuple[str, ...]
     remaining_bytes: float
+    narrowest_bytes_per_s: float  # its rate while it shares no link
     rate_bytes_per_s: float = 0.0
     finish_s: float = math.inf  # at today's rate: it stays put until the rates change
 
@@ -60,6 +61,12 @@ class Fabric:
         self._carried: dict[str, float] = dict.fromkeys(self._links, 0.0)
         self._finished: list[tuple[int, float]] = []
         self._next_s = math.inf  # the earliest flow's finish at today's rates
+        self._due: list[int] = []  # the flows finishing at _next_s, in start order
+        self._loads: dict[str, float] = {}  # bandwidth in use per busy link at today's rates
+        self._crossing: dict[str, int] = {}  # flows in flight per busy link
+        self._shared_links = 0  # busy links with two flows or more
+        # A path as given -> (its links, each once; its narrowest bandwidth).
+        self._paths: dict[tuple[str, ...], tuple[tuple[str, ...], float]] = {}
 
     def link(self, name: str) -> Link:
         try:
@@ -89,21 +96,48 @@ class Fabric:
         out once for all); returns their flow ids."""
         new = []
         for path, size_bytes in flows:
-            path = tuple(dict.fromkeys(path))  # a link crossed twice is shared once
-            if not path:
-                raise ValueError("Fabric.start: a flow needs at least one link")
-            for name in path:
-                self.link(name)
+            links, narrowest = self._path(tuple(path))
             if not (math.isfinite(size_bytes) and size_bytes >= 0):
                 raise ValueError(f"Fabric.start: size_bytes must be finite and >= 0, "
                                  f"got {size_bytes!r}")
-            new.append(_Flow(path, float(size_bytes)))
+            new.append(_Flow(links, float(size_bytes), narrowest))
         self._finished.extend(self._run_to(now_s))
         ids = list(range(self._next_id, self._next_id + len(new)))
         self._next_id += len(new)
-        self._flows.update(zip(ids, new, strict=True))
+        crossing = self._crossing
+        for fid, flow in zip(ids, new, strict=True):
+            self._flows[fid] = flow
+            for name in flow.path:
+                n = crossing[name] = crossing.get(name, 0) + 1
+                if n == 2:
+                    self._shared_links += 1
         self._share()
         return ids
+
+    def _path(self, path: tuple[str, ...]) -> tuple[tuple[str, ...], float]:
+        """A path's links, each once (a link crossed twice is shared once), and its
+        narrowest bandwidth; kept once worked out (links are only ever added)."""
+        known = self._paths.get(path)
+        if known is None:
+            links = tuple(dict.fromkeys(path))
+            if not links:
+                raise ValueError("Fabric.start: a flow needs at least one link")
+            narrowest = min(self.link(name).bytes_per_s for name in links)
+            known = self._paths[path] = (links, narrowest)
+        return known
+
+    def _remove(self, fid: int) -> _Flow:
+        flow = self._flows.pop(fid)
+        crossing = self._crossing
+        for name in flow.path:
+            n = crossing[name] - 1
+            if n:
+                crossing[name] = n
+                if n == 1:
+                    self._shared_links -= 1
+            else:
+                del crossing[name]
+        return flow
 
     def advance(self, now_s: float) -> list[tuple[int, float]]:
         """Progress every flow to `now_s`; returns `(flow id, finish time)` of the flows
@@ -117,8 +151,8 @@ class Fabric:
         while self._flows and self._next_s <= now_s:
             finish_s = self._next_s
             self._progress_to(finish_s)
-            for fid in [fid for fid, f in self._flows.items() if f.finish_s <= finish_s]:
-                flow = self._flows.pop(fid)
+            for fid in self._due:  # the flows whose finish is the earliest
+                flow = self._remove(fid)
                 for name in flow.path:  # the rounding left over crosses too
                     self._carried[name] += flow.remaining_bytes
                 done.append((fid, finish_s))
@@ -154,20 +188,9 @@ class Fabric:
         return sum(f.rate_bytes_per_s for f in self._flows.values() if name in f.path)
 
     def loads(self) -> dict[str, float]:
-        """Bandwidth in use now on every link some flow crosses (one pass over the
-        flows in flight)."""
-        out: dict[str, float] = {}
-        for flow in self._flows.values():
-            for name in flow.path:
-                out[name] = out.get(name, 0.0) + flow.rate_bytes_per_s
-        return out
-
-    def _finish_of(self, flow: _Flow) -> float:
-        if flow.remaining_bytes <= 0.0:
-            return self.now_s
-        if flow.rate_bytes_per_s <= 0.0:
-            return math.inf
-        return self.now_s + flow.remaining_bytes / flow.rate_bytes_per_s
+        """Bandwidth in use now on every link some flow crosses. Worked out when the
+        rates change (a new dict each time): read it, do not change it."""
+        return self._loads
 
     def _progress_to(self, now_s: float) -> None:
         if now_s < self.now_s:
@@ -183,27 +206,57 @@ class Fabric:
 
     def _share(self) -> None:
         """Max-min fair rates, then each flow's finish at them (they hold until the next
-        start or finish: the flows' finishes move only here)."""
-        self._fill()
+        start or finish: the flows' finishes move only here), the earliest finish, the
+        flows due then and the load on every busy link."""
+        if self._shared_links:
+            self._fill()
+        else:  # No link is shared: each flow runs at its narrowest link's rate.
+            for flow in self._flows.values():
+                flow.rate_bytes_per_s = flow.narrowest_bytes_per_s
+        now_s = self.now_s
         next_s = math.inf
-        for flow in self._flows.values():
-            flow.finish_s = finish_s = self._finish_of(flow)
+        due: list[int] = []
+        loads: dict[str, float] = {}
+        for fid, flow in self._flows.items():
+            rate = flow.rate_bytes_per_s
+            if flow.remaining_bytes <= 0.0:
+                finish_s = now_s
+            elif rate <= 0.0:
+                finish_s = math.inf
+            else:
+                finish_s = now_s + flow.remaining_bytes / rate
+            flow.finish_s = finish_s
             if finish_s < next_s:
                 next_s = finish_s
+                due = [fid]
+            elif finish_s == next_s:
+                due.append(fid)
+            for name in flow.path:
+                loads[name] = loads.get(name, 0.0) + rate
         self._next_s = next_s
+        self._due = due
+        self._loads = loads
 
     def _fill(self) -> None:
         """Progressive filling: the link offering the smallest equal share fixes the rate
-        of every unfixed flow crossing it; repeat."""
+        of every unfixed flow crossing it; repeat.
+
+        A flow that shares none of its links runs at its narrowest link's rate, which
+        is what the filling would give it (its links' spare stays whole until it is
+        fixed), and fixing it changes no other flow's share: only the flows crossing a
+        shared link are filled."""
+        crossing = self._crossing
         unfixed: dict[str, list[int]] = {}
         for fid, flow in self._flows.items():
-            for name in flow.path:
+            path = flow.path
+            for name in path:
+                if crossing[name] > 1:
+                    break
+            else:
+                flow.rate_bytes_per_s = flow.narrowest_bytes_per_s
+                continue
+            for name in path:
                 unfixed.setdefault(name, []).append(fid)
-        if len(unfixed) == sum(len(f.path) for f in self._flows.values()):
-            # No link is shared: each flow runs at its narrowest link's rate.
-            for flow in self._flows.values():
-                flow.rate_bytes_per_s = min(self._links[n].bytes_per_s for n in flow.path)
-            return
         # Only the links some flow crosses (a cluster has hundreds, a few are busy).
         spare = {name: self._links[name].bytes_per_s for name in unfixed}
         fixed: set[int] = set()

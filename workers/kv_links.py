@@ -97,6 +97,8 @@ class KvLinks:
         self._carried: dict[str, float] = {}  # link -> bytes carried up to _last_s
         # Blobs whose copy to a place is still on its way: place -> blob id -> transfer.
         self._landing: dict[Location, dict[int, Transfer]] = {}
+        # (source, destination) -> (the copy's path, its `path_kind`), kept once worked out.
+        self._routes: dict[tuple[Location, Location], tuple[tuple[str, ...], str]] = {}
 
     def rack_cache(self, spec: WorkerSpec) -> Location | None:
         """The cache of the worker's rack, when the rack has one."""
@@ -105,6 +107,7 @@ class KvLinks:
     def add_worker(self, spec: WorkerSpec, holder: str | None = None) -> None:
         """A worker started under a new name (or on GPUs that served under `holder`)."""
         self.topology.add_worker(spec, holder)
+        self._routes.clear()  # a place's HBM may now sit elsewhere
         for link in worker_links(spec):
             try:
                 self.fabric.link(link.name)
@@ -116,10 +119,11 @@ class KvLinks:
         The bytes a plan sends over one path are one flow (its steps run one after
         another). A copy reading blobs that another copy is still writing to its source
         is done only when that one is too (its bytes follow the others' in a pipeline)."""
-        transfer = Transfer()
         flows: dict[tuple[str, ...], int] = {}  # one flow per path: its steps run in turn
+        landed: list[tuple[Location, tuple]] = []
         after: set[Transfer] = set()
-        path_of = self.topology.path
+        routes = self._routes
+        by_path = self.bytes_by_path
         landing = self._landing
         for step in plan.steps:
             if step.kind is not StepKind.COPY:
@@ -128,17 +132,23 @@ class KvLinks:
             for source in step.sources:
                 if source.kv_bytes <= 0:
                     continue
-                path = path_of(source.location, step.location)
+                key = (source.location, step.location)
+                route = routes.get(key)
+                if route is None:
+                    path = self.topology.path(*key)
+                    route = routes[key] = (path, path_kind(*key, path))
+                path, kind = route
                 flows[path] = flows.get(path, 0) + source.kv_bytes
-                self.bytes_by_path[path_kind(source.location, step.location, path)] += (
-                    source.kv_bytes)
+                by_path[kind] += source.kv_bytes
                 there = landing.get(source.location)
                 if there and not there.keys().isdisjoint(ids):
                     after.update(t for t in map(there.get, ids) if t is not None and not t.done)
-            transfer.landed.append((step.location, ids))
+            landed.append((step.location, ids))
         if not flows:
             return None
-        for location, ids in transfer.landed:
+        transfer = Transfer()
+        transfer.landed = landed
+        for location, ids in landed:
             here = landing.get(location)
             if here is None:
                 here = landing[location] = {}
