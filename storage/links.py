@@ -208,7 +208,9 @@ class Fabric:
         """Max-min fair rates, then each flow's finish at them (they hold until the next
         start or finish: the flows' finishes move only here), the earliest finish, the
         flows due then and the load on every busy link."""
-        if self._shared_links:
+        if self._shared_links == 1:
+            self._fill_one_shared()
+        elif self._shared_links:
             self._fill()
         else:  # No link is shared: each flow runs at its narrowest link's rate.
             for flow in self._flows.values():
@@ -236,6 +238,42 @@ class Fabric:
         self._next_s = next_s
         self._due = due
         self._loads = loads
+
+    def _fill_one_shared(self) -> None:
+        """`_fill` when a single link is shared, in closed form, with the same operations
+        in the same order (so the same rates to the last bit). Every other link of a flow
+        on it is the flow's own: the narrowest of them offers a share that stays put until
+        the flow is fixed. Taken from the smallest, each such share below the shared
+        link's equal share fixes its flow there and leaves the shared link's spare to the
+        rest; the flows left share what remains equally."""
+        shared = next(name for name, n in self._crossing.items() if n > 1)
+        links = self._links
+        on_shared: list[_Flow] = []
+        own: list[tuple[float, str, int]] = []  # (narrowest own link's share, its name, flow)
+        for flow in self._flows.values():
+            path = flow.path
+            if shared not in path:
+                flow.rate_bytes_per_s = flow.narrowest_bytes_per_s
+                continue
+            if len(path) > 1:
+                own.append(min((links[n].bytes_per_s, n, len(on_shared))
+                               for n in path if n != shared))
+            on_shared.append(flow)
+        spare = links[shared].bytes_per_s
+        left = len(on_shared)
+        fixed: set[int] = set()
+        for share, name, i in sorted(own):
+            if (share, name) > (spare / left, shared):
+                break
+            on_shared[i].rate_bytes_per_s = share
+            fixed.add(i)
+            spare -= share
+            left -= 1
+        if left:
+            share = max(0.0, spare / left)
+            for i, flow in enumerate(on_shared):
+                if i not in fixed:
+                    flow.rate_bytes_per_s = share
 
     def _fill(self) -> None:
         """Progressive filling: the link offering the smallest equal share fixes the rate

@@ -70,3 +70,49 @@ def test_one_link_is_work_conserving(sizes, bw):
         fabric.start(0.0, ["nic"], size)
     done = fabric.advance(1e12)
     assert max(t for _, t in done) == pytest.approx(sum(sizes) / bw, rel=1e-9)
+
+
+def progressive_filling(paths: dict[int, tuple[str, ...]], bws: dict[str, float]
+                        ) -> dict[int, float]:
+    """Max-min fair rates by plain progressive filling over every flow and link: the
+    link offering the smallest equal share (first name on a tie) fixes its flows."""
+    unfixed: dict[str, list[int]] = {}
+    for fid, path in paths.items():
+        for name in path:
+            unfixed.setdefault(name, []).append(fid)
+    spare = {name: bws[name] for name in unfixed}
+    rates: dict[int, float] = {}
+    while unfixed:
+        _, name = min((spare[n] / len(fids), n) for n, fids in unfixed.items())
+        share = max(0.0, spare[name] / len(unfixed[name]))
+        for fid in unfixed.pop(name):
+            rates[fid] = share
+            for other in paths[fid]:
+                spare[other] -= share
+                if other in unfixed:
+                    unfixed[other].remove(fid)
+                    if not unfixed[other]:
+                        del unfixed[other]
+    return rates
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.sampled_from(LINKS), min_size=1, max_size=3, unique=True),
+                          st.floats(1.0, 1e3)), min_size=1, max_size=8),
+       st.lists(st.sampled_from([10.0, 20.0, 40.0, 80.0, 100.0, 3.0 ** 0.5]),
+                min_size=len(LINKS), max_size=len(LINKS)))
+def test_rates_are_those_of_plain_progressive_filling_to_the_last_bit(spec, bws):
+    """The fabric's shortcuts (flows that share no link, a single shared link) give
+    the very floats plain progressive filling gives, at every start and finish (equal
+    bandwidths make ties)."""
+    bw = dict(zip(LINKS, bws, strict=True))
+    fabric = Fabric(Link(name, b) for name, b in bw.items())
+    paths = {}
+    for path, size in spec:
+        paths[fabric.start(0.0, path, size)] = tuple(path)
+        live = {fid: p for fid, p in paths.items() if fid in fabric._flows}
+        assert {fid: fabric.rate(fid) for fid in live} == progressive_filling(live, bw)
+    while fabric.in_flight():
+        fabric.advance(fabric.next_finish_s())
+        live = {fid: p for fid, p in paths.items() if fid in fabric._flows}
+        assert {fid: fabric.rate(fid) for fid in live} == progressive_filling(live, bw)
