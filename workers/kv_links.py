@@ -121,7 +121,7 @@ class KvLinks:
         is done only when that one is too (its bytes follow the others' in a pipeline)."""
         flows: dict[tuple[str, ...], int] = {}  # one flow per path: its steps run in turn
         landed: list[tuple[Location, tuple]] = []
-        after: set[Transfer] = set()
+        after: dict[Transfer, None] = {}  # ordered: callbacks registered in a fixed order
         routes = self._routes
         by_path = self.bytes_by_path
         landing = self._landing
@@ -142,7 +142,9 @@ class KvLinks:
                 by_path[kind] += source.kv_bytes
                 there = landing.get(source.location)
                 if there and not there.keys().isdisjoint(ids):
-                    after.update(t for t in map(there.get, ids) if t is not None and not t.done)
+                    after.update(
+                        (t, None) for t in map(there.get, ids) if t is not None and not t.done
+                    )
             landed.append((step.location, ids))
         if not flows:
             return None
