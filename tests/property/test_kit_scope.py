@@ -209,3 +209,21 @@ def test_a_counterexample_with_a_bad_predictor_error_is_one_line(tmp_path, capsy
     code, out, err = run_cli(["replay", "--from-counterexample", str(path)], capsys)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "predictor error" in err and "bad.json" in err
+
+
+def test_inside_the_scope_a_3_s_lag_with_short_outputs_starves_decode_at_start_up():
+    """A KNOWN FAILURE INSIDE THE SCOPE, kept so that it stays visible: a burst of 270
+    calls with log-normal outputs (some under 100 tokens) and a 3 s observation lag.
+    The 200 derandomised examples of the starvation property do not draw it; Hypothesis
+    found it when replaying another property's saved examples. As in the 6 s case,
+    every starved sample (7-10 s) comes before decode's first full batch (13 s): the
+    measurement window opens while decode is still ramping up. So the property's scope
+    claim is false for start-up at lags of a few seconds; the ramp is not fixed here."""
+    scenario = Scenario.load_file(CASES / "buffered_startup_lag_3s_starves.json")
+    assert kit_st.OVERLOAD_LAG_S[0] <= scenario.observation_lag_s <= kit_st.OVERLOAD_LAG_S[1]
+    result = run_scenario(scenario)
+    with pytest.raises(checks.StabilityViolation, match="decode starves while work waits"):
+        checks.starvation_below(result, MAX_FRACTION)
+    s = result.series
+    full = s.array("time_s")[s.array("decode_running") >= s.array("decode_slots")]
+    assert starved_times(result).max() < full.min()
