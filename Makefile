@@ -16,12 +16,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/tokenfactory demo
 
-# The whole suite, slow tests included, in two pytest-xdist processes, a test file at a
-# time each (module fixtures computed once): the live-mode tests mostly wait on the wall
-# clock, so the other process computes meanwhile. `make test-fast` skips those marked slow.
+# The whole suite, slow tests included; `make test-fast` skips those marked slow.
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -m "slow or not slow" -n 2 --dist loadfile
+	$(BIN)/python -m pytest -m "slow or not slow"
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest
