@@ -338,9 +338,10 @@ class LiveBackend(ProcessSupervisor):
     async def stop(self) -> None:
         """Shut every worker process down (Shutdown, then SIGKILL after a grace period),
         reap every process ever started and close the listener."""
+        held = None
         if self._orch is not None and self._running:
-            self.ledger_report = self.ledger.ledger.reconcile(
-                held_call_ids(self._orch, self.failover.held))
+            held = held_call_ids(self._orch, self.failover.held)
+            self.ledger_report = self.ledger.ledger.reconcile(held)
         self._stopping = True
         self._notify("on_stopping")
         loop = asyncio.get_running_loop()
@@ -364,6 +365,12 @@ class LiveBackend(ProcessSupervisor):
         if self._tmpdir:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             self._tmpdir = None
+        if held is not None:
+            # While the processes shut down, calls held at the stop may have completed (final
+            # now) and their sessions issued new ones (held now): the report taken again
+            # agrees with the run's final counters.
+            self.ledger_report = self.ledger.ledger.reconcile(
+                held | held_call_ids(self._orch, self.failover.held))
 
     async def _reap(self) -> None:
         procs = [p for p in self.spawned if p.returncode is None]
