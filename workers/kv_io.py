@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from storage.plans import FetchAction
+from storage.plans import FetchAction, TransferPlan
 from storage.store import BlobStore
 from storage.tiers import Location, Tier
 from workers.kv_links import Transfer
@@ -55,19 +55,29 @@ def release_fetch(store: BlobStore, hbm: Location, result: FetchResult) -> None:
         store.unpin(hbm, result.pinned)
 
 
-def write_and_offload(store: BlobStore, session_id: str, block_ids: tuple[int, ...],
-                      hbm: Location, host: Location, now_s: float) -> tuple:
-    """Record the KV just computed as blobs the session references, then move the
-    session's copies out of HBM (between turns KV leaves HBM). Returns the chain."""
+def write_chain(store: BlobStore, session_id: str, block_ids: tuple[int, ...],
+                hbm: Location, host: Location, now_s: float) -> TransferPlan | None:
+    """Record the KV just computed as blobs the session references: in HBM, or in `host`
+    when HBM has no room. The applied write, or None when nothing was written."""
     if not block_ids:
-        return ()
+        return None
     plan = store.plan_write(block_ids, hbm, now_s)
     if not plan.fits:
         plan = store.plan_write(block_ids, host, now_s)
         if not plan.fits:
-            return ()
+            return None
     store.apply(plan)
     store.ref(session_id, plan.chain)
+    return plan
+
+
+def write_and_offload(store: BlobStore, session_id: str, block_ids: tuple[int, ...],
+                      hbm: Location, host: Location, now_s: float) -> tuple:
+    """Record the KV just computed (`write_chain`), then move the session's copies out of
+    HBM (between turns KV leaves HBM). Returns the chain."""
+    plan = write_chain(store, session_id, block_ids, hbm, host, now_s)
+    if plan is None:
+        return ()
     if plan.location.tier is Tier.HBM:
         offload(store, plan.chain, hbm, now_s)
     return plan.chain

@@ -30,7 +30,7 @@ from enum import Enum
 from storage.plans import TransferPlan
 from storage.store import BlobStore
 from storage.tiers import Location, Tier
-from workers.kv_io import write_and_offload
+from workers.kv_io import write_and_offload, write_chain
 
 
 class KVPolicy(Enum):
@@ -55,15 +55,9 @@ def write_and_retain(store: BlobStore, session_id: str, block_ids: tuple[int, ..
                      hbm: Location, host: Location, now_s: float) -> tuple:
     """The new KV stays in HBM, unpinned, and is written through to `host`; the chain is
     marked used now, its root last. No room in HBM: written to `host` alone."""
-    if not block_ids:
+    plan = write_chain(store, session_id, block_ids, hbm, host, now_s)
+    if plan is None:
         return ()
-    plan = store.plan_write(block_ids, hbm, now_s)
-    if not plan.fits:
-        plan = store.plan_write(block_ids, host, now_s)
-        if not plan.fits:
-            return ()
-    store.apply(plan)
-    store.ref(session_id, plan.chain)
     if plan.location.tier is Tier.HBM:
         write_through(store, plan, host, now_s)
         store.placement.touch_run(reversed(plan.chain), hbm, now_s)
