@@ -80,6 +80,10 @@ class ExecutedFillWorker(FillWorker):
                 if self._wake is not None:
                     self._wake.set()
             return
+        # Out of the steps in flight before its calls go on: the task's done callback runs
+        # loop turns later, and a loss in between (`evacuate`) would hand back calls already
+        # filled, to be filled again and reach the ready buffer twice.
+        self._steps.pop(asyncio.current_task(), None)
         self._complete(batch)
 
     def evacuate(self) -> list[Request]:
