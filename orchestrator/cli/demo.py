@@ -123,8 +123,9 @@ def run(args: argparse.Namespace) -> int:
         measured = "none" if ring["measured"] is None else f"{ring['measured']:.1f} s"
         print(f"{name}: decode occupancy {c['decode_occupancy_mean']:.3f}, oscillation index "
               f"{c['oscillation_index']:.3f}, starvation {c['decode_starvation_fraction']:.3f}, "
-              f"ringing period predicted {predicted} (model-derived), measured {measured}, "
-              f"lost {s['requests']['lost']}")
+              f"admission bound in {c['admission_bound_fraction']:.1%} of periods, "
+              f"ringing period predicted {predicted} (model-derived, for a loop bound every "
+              f"period), measured {measured}, lost {s['requests']['lost']}")
     ratio = oscillation_ratio(summaries["retire"], summaries["buffered"])
     print(f"oscillation index retire / buffered: {ratio:.2f}x")
     held = {name: run_binding_decisions(Path(args.out), name) for name in DEMO_CONTROLLERS}

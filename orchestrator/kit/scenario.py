@@ -177,8 +177,9 @@ class _WorkerLoss:
                 w.accepting = False
 
 
-def run_scenario(scenario: Scenario, policy=None) -> ReplayResult:
-    """Replay `scenario`; `policy` (an AdmissionPolicy object) overrides its controller."""
+def run_scenario(scenario: Scenario, policy=None, listeners=()) -> ReplayResult:
+    """Replay `scenario`; `policy` (an AdmissionPolicy object) overrides its controller;
+    `listeners`: observers of the run (`Orchestrator`'s hooks), added to its own."""
     model = load_model(scenario.model)
     spec = (load_cluster(scenario.cluster) if scenario.cluster
             else cluster_from_dict(scenario.cluster_dict(), "kit-small"))
@@ -186,9 +187,9 @@ def run_scenario(scenario: Scenario, policy=None) -> ReplayResult:
     control = scenario.control()
     target = next(p.batch.target_batch for p in spec.pools if p.phase.name == "DECODE")
     chosen = policy if policy is not None else load_policy(scenario.controller, control, target)
-    listeners = [_WorkerLoss(scenario.lose_workers)] if scenario.lose_workers else []
+    own = [_WorkerLoss(scenario.lose_workers)] if scenario.lose_workers else []
     orch = Orchestrator(bound, scenario.sessions(), chosen, control, scenario.load(),
-                        scenario.seed, listeners=listeners, deadline_s=scenario.deadline_s,
+                        scenario.seed, listeners=[*own, *listeners], deadline_s=scenario.deadline_s,
                         predictor=PredictorSettings(error=scenario.predictor_error))
     result = VirtualClock().run(orch.run())
     result.scenario = scenario

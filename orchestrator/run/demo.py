@@ -42,10 +42,11 @@ class DemoPoint:
 
 DEMO_POINT = DemoPoint(
     load=2.0, observation_lag_s=5.0, think_scale=0.02, duration_s=600.0,
-    why_load="twice the planned capacity: decode binds and admission holds calls back, "
-             "the heaviest load of the decode-bound map (docs/control.md)",
-    why_lag="the longest lag swept: retire's linearised loop is predicted to ring there "
-            "(period about 21 s), if anywhere",
+    why_load="twice the planned capacity, decode the pool that bounds it: the heaviest load "
+             "of the decode-bound map (docs/control.md); whether admission binds there is "
+             "measured below (admission bound)",
+    why_lag="the longest lag swept: retire's linearised loop predicts ringing there "
+            "(period about 21 s); the map measured none (docs/control.md)",
     why_think="gaps x0.02 so that a demo of about two minutes loads decode; at recorded "
               "think times the map shows the same result over an hour's window")
 

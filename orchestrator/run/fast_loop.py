@@ -162,7 +162,9 @@ class FastLoop:
         s.backlog.append(obs.backlog)
         s.ready_depth.append(obs.ready_depth)
         s.admission_queue.append(obs.admission_queue)
-        # Work decode could be running: admitted and filled, or held back by admission.
+        # Until the decision on this sample (`_decided`): every queued call held back, as
+        # at the run's last sample, which has no decision after it.
+        s.held.append(obs.admission_queue)
         s.upstream_waiting.append(obs.admission_queue + obs.ready_depth)
         s.admitted.append(self._period_admitted)
         s.completed.append(len(self._period_done))
@@ -205,13 +207,21 @@ class FastLoop:
             self._skipping_from_s = self._span = None
 
     def _decided(self, decision: AdmissionDecision, now_s: float, ticks: int,
-                 queue: int | None = None) -> None:
+                 queue: int | None = None, caught_up: bool = False) -> None:
         """Record a decision standing for `ticks` periods; the log only when it changes.
-        `queue`: the admission queue it faced, when not the queue now."""
+        `queue`: the admission queue it faced and left (an idle sample's: 0), when not the
+        queue now. `caught_up`: the decisions of skipped idle periods, whose record
+        (`Series.repeat_idle`) holds them already, even when they are one."""
         reason = decision.reason.value
-        if ticks == 1:
-            self.series.reason.append(reason)
-            self.series.admit.append(decision.admit)
+        if not caught_up:
+            s = self.series
+            s.reason.append(reason)
+            s.admit.append(decision.admit)
+            # What the decision left queued: held back (with the ready buffer, the work
+            # decode could be running: docs/metrics.md, decode starvation).
+            held = len(self.queue) if queue is None else queue
+            s.held[-1] = held
+            s.upstream_waiting[-1] = held + s.ready_depth[-1]
             self._notify("on_decision", decision, now_s)
         key = (decision.admit, reason, decision.decode_target_batch)
         if not self.decisions or self.decisions[-1][1] != reason:
@@ -341,7 +351,7 @@ class FastLoop:
             raise PolicyError(f"controller {self.policy.name!r} returned "
                               f"{type(decision).__name__}, not an AdmissionDecision")
         self.series.repeat_idle(first_s, ticks, decision.reason.value, decision.admit)
-        self._decided(decision, first_s, ticks)
+        self._decided(decision, first_s, ticks, queue=0, caught_up=True)
         self._notify("on_skip", first_s, first_s + (ticks - 1) * period, ticks)
 
     def wake(self) -> None:

@@ -58,6 +58,8 @@ def _families() -> list[Family]:
     p = PREFIX
     rows = [
         (f"{p}admission_queue_requests", "gauge", RUN, "requests", "calls waiting for admission"),
+        (f"{p}admission_held_requests", "gauge", RUN, "requests",
+         "calls the last admission decision left queued (held back)"),
         (f"{p}ready_buffer_requests", "gauge", RUN, "requests",
          "filled calls waiting in the ready buffer for decode"),
         (f"{p}backlog_requests", "gauge", RUN, "requests",
@@ -81,7 +83,8 @@ def _families() -> list[Family]:
          "calls that produced all their output tokens"),
         (f"{p}requests_rejected_total", "counter", RUN, "requests", "calls refused"),
         (f"{p}decode_starved", "gauge", RUN, "boolean",
-         "1 while decode runs below half its slots and work waits upstream"),
+         "1 while decode runs below half its slots and work waits upstream (calls the "
+         "admission decision held back, or filled calls in the ready buffer)"),
         (f"{p}decode_starved_seconds_total", "counter", RUN, "seconds",
          "time decode spent starved"),
         (f"{p}oscillation_index", "gauge", RUN, "index",

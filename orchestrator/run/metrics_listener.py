@@ -38,6 +38,7 @@ class MetricsListener:
         self._gauged: set[tuple] = set()  # worker label sets exported last sample
         self._last: dict[object, float] = {}  # totals already turned into increments
         self._last_time_s: float | None = None
+        self._obs, self._period_s = None, 0.0  # the last sample and the period it ended
         self._started = False
         self._children: dict[tuple, object] = {}  # labels() costs microseconds: look up once
 
@@ -95,11 +96,7 @@ class MetricsListener:
         self._c("admission_queue_requests").set(obs.admission_queue)
         self._c("ready_buffer_requests").set(obs.ready_depth)
         self._c("backlog_requests").set(obs.backlog)
-        waiting = obs.admission_queue + obs.fill_queue + obs.ready_depth
-        starved = obs.decode_running < 0.5 * obs.decode_slots and waiting > 0
-        self._c("decode_starved").set(1 if starved else 0)
-        if starved and period_s > 0:
-            self._c("decode_starved_seconds_total").inc(period_s)
+        self._obs, self._period_s = obs, period_s  # for the decision on this sample
         c = orch.counters
         self._inc_to("admitted", self._c("admitted_requests_total"), c["admitted"])
         self._inc_to("submitted", self._c("requests_submitted_total"), c["submitted"])
@@ -137,7 +134,15 @@ class MetricsListener:
             self._vllm_done(orch, req)
 
     def on_decision(self, orch, decision, now_s: float) -> None:
+        """A decision on the last sample: counted, and the sample's starvation judged on
+        what it left queued (the summary's condition, docs/metrics.md)."""
         self._c("admission_decisions_total", decision.reason.value).inc()
+        obs, held = self._obs, orch.series.held[-1]
+        starved = obs.decode_running < 0.5 * obs.decode_slots and held + obs.ready_depth > 0
+        self._c("admission_held_requests").set(held)
+        self._c("decode_starved").set(1 if starved else 0)
+        if starved and self._period_s > 0:
+            self._c("decode_starved_seconds_total").inc(self._period_s)
 
     def on_skip(self, orch, first_s: float, last_s: float, ticks: int) -> None:
         """`ticks` idle samples skipped: gauges keep their values; the decisions the

@@ -74,7 +74,7 @@ def write_json(path: Path, obj) -> None:
 
 
 SERIES_COLUMNS = ("time_s", "decode_occupancy", "decode_running", "decode_slots", "backlog",
-                  "ready_depth", "admission_queue", "upstream_waiting", "admitted", "completed",
+                  "ready_depth", "admission_queue", "held", "upstream_waiting", "admitted", "completed",
                   "ttft_mean_s", "in_flight", "submitted_total", "completed_total",
                   "rejected_total", "reason", "admit", "ticks")
 

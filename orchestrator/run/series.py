@@ -98,8 +98,9 @@ class Series:
     decode_slots: array = field(default_factory=_ints)
     backlog: array = field(default_factory=_ints)  # admitted, not yet decoding
     ready_depth: array = field(default_factory=_ints)
-    admission_queue: array = field(default_factory=_ints)
-    upstream_waiting: array = field(default_factory=_ints)  # admission queue + ready
+    admission_queue: array = field(default_factory=_ints)  # faced by the sample's decision
+    held: array = field(default_factory=_ints)  # left queued by the decision (docs/metrics.md)
+    upstream_waiting: array = field(default_factory=_ints)  # held + ready
     admitted: array = field(default_factory=_ints)  # in the period just ended
     completed: array = field(default_factory=_ints)
     ttft_mean_s: array = field(default_factory=_floats)  # calls whose first token came
@@ -123,7 +124,7 @@ class Series:
         """`ticks` idle samples from `first_s` on, each equal to the last record's state
         with nothing admitted or completed in its period."""
         for name in ("decode_occupancy", "decode_running", "decode_slots", "backlog",
-                     "ready_depth", "admission_queue", "upstream_waiting", "in_flight",
+                     "ready_depth", "admission_queue", "held", "upstream_waiting", "in_flight",
                      "submitted_total", "completed_total", "rejected_total",
                      "workers_by_pool"):
             values = getattr(self, name)

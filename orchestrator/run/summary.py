@@ -13,8 +13,12 @@ Definitions (docs/metrics.md states them for users; keep the two in step):
   and fill times) counts in full; load that drifts over minutes (sessions
   arriving, ending) does not;
 - decode starvation fraction: the share of window samples in which decode runs
-  below half its slots while work it could run waits upstream (the admission
-  queue or the ready buffer is not empty);
+  below half its slots while work it could run waits upstream: calls the sample's
+  admission decision left queued, or filled calls in the ready buffer (calls that
+  arrived in the last period and were admitted at once are not held back);
+- admission bound fraction: the share of window samples whose admission decision
+  left calls queued: the periods in which admission, not arrivals, set what entered
+  the service (the admission loop is closed only then);
 - goodput: output tokens per simulated second of calls that met both their TTFT
   target and their inter-token latency target (`tpot_target_s`: the target keeps the
   option's name, `--tpot-target`);
@@ -148,8 +152,16 @@ def starvation(result: ReplayResult) -> float:
     if not w.any():
         return 0.0
     running, slots = s.array("decode_running")[w], s.array("decode_slots")[w]
-    waiting = s.array("upstream_waiting")[w]
+    waiting = s.array("upstream_waiting")[w]  # left queued by the decision, plus ready
     return float(np.mean((running < 0.5 * slots) & (waiting > 0)))
+
+
+def admission_bound(result: ReplayResult) -> float:
+    """The share of window samples whose admission decision left calls queued."""
+    w = _window(result)
+    if not w.any():
+        return 0.0
+    return float(np.mean(result.series.array("held")[w] > 0))
 
 
 def latency_breakdown(calls: CompletedCalls) -> dict[str, dict[str, float | None]]:
@@ -281,6 +293,7 @@ def summarize(result: ReplayResult, ttft_target_s: float, tpot_target_s: float,
         "control": {
             **osc,
             "decode_starvation_fraction": starvation(result),
+            "admission_bound_fraction": admission_bound(result),
             "decode_occupancy_mean": float(occ.mean()) if len(occ) else 0.0,
             "decode_occupancy_peak_to_trough": (float(np.percentile(occ, 95)
                                                       - np.percentile(occ, 5))

@@ -25,6 +25,7 @@ ROWS = (
                                              ("control", "ringing_period_s", "measured")),
      "{:.1f}"),
     ("decode starvation", ("control", "decode_starvation_fraction"), "{:.3f}"),
+    ("admission bound (share of periods)", ("control", "admission_bound_fraction"), "{:.3f}"),
     ("decode occupancy mean", ("control", "decode_occupancy_mean"), "{:.3f}"),
     ("occupancy peak-to-trough", ("control", "decode_occupancy_peak_to_trough"), "{:.3f}"),
     ("admission rate variation", ("control", "admission_rate_variation"), "{:.3f}"),

@@ -2,9 +2,10 @@
 
 The demo runs at a point of the control sweep's map (docs/control.md): the rack-scale
 preset with 32 decode slots, twice its planned capacity, observation lag 5 s, think gaps
-x0.02. What it claims there, and the slow test checks: decode binds, `retire` does not
-ring (its oscillation index within 1.5x of `buffered`'s, and no peak near the period its
-linearised loop predicts), `local` keeps no calls waiting, and no call is lost.
+x0.02. What it claims there, and the slow test checks: decode is the pool the planned
+capacity binds on, yet admission almost never holds calls back (the admission loop is
+open), `retire` does not ring (its oscillation index within 1.5x of `buffered`'s, and no
+peak near the period its linearised loop predicts), and no call is lost.
 """
 
 import json
@@ -46,9 +47,11 @@ def test_demo_at_its_point_retire_does_not_ring_and_nothing_is_lost(tmp_path, ca
     ring = r["ringing_period_s"]
     assert ring["predicted"] is not None
     assert not 0.7 * ring["predicted"] <= ring["measured"] <= 1.3 * ring["predicted"]
-    # Both queue calls upstream alike (0.49 measured); local admits at every event.
-    assert abs(r["decode_starvation_fraction"] - b["decode_starvation_fraction"]) < 0.1
-    assert local["decode_starvation_fraction"] < r["decode_starvation_fraction"]
+    # The loop is open: decisions left calls queued in 0.2% of the periods (retire and
+    # buffered; local 0), so decode is not starved of held-back work (0.000, 0.002, 0.000).
+    for c in (r, b, local):
+        assert c["admission_bound_fraction"] < 0.05
+        assert c["decode_starvation_fraction"] < 0.05
     assert printed["load"]["load"] == 2.0 and printed["load"]["binding_pool"] == "decode"
     html = (out / "report.html").read_text()
     assert "data:image/png;base64," in html and "oscillation index" in html
