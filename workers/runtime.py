@@ -132,9 +132,19 @@ class ClusterRuntime:
     def start(self) -> list[asyncio.Task]:
         self.store.on_apply = self.links.applied
         workers = [*self.fill_workers.values(), *self.decode_workers.values()]
-        self._tasks = [asyncio.create_task(w.run(), name=w.name) for w in workers]
+        self._tasks = [self._start_task(w) for w in workers]
         self._task_of = {w.name: t for w, t in zip(workers, self._tasks, strict=True)}
         return self._tasks
+
+    @staticmethod
+    def _start_task(worker: FillWorker | DecodeWorker) -> asyncio.Task:
+        """Run `worker` as a task whose failure reaches the loop's exception handler (the
+        orchestrator's stops the run), whether it started with the run or later (a worker
+        restored after its process was lost, or moved): a dead worker must not hold its
+        calls silently."""
+        task = asyncio.create_task(worker.run(), name=worker.name)
+        task.add_done_callback(_report_failure)
+        return task
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -155,7 +165,7 @@ class ClusterRuntime:
             self.fill_workers[spec.name] = worker
         if hbm_holder is not None:
             worker.hbm = Location(Tier.HBM, hbm_holder)
-        task = asyncio.create_task(worker.run(), name=spec.name)
+        task = self._start_task(worker)
         self._tasks.append(task)
         self._task_of[spec.name] = task
         return task
@@ -187,3 +197,10 @@ class ClusterRuntime:
 
     def states(self) -> list[WorkerState]:
         return [w.state() for w in (*self.fill_workers.values(), *self.decode_workers.values())]
+
+
+def _report_failure(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        task.get_loop().call_exception_handler(
+            {"message": f"worker {task.get_name()} failed", "exception": task.exception(),
+             "task": task})

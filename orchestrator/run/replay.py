@@ -280,9 +280,7 @@ class Orchestrator(FastLoop):
         loop.set_exception_handler(crashed)
         if self.backend is not None:
             await self.backend.start(self)
-        for task in self.runtime.start():
-            task.add_done_callback(lambda t: t.cancelled() or t.exception() is None
-                                   or crashed(loop, {"exception": t.exception()}))
+        self.runtime.start()  # a worker task that fails reaches `crashed` (workers.runtime)
         loops = [asyncio.create_task(self._fast_loop())]
         if self.control.realloc_enabled:
             loops.append(asyncio.create_task(self._slow_loop()))

@@ -1,5 +1,6 @@
-"""Workers whose steps run on an executor (live mode), with the interleaving driven by
-hand: a worker process lost in the loop turn right after a fill step's result arrived."""
+"""Workers whose steps run on an executor (live mode), with the interleavings driven by
+hand: a worker process lost in the loop turn right after a fill step's result arrived; a
+worker started again after a loss that fails."""
 
 import asyncio
 from types import SimpleNamespace
@@ -8,6 +9,7 @@ from costmodel.model import load_model
 from orchestrator.live.failover import Failover
 from tests.factories import small_cluster
 from workers.clock import VirtualClock
+from workers.executor import ExecutedDecodeWorker
 from workers.request import Request, RequestState
 from workers.runtime import ClusterRuntime
 
@@ -43,11 +45,13 @@ def test_a_fill_step_done_just_before_its_process_is_lost_is_not_filled_again():
 
     async def main():
         gate = FirstFillGated()
+        failed = []
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _loop, ctx: failed.append(ctx.get("exception")))
         rt = ClusterRuntime(small_cluster().bind(LLAMA), block_tokens=64, executor=gate)
         rt.start()
         orch = SimpleNamespace(runtime=rt, counters={"redispatched": 0})
         failover = Failover(orch, lambda *a, **k: None)
-        loop = asyncio.get_running_loop()
         req = Request(1, "s1", input_tokens=640, output_tokens=20,
                       block_ids=tuple(range(1, 11)))
         req.arrival_s = loop.time()
@@ -60,10 +64,45 @@ def test_a_fill_step_done_just_before_its_process_is_lost_is_not_filled_again():
             await asyncio.sleep(0.05)
         await asyncio.sleep(5.0)  # room for a second completion, were there one
         await rt.stop()
-        return moved, rt, orch, gate
+        return moved, rt, orch, gate, failed
 
-    moved, rt, orch, gate = VirtualClock().run(main())
+    moved, rt, orch, gate, failed = VirtualClock().run(main())
+    assert failed == []  # no worker task died
     assert moved == [0] and orch.counters["redispatched"] == 0
     assert [s for s in gate.steps if s[0] != "decode-0"] == [("prefill-0", [1])]  # one fill
     assert [r.call_id for r in rt.done] == [1]
     assert rt.done[0].state is RequestState.DONE and rt.done[0].generated == 20
+
+
+class Immediate:
+    async def run(self, worker, duration_s, call_ids):
+        await asyncio.sleep(duration_s)
+
+
+def test_a_worker_started_during_the_run_that_fails_reaches_the_loops_exception_handler(
+        monkeypatch):
+    """A worker restored after its process was lost (or moved) runs as a task started
+    during the run: if it fails, the run's exception handler hears of it (the orchestrator
+    stops the run) instead of the worker dying silently with its calls, the run hanging."""
+
+    async def main():
+        seen = []
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: seen.append(ctx))
+        rt = ClusterRuntime(small_cluster().bind(LLAMA), block_tokens=64, executor=Immediate())
+        rt.start()
+        spec = rt.decode_workers["decode-0"].spec
+        rt.remove_worker("decode-0")  # its process lost
+
+        async def broken(self):
+            raise RuntimeError(f"{self.name} broke")
+
+        monkeypatch.setattr(ExecutedDecodeWorker, "run", broken)
+        task = rt.add_worker(spec)  # its process back
+        await asyncio.gather(task, return_exceptions=True)
+        await asyncio.sleep(0)  # done callbacks run after the task ends
+        await rt.stop()
+        return seen
+
+    seen = asyncio.run(main())
+    assert [str(c["exception"]) for c in seen] == ["decode-0 broke"]
+    assert seen[0]["message"] == "worker decode-0 failed"
