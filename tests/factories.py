@@ -29,8 +29,10 @@ def single_call_sessions(arrivals_s, input_tokens=2048, output_tokens=64, block_
     return sessions
 
 
-def short_agent_sessions(n_sessions, calls_per_session, seed=0):
-    """Synthetic agent sessions (traces.synth), cut to their first calls."""
+def short_agent_sessions(n_sessions, calls_per_session, seed=0, context_tokens=131_072):
+    """Synthetic agent sessions (traces.synth), cut to their first calls, drawn until
+    `n_sessions` whose calls fit a `context_tokens` window (the test models' smallest but
+    qwen3's) are found: calls beyond the model's window are refused or cut in a replay."""
     import dataclasses
 
     import numpy as np
@@ -38,6 +40,9 @@ def short_agent_sessions(n_sessions, calls_per_session, seed=0):
     from traces.synth import generate
 
     out = []
-    for s in generate(n_sessions, np.random.default_rng(seed)):
-        out.append(dataclasses.replace(s, calls=s.calls[:calls_per_session]))
-    return out
+    for s in generate(4 * n_sessions + 8, np.random.default_rng(seed)):
+        calls = s.calls[:calls_per_session]
+        if all(c.input_tokens + c.output_tokens <= context_tokens for c in calls):
+            out.append(dataclasses.replace(s, calls=calls))
+    assert len(out) >= n_sessions, "too few synthetic sessions fit the context window"
+    return out[:n_sessions]

@@ -93,6 +93,7 @@ def replay_into(prepared: Prepared, settings: RunSettings, directory: Path | Non
     finally:
         if log_file is not None:
             log_file.close()
+    context_note(summary, settings.model)
     if directory is not None:
         write_json(directory / f"{prefix}summary.json", summary)
         series_writer.close(result.series)
@@ -100,6 +101,16 @@ def replay_into(prepared: Prepared, settings: RunSettings, directory: Path | Non
     if tracer is not None:
         write_trace_events(tracer, Path(args.trace_events), prefix, settings, result.simulated_s)
     return result, summary
+
+
+def context_note(summary: dict, model: str) -> None:
+    """One line on stderr when calls did not fit the model's context window."""
+    requests = summary["requests"]
+    refused, cut = requests["context_rejected"], requests["context_truncated"]
+    if refused or cut:
+        sys.stderr.write(f"note: {refused:,} calls refused (prompt beyond {model}'s context window) "
+                         f"and {cut:,} with their output cut to fit it "
+                         "(requests.context_rejected, requests.context_truncated)\n")
 
 
 class ReplayProgress:

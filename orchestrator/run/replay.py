@@ -83,7 +83,12 @@ class Orchestrator(FastLoop):
         # The controller's model of the service: its own, learnt from completed calls.
         self.predictor = Predictor(cluster, predictor)
         self.counters = dict.fromkeys(
-            ("submitted", "admitted", "completed", "retired", "rejected", "redispatched"), 0)
+            ("submitted", "admitted", "completed", "retired", "rejected", "redispatched",
+             "context_rejected", "context_truncated"), 0)
+        # What an engine does with a call beyond the model's context window (vLLM's
+        # max_model_len): a prompt that fills it is refused, a generation that would pass
+        # it stops there (finish reason "length").
+        self.max_context_tokens = int(cluster.model.max_context_tokens)
         self.queue: deque[Pending] = deque()
         self._pending: dict[int, Pending] = {}
         self._call_ids = iter(range(1, 1 << 62))
@@ -129,6 +134,9 @@ class Orchestrator(FastLoop):
         req.arrival_s = loop.time()
         pending = Pending(req, loop.create_future(), req.interactive)
         self.counters["submitted"] += 1
+        if (req.input_tokens + req.output_tokens > self.max_context_tokens
+                and self._refused_for_context(pending)):
+            return await pending.future
         self.queue.append(pending)
         self._pending[req.call_id] = pending
         self._wake.set()
@@ -155,6 +163,20 @@ class Orchestrator(FastLoop):
             pending.future.set_result(Outcome.DONE)
         if self._event_driven and self.queue:
             self._decide_now(now_s)
+
+    def _refused_for_context(self, pending: Pending) -> bool:
+        """A call longer than the model's context: its output cut to fit (False), or its
+        prompt alone fills the context and it is refused (True)."""
+        req = pending.request
+        if req.input_tokens < self.max_context_tokens:
+            self.counters["context_truncated"] += 1
+            req.output_tokens = self.max_context_tokens - req.input_tokens
+            return False
+        self.counters["context_rejected"] += 1
+        self._pending[req.call_id] = pending
+        self._notify("on_submit", req, req.arrival_s)
+        self._reject(pending)
+        return True
 
     def _reject(self, pending: Pending) -> None:
         del self._pending[pending.request.call_id]

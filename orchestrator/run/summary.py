@@ -256,6 +256,10 @@ def summarize(result: ReplayResult, ttft_target_s: float, tpot_target_s: float,
             "sessions": result.sessions,
             "submitted": c["submitted"], "completed": c["completed"],
             "rejected": c["rejected"], "in_flight": in_flight,
+            # calls beyond the model's context window: prompt refused (counted in
+            # rejected too), or output cut to fit
+            "context_rejected": c.get("context_rejected", 0),
+            "context_truncated": c.get("context_truncated", 0),
             "lost": ledger.lost if ledger is not None else None,
             "ledger": ledger.as_dict() if ledger is not None else None,
             # calls handed to another worker after theirs was lost (live mode)

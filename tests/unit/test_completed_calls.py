@@ -76,7 +76,7 @@ def test_a_replay_keeps_every_completed_call_and_its_summary_reads_them():
     control = ControlConfig(realloc_enabled=False)
     keep = _Keep()
     orch = Orchestrator(small_cluster().bind(load_model("llama-3.1-70b")),
-                        short_agent_sessions(3, 5, seed=6), make_policy("buffered", control, 4),
+                        short_agent_sessions(3, 5, seed=7), make_policy("buffered", control, 4),
                         control, LoadOptions(sessions_per_hour=3600, think_scale=0.05), 2,
                         listeners=[keep])
     result = VirtualClock().run(orch.run())
