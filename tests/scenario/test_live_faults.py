@@ -2,8 +2,10 @@
 before it connects is started again like any other; one that cannot be started within its
 restarts stops the start (one line) or the run (every call accounted for by the ledger);
 a kill at shutdown loses nothing completed and leaves no process; a result arriving from a
-process already declared lost is dropped. Each runs seconds of wall time: marked slow."""
+process already declared lost is dropped; a process lost just after a fill step's result
+fills no call twice. Each runs seconds of wall time: marked slow."""
 
+import asyncio
 import collections
 import os
 import signal
@@ -223,3 +225,45 @@ def test_a_call_dropped_on_purpose_is_lost_by_the_ledger():
     assert ledger["lost"] == 1 and ledger["lost_call_ids"] == [dropper.dropped]
     assert summary["requests"]["lost"] == 1
     assert ledger["completed"] + ledger["in_flight"] + ledger["lost"] == ledger["issued"]
+
+
+class LossAfterFillResult:
+    """Loses a midfill worker's process right after one of its steps' results arrived and
+    the step completed, before the step task's done callbacks run: the loss is scheduled
+    from inside the step (the executor's `run` returning), so it runs first. Done after
+    the `at`-th and the `again`-th midfill results (the second loss hits the workers
+    restored after the first)."""
+
+    def __init__(self, at=10, again=40):
+        self.at, self.again, self.results, self.losses = at, again, 0, 0
+        self.backend = None
+
+    def on_process_connected(self, backend, handle, reader, writer):
+        if self.backend is not None:
+            return
+        self.backend = backend
+        run_step = backend.executor.run
+
+        async def run_then_lose(worker, duration_s, call_ids):
+            await run_step(worker, duration_s, call_ids)
+            if worker.startswith("midfill"):
+                self.results += 1
+                if self.results in (self.at, self.again):
+                    self.losses += 1
+                    asyncio.get_running_loop().call_soon(
+                        backend.lose, backend.host_of(worker), "lost after a fill result")
+
+        backend.executor.run = run_then_lose
+
+
+def test_a_process_lost_just_after_a_fill_result_fills_no_call_twice(virtual):
+    """Before 9cf60b4 the step's calls, already filled and handed on, were handed back as
+    fill work too: filled twice, in the ready buffer twice, and the run stopped (KeyError
+    in DecodeWorker._retire, an empty decode run, or a call completed twice)."""
+    loser = LossAfterFillResult()
+    result, summary = run([loser])
+    assert loser.losses == 2
+    assert summary["live"]["processes_lost"] == 2
+    assert_every_call_completed_once(result, summary, virtual)
+    assert summary["requests"]["redispatched"] == moved_by_losses(loser.backend)
+    assert not no_process_left(loser.backend.pids)
