@@ -228,14 +228,16 @@ def test_a_call_dropped_on_purpose_is_lost_by_the_ledger():
 
 
 class LossAfterFillResult:
-    """Loses a midfill worker's process right after one of its steps' results arrived and
-    the step completed, before the step task's done callbacks run: the loss is scheduled
-    from inside the step (the executor's `run` returning), so it runs first. Done after
-    the `at`-th and the `again`-th midfill results (the second loss hits the workers
-    restored after the first)."""
+    """Loses the midfill process right after one of its steps' results arrived and the
+    step completed, before the step task's done callbacks run: the loss is scheduled from
+    inside the step (the executor's `run` returning), so it runs first. Done after the
+    `at`-th and the `again`-th midfill results (the second hits workers restored after the
+    first). The process of the decode workers is lost first, plainly, after the `early`-th:
+    the decode workers that take the filled calls are then ones started during the run."""
 
-    def __init__(self, at=10, again=40):
-        self.at, self.again, self.results, self.losses = at, again, 0, 0
+    def __init__(self, early=5, at=10, again=40):
+        self.early, self.at, self.again = early, at, again
+        self.results, self.losses = 0, 0
         self.backend = None
 
     def on_process_connected(self, backend, handle, reader, writer):
@@ -248,22 +250,24 @@ class LossAfterFillResult:
             await run_step(worker, duration_s, call_ids)
             if worker.startswith("midfill"):
                 self.results += 1
-                if self.results in (self.at, self.again):
+                lose = {self.early: "decode-0", self.at: worker, self.again: worker}
+                if self.results in lose:
                     self.losses += 1
                     asyncio.get_running_loop().call_soon(
-                        backend.lose, backend.host_of(worker), "lost after a fill result")
+                        backend.lose, backend.host_of(lose[self.results]), "lost on purpose")
 
         backend.executor.run = run_then_lose
 
 
 def test_a_process_lost_just_after_a_fill_result_fills_no_call_twice(virtual):
     """Before 9cf60b4 the step's calls, already filled and handed on, were handed back as
-    fill work too: filled twice, in the ready buffer twice, and the run stopped (KeyError
-    in DecodeWorker._retire, an empty decode run, or a call completed twice)."""
+    fill work too: filled twice, in the ready buffer twice, and a decode worker admitted
+    one twice (KeyError in DecodeWorker._retire). Before 2386a31 that decode worker, one
+    started during the run, died silently with its calls and the run hung."""
     loser = LossAfterFillResult()
     result, summary = run([loser])
-    assert loser.losses == 2
-    assert summary["live"]["processes_lost"] == 2
+    assert loser.losses == 3
+    assert summary["live"]["processes_lost"] == 3
     assert_every_call_completed_once(result, summary, virtual)
     assert summary["requests"]["redispatched"] == moved_by_losses(loser.backend)
     assert not no_process_left(loser.backend.pids)
