@@ -47,14 +47,23 @@ def plan_fill_batch(waiting: Sequence[Request], policy: BatchPolicySpec,
     for req in waiting:
         if budget <= 0 or len(chunks) >= policy.max_batch_sequences:
             break
-        done = planned.get(req.call_id, 0)
-        need = fill_tokens(req) - done
-        if need <= 0:
-            continue
-        take = min(need, budget)
-        chunks.append(FillChunk(req, take, req.prefix_tokens + done, take == need))
-        budget -= take
+        chunk = next_fill_chunk(req, planned, budget)
+        if chunk is not None:
+            chunks.append(chunk)
+            budget -= chunk.tokens
     return chunks
+
+
+def next_fill_chunk(req: Request, planned: Mapping[int, int], budget: int) -> FillChunk | None:
+    """`req`'s chunk in a step with `budget` tokens left (> 0), or None when its fill has
+    no token left to plan: `plan_fill_batch`'s step for one request, so that a plan
+    grown a request at a time need not be planned again from its start."""
+    done = planned.get(req.call_id, 0)
+    need = fill_tokens(req) - done
+    if need <= 0:
+        return None
+    take = min(need, budget)
+    return FillChunk(req, take, req.prefix_tokens + done, take == need)
 
 
 def plan_decode_admission(

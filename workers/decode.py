@@ -116,6 +116,10 @@ class DecodeWorker:
         """Called wherever `running` or a running sequence's length changes."""
         self._resident = None
 
+    def sequences_running(self) -> int:
+        """`state().running` without building the state (asked at every completion)."""
+        return len(self.running)
+
     def state(self) -> WorkerState:
         # Asked every fast-loop period: the last state is handed out again (it is frozen)
         # while nothing in it changed.
@@ -369,7 +373,7 @@ class DecodeWorker:
                 if not await self._poked_or_timeout(loop, ends[-1] - loop.time()):
                     return len(ends)
                 t = loop.time()
-                j = min(int(np.searchsorted(ends, t, side="left")), len(ends) - 1)
+                j = min(int(ends.searchsorted(t, "left")), len(ends) - 1)
                 if ends[j] > t:
                     await asyncio.sleep(ends[j] - t)
                 if (self._loaded or self._replan or self.target_batch < len(self.running)
@@ -386,18 +390,34 @@ class DecodeWorker:
         self._busy_s += now_s - start_s
         self._reserve.decay(steps)
         still: list[Request] = []
-        for i, req in enumerate(self.running):
-            remaining = req.output_tokens - req.generated
-            gain = steps if gained is None else int(gained[i])
-            if gain > remaining:
-                gain = remaining
-            req.generated += gain
-            self._tokens_done += gain
-            if gain < remaining:
-                still.append(req)
-                continue
-            self._resident = None  # its listeners may ask for the KV held
-            self._retire(req, now_s)
+        if gained is None:
+            # Every sequence gains `steps` tokens but those that end: the count of tokens
+            # done is brought up to date before each retirement (its listeners may read it).
+            ran = 0  # sequences that went on, not yet counted in `_tokens_done`
+            for req in self.running:
+                remaining = req.output_tokens - req.generated
+                if steps < remaining:
+                    req.generated += steps
+                    still.append(req)
+                    ran += 1
+                    continue
+                req.generated += remaining
+                self._tokens_done += ran * steps + remaining
+                ran = 0
+                self._resident = None  # its listeners may ask for the KV held
+                self._retire(req, now_s)
+            self._tokens_done += ran * steps
+        else:
+            for i, req in enumerate(self.running):
+                remaining = req.output_tokens - req.generated
+                gain = min(int(gained[i]), remaining)
+                req.generated += gain
+                self._tokens_done += gain
+                if gain < remaining:
+                    still.append(req)
+                    continue
+                self._resident = None  # its listeners may ask for the KV held
+                self._retire(req, now_s)
         self.running = still
         self._batch_changed()
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from storage.store import BlobStore
 from storage.tiers import Location, Tier
-from workers.batching import FillChunk, plan_fill_batch
+from workers.batching import FillChunk, next_fill_chunk
 from workers.cluster import BatchPolicySpec, WorkerSpec
 from workers.events import EventLog
 from workers.kv_io import (
@@ -76,9 +76,11 @@ class ChunkedFills:
             unique = list(dict.fromkeys(self.queue))
             self.queue.clear()
             self.queue.extend(unique)
-        reqs: list[Request] = []
         chunks: list[FillChunk] = []
         starting: list[Request] = []
+        # The plan grows a request at a time, as `plan_fill_batch` over the requests so far
+        # plans it: each request planned takes a chunk, else the plan ends.
+        budget = self.policy.max_batch_tokens if budget_tokens is None else budget_tokens
         for req in list(self.queue):
             fresh = not self.planned.get(req.call_id, 0)
             if fresh and may_start is not None and not may_start(req, starting):
@@ -91,13 +93,15 @@ class ChunkedFills:
                     self._start(req, now_s)
             if skip_loading and self.loaded_at[req.call_id] > now_s + CLOCK_TICK_S:
                 continue
-            candidate = plan_fill_batch([*reqs, req], self.policy, self.planned, budget_tokens)
-            if len(candidate) <= len(chunks):
+            if budget <= 0 or len(chunks) >= self.policy.max_batch_sequences:
                 break
-            reqs.append(req)
+            chunk = next_fill_chunk(req, self.planned, budget)
+            if chunk is None:
+                break
+            budget -= chunk.tokens
             if fresh:
                 starting.append(req)
-            chunks = candidate
+            chunks.append(chunk)
         return chunks
 
     def _fetch(self, req: Request, hbm: Location, now_s: float) -> FetchResult:

@@ -56,6 +56,7 @@ class MixedWorker(DecodeWorker):
         self._mixed_key: tuple | None = None  # (the decode side's state, queue, filling)
         self._mixed_state: WorkerState | None = None
         self._needs: dict[int, float] | None = None  # call id -> admission need, one plan
+        self._fixed: tuple[frozenset, list[float]] | None = None  # `_may_start`'s, one plan
 
     # -- intake: the router hands calls here as to a fill worker -------------------
     def submit(self, req: Request, now_s: float) -> None:
@@ -64,6 +65,9 @@ class MixedWorker(DecodeWorker):
         self.queue.append(req)
         self.log.add(now_s, self.name, "queued", req.call_id)
         self._arrived()
+
+    def sequences_running(self) -> int:
+        return len(self.running) + len(self._filling)
 
     def state(self) -> WorkerState:
         # The decode side hands out its last frozen state while its figures repeat; so
@@ -91,24 +95,40 @@ class MixedWorker(DecodeWorker):
 
     def _may_start(self, req: Request, starting: list[Request]) -> bool:
         """A slot in the decode batch and KV room (its prompt plus the growth reserve)
-        beside everything held; a lone call always starts."""
-        held = [r for r in (*self._held(), *starting) if r is not req]
-        if not held:
-            return True
-        if len(held) >= self.target_batch:
-            return False
+        beside everything held (`_held()` and `starting`, in that order); a lone call
+        always starts."""
         # `_admission_need` kept for the plan of one step (`_needs`): nothing a plan does
         # changes a held sequence's length or the growth reserve, and each call here sums
-        # the same sequences' needs again. Summed in the order held, as sum() over them.
+        # the same sequences' needs again. The decode side's and the fills' needs are
+        # listed once per plan (`_fixed`): a plan changes neither. Summed in the order
+        # held, as sum() over them.
         needs = {} if self._needs is None else self._needs
-        values = []
-        for r in (*held, req):
-            need = needs.get(r.call_id)
-            if need is None:
-                need = needs[r.call_id] = self._admission_need(r)
-            values.append(need)
-        own = values.pop()
-        return sum(values) + own <= self.kv.instance_bytes
+        fixed = self._fixed if self._needs is not None else None
+        if fixed is None:
+            members = [*super()._held(), *self._filling.values()]
+            fixed = (frozenset(map(id, members)), [self._need(r, needs) for r in members])
+            if self._needs is not None:
+                self._fixed = fixed
+        if id(req) in fixed[0]:  # not a call that has yet to start: no shortcut
+            held = [r for r in (*self._held(), *starting) if r is not req]
+            values = [self._need(r, needs) for r in held]
+        else:
+            fetched, filling = self.fills.fetched, self._filling
+            tail = [r for r in (*[r for r in self.queue
+                                  if r.call_id in fetched and r.call_id not in filling],
+                                *starting) if r is not req]
+            values = fixed[1] + [self._need(r, needs) for r in tail]
+        if not values:
+            return True
+        if len(values) >= self.target_batch:
+            return False
+        return sum(values) + self._need(req, needs) <= self.kv.instance_bytes
+
+    def _need(self, req: Request, needs: dict[int, float]) -> float:
+        need = needs.get(req.call_id)
+        if need is None:
+            need = needs[req.call_id] = self._admission_need(req)
+        return need
 
     # -- the loop ---------------------------------------------------------------------
     async def run(self) -> None:
@@ -120,10 +140,10 @@ class MixedWorker(DecodeWorker):
             self._join(now_s)
             self._interrupt.clear()
             budget = self.spec.batch.max_batch_tokens - len(self.running) * (1 + self.spec.layout.mtp)
-            self._needs = {}
+            self._needs, self._fixed = {}, None
             chunks = self.fills.prepare(self.hbm, now_s, budget, self._may_start,
                                         skip_loading=True)
-            self._needs = None
+            self._needs = self._fixed = None
             self._wake_when_loaded(now_s)
             if chunks:
                 await self._mixed_step(chunks, now_s)
@@ -181,7 +201,9 @@ class MixedWorker(DecodeWorker):
         decodes = len(self.running)
         latency_s, _ = self.pricer.fill_step_s(
             [c.tokens for c in chunks] + [1] * decodes,
-            [c.cached_tokens for c in chunks] + [r.context_tokens for r in self.running],
+            # Request.context_tokens inline: this runs per step, over the batch.
+            [c.cached_tokens for c in chunks] + [r.input_tokens + r.generated
+                                                 for r in self.running],
             [False] * len(chunks) + [True] * decodes)
         await asyncio.sleep(now_s + transfer_s + latency_s - loop.time())
         end_s = loop.time()

@@ -107,7 +107,7 @@ class StepPricer:
             # A big step (decodes riding with chunks) never repeats: no memo, and its
             # per-request terms priced as arrays.
             flags = np.full(n, bool(decoding)) if isinstance(decoding, bool) else np.array(
-                [bool(d) for d in decoding])
+                decoding, dtype=bool)
             step_s = self._batch_tail.step_arrays_s(
                 np.array(new_tokens, dtype=np.int64).astype(np.float64),
                 np.array(cached_tokens, dtype=np.int64).astype(np.float64), flags)

@@ -110,7 +110,7 @@ class Predictor:
         dec = rt.decode_workers.get(req.decode_worker) if req.decode_worker else None
         if dec is not None and req.itl_s is not None and req.itl_s > 0:
             context = req.input_tokens + req.output_tokens / 2
-            model = self._model_tpot_s(dec.spec.pool, dec.state().running + 1, context)
+            model = self._model_tpot_s(dec.spec.pool, dec.sequences_running() + 1, context)
             self.decode_correction += learn * (req.itl_s / model - self.decode_correction)
 
     def decode_calls_per_s(self, rt: ClusterRuntime) -> float:
