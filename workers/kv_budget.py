@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.capacity import KVCapacity
+from workers.fast_batch import pairwise_sum
 
 INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO = INIT_NEW_TOKEN_RATIO * 0.14
@@ -74,6 +75,25 @@ def footprints(kv: KVCapacity, contexts: np.ndarray) -> np.ndarray:
             + state)
 
 
+# Batches of at most this many sequences sum their footprints in Python floats: numpy's
+# per-call cost is most of the work there.
+SCALAR_SEQUENCES = 16
+
+
+def footprints_sum(kv: KVCapacity, contexts: np.ndarray) -> float:
+    """`float(footprints(kv, contexts).sum())`, the same double: a short batch's in Python
+    floats, element by element as numpy computes them, summed in numpy's pairwise order
+    (`workers.fast_batch.pairwise_sum`)."""
+    if len(contexts) > SCALAR_SEQUENCES:
+        return float(footprints(kv, contexts).sum())
+    per_token = kv.kv_bytes_per_token_per_gpu
+    state = kv.sequence_bytes_per_gpu(0.0)
+    slide = kv.sequence_bytes_per_gpu(1.0) - state - per_token
+    window = float(kv.window_tokens)
+    return pairwise_sum([per_token * c + slide * min(c, window) + state
+                         for c in contexts.tolist()])
+
+
 def steps_that_fit(kv: KVCapacity, contexts: np.ndarray, other_bytes: float,
                    horizon: int) -> int:
     """How many decode steps (each sequence +1 token) the batch at `contexts` can run,
@@ -81,14 +101,15 @@ def steps_that_fit(kv: KVCapacity, contexts: np.ndarray, other_bytes: float,
     instance. In closed form: full-attention KV grows linearly; sliding-window layers
     grow until each sequence reaches the window. 0: the next step overflows."""
     c = np.asarray(contexts, dtype=np.float64)
-    room = kv.instance_bytes - other_bytes - float(footprints(kv, c).sum())
+    room = kv.instance_bytes - other_bytes - footprints_sum(kv, c)
     full = kv.kv_bytes_per_token_per_gpu * len(c)
     state = kv.sequence_bytes_per_gpu(0.0)
     slide = kv.sequence_bytes_per_gpu(1.0) - state - kv.kv_bytes_per_token_per_gpu
     if room < 0:
         return 0
-    left = np.maximum(kv.window_tokens - c, 0.0)  # tokens until each sliding window is full
-    if slide <= 0 or not left.any():
+    left = None if slide <= 0 else np.maximum(kv.window_tokens - c, 0.0)  # tokens until
+    # each sliding window is full
+    if left is None or not left.any():
         if full <= 0:
             return horizon
         return int(min(horizon, room // full))

@@ -13,8 +13,10 @@ from workers.kv_budget import (
     MIN_NEW_TOKEN_RATIO,
     RESERVE_TOKENS,
     RETRACT_STEPS,
+    SCALAR_SEQUENCES,
     GrowthReserve,
     footprints,
+    footprints_sum,
     preemption_count,
     steps_that_fit,
     steps_until_admissible,
@@ -100,3 +102,14 @@ def test_decode_admission_does_not_read_the_true_output_length():
     short, long = Request(1, "a", 5000, 10), Request(2, "b", 5000, 1_000_000)
     assert worker._admission_need(short) == worker._admission_need(long)
     assert worker._admission_need(short) > worker._footprint(short)  # a growth reserve
+
+
+@pytest.mark.parametrize("model", [LLAMA, GPT_OSS], ids=["gqa", "sliding"])
+def test_a_short_batch_sums_its_footprints_to_numpys_double(model):
+    layout = Layout(tp=4, ep=4) if model is LLAMA else Layout(tp=2, ep=2)
+    kv = kv_capacity(model, H200, layout)
+    rng = np.random.default_rng(5)
+    for n in range(SCALAR_SEQUENCES + 3):  # the Python path and numpy's beyond it
+        for _ in range(40):
+            contexts = rng.uniform(0, 300_000, size=n) * rng.choice([1e-3, 1.0], size=n)
+            assert footprints_sum(kv, contexts) == float(footprints(kv, contexts).sum())
