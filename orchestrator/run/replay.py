@@ -243,16 +243,21 @@ class Orchestrator(FastLoop):
     # -- the run -------------------------------------------------------------------------
     async def _feed(self, rng: np.random.Generator) -> None:
         loop = asyncio.get_running_loop()
-        tasks = []
+        # The sessions' tasks in start order, less those that returned: the gather at the
+        # end waits for the rest as it would for all (the last started is among them), and
+        # a task that failed or was cancelled stays for it to raise.
+        tasks: dict[asyncio.Task, None] = {}
         started = 0
         finished = 0
         total = len(self.sessions) * self.load.repeat
         if self.load.max_sessions is not None:
             total = min(total, self.load.max_sessions)
 
-        def on_finished(_task: asyncio.Task) -> None:
+        def on_finished(task: asyncio.Task) -> None:
             nonlocal finished
             finished += 1
+            if not task.cancelled() and task.exception() is None:
+                del tasks[task]
             if self.on_progress is not None:
                 self.on_progress(finished, total)
 
@@ -263,7 +268,7 @@ class Orchestrator(FastLoop):
             task = asyncio.create_task(run_session(session, self.load, self._next_call_id,
                                                    self._submit))
             task.add_done_callback(on_finished)
-            tasks.append(task)
+            tasks[task] = None
             if not started:
                 self.first_session_s = loop.time()
             self.last_session_s = loop.time()
