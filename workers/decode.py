@@ -44,7 +44,7 @@ from workers.kv_policy import DEFAULT_KV_POLICY, KVPolicy, finish_call, trim_ret
 from workers.pricing import StepPricer
 from workers.ready import ReadyBuffer
 from workers.request import LatencyPart, Request, RequestState
-from workers.state import WorkerState
+from workers.state import WorkerState, worker_state
 
 
 class DecodeWorker:
@@ -129,7 +129,7 @@ class DecodeWorker:
         if key == self._state_key:
             return self._state
         self._state_key = key
-        self._state = WorkerState(
+        self._state = worker_state(
             name=self.name, pool=self.spec.pool, phase="decode",
             queue_depth=key[0], running=key[1], kv_resident_bytes=key[2],
             kv_capacity_bytes=float(self.kv.instance_bytes),
@@ -309,7 +309,8 @@ class DecodeWorker:
         running = self.running
         # Request.remaining and .context_tokens inline: this runs per run, over the batch.
         until_retire = min([r.output_tokens - r.generated for r in running]) if self.jump else 1
-        contexts = np.array([r.input_tokens + r.generated for r in running], dtype=np.float64)
+        # A list: a short batch is planned in Python floats (kv_budget.footprints_sum).
+        contexts = [r.input_tokens + r.generated for r in running]
         other = self._loading_bytes()
         fit = steps_that_fit(self.kv, contexts, other, until_retire)
         if fit == 0 and len(self.running) > 1:
@@ -325,11 +326,12 @@ class DecodeWorker:
         if self.kv_policy is KVPolicy.RETAIN:
             # Retained blobs fit in what the sequences held leave at the run's end, each
             # grown by at most 1 + MTP drafts tokens a step (workers.kv_policy).
-            held = float(footprints(self.kv, contexts + steps * (1 + self.mtp)).sum()) + other
+            grown = np.asarray(contexts, dtype=np.float64) + steps * (1 + self.mtp)
+            held = float(footprints(self.kv, grown).sum()) + other
             trim_retained(self.store, self.hbm, held / self.kv.instance_bytes, now_s)
         return steps
 
-    def _steps_until_admission(self, contexts: np.ndarray, horizon: int) -> int:
+    def _steps_until_admission(self, contexts: list[int], horizon: int) -> int:
         """The run also ends where the ready buffer's head, held back for KV, would be
         admitted as the growth reserve decays (a worker checking every step would)."""
         if (horizon <= 1 or not self.accepting or not len(self.ready)

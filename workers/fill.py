@@ -33,7 +33,7 @@ from workers.kv_policy import DEFAULT_KV_POLICY, KVPolicy, finish_call
 from workers.pricing import StepPricer
 from workers.ready import ReadyBuffer
 from workers.request import LatencyPart, Request, RequestState
-from workers.state import WorkerState
+from workers.state import WorkerState, worker_state
 
 # The run's clock keeps integer nanoseconds (workers.clock): a timer set for a float time
 # may fire up to a tick before it, which must count as on time.
@@ -243,7 +243,7 @@ class FillWorker:
         if key == self._state_key:
             return self._state
         self._state_key = key
-        self._state = WorkerState(
+        self._state = worker_state(
             name=self.name, pool=self.spec.pool, phase=self.spec.phase.name.lower(),
             queue_depth=key[0], running=key[1],
             kv_resident_bytes=0.0, kv_capacity_bytes=float(self.spec.kv_capacity_bytes),

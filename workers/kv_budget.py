@@ -80,35 +80,38 @@ def footprints(kv: KVCapacity, contexts: np.ndarray) -> np.ndarray:
 SCALAR_SEQUENCES = 16
 
 
-def footprints_sum(kv: KVCapacity, contexts: np.ndarray) -> float:
+def footprints_sum(kv: KVCapacity, contexts: np.ndarray | list) -> float:
     """`float(footprints(kv, contexts).sum())`, the same double: a short batch's in Python
     floats, element by element as numpy computes them, summed in numpy's pairwise order
-    (`workers.fast_batch.pairwise_sum`)."""
+    (`workers.fast_batch.pairwise_sum`). `contexts`: an array or a sequence of numbers."""
     if len(contexts) > SCALAR_SEQUENCES:
         return float(footprints(kv, contexts).sum())
+    if isinstance(contexts, np.ndarray):
+        contexts = contexts.tolist()
     per_token = kv.kv_bytes_per_token_per_gpu
     state = kv.sequence_bytes_per_gpu(0.0)
     slide = kv.sequence_bytes_per_gpu(1.0) - state - per_token
     window = float(kv.window_tokens)
     return pairwise_sum([per_token * c + slide * min(c, window) + state
-                         for c in contexts.tolist()])
+                         for c in map(float, contexts)])
 
 
-def steps_that_fit(kv: KVCapacity, contexts: np.ndarray, other_bytes: float,
+def steps_that_fit(kv: KVCapacity, contexts: np.ndarray | list, other_bytes: float,
                    horizon: int) -> int:
-    """How many decode steps (each sequence +1 token) the batch at `contexts` can run,
+    """How many decode steps (each sequence +1 token) the batch at `contexts` (an array or
+    a list) can run,
     up to `horizon`, before its KV plus `other_bytes` (sequences loading) exceeds the
     instance. In closed form: full-attention KV grows linearly; sliding-window layers
     grow until each sequence reaches the window. 0: the next step overflows."""
-    c = np.asarray(contexts, dtype=np.float64)
-    room = kv.instance_bytes - other_bytes - footprints_sum(kv, c)
-    full = kv.kv_bytes_per_token_per_gpu * len(c)
+    room = kv.instance_bytes - other_bytes - footprints_sum(kv, contexts)
+    full = kv.kv_bytes_per_token_per_gpu * len(contexts)
     state = kv.sequence_bytes_per_gpu(0.0)
     slide = kv.sequence_bytes_per_gpu(1.0) - state - kv.kv_bytes_per_token_per_gpu
     if room < 0:
         return 0
-    left = None if slide <= 0 else np.maximum(kv.window_tokens - c, 0.0)  # tokens until
-    # each sliding window is full
+    left = None  # tokens until each sliding window is full
+    if slide > 0:
+        left = np.maximum(kv.window_tokens - np.asarray(contexts, dtype=np.float64), 0.0)
     if left is None or not left.any():
         if full <= 0:
             return horizon
@@ -122,7 +125,7 @@ def steps_that_fit(kv: KVCapacity, contexts: np.ndarray, other_bytes: float,
     return int(np.searchsorted(growth, room, side="right"))
 
 
-def preemption_count(kv: KVCapacity, contexts: np.ndarray, other_bytes: float) -> int:
+def preemption_count(kv: KVCapacity, contexts: np.ndarray | list, other_bytes: float) -> int:
     """How many of the most recently admitted sequences (the end of `contexts`, in
     admission order) to preempt so that `RETRACT_STEPS` steps fit; the first sequence
     always stays (alone it runs even over capacity rather than never finish)."""

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import replace
 
 import numpy as np
 
@@ -37,7 +36,7 @@ from workers.kv_policy import KVPolicy, finish_call, write_through
 from workers.pricing import StepPricer
 from workers.ready import ReadyBuffer
 from workers.request import LatencyPart, Request, RequestState
-from workers.state import WorkerState
+from workers.state import WorkerState, replaced
 
 
 class MixedWorker(DecodeWorker):
@@ -77,7 +76,7 @@ class MixedWorker(DecodeWorker):
         if key == self._mixed_key:
             return self._mixed_state
         self._mixed_key = key
-        self._mixed_state = replace(base, phase="mixed", queue_depth=base.queue_depth + key[1],
+        self._mixed_state = replaced(base, phase="mixed", queue_depth=base.queue_depth + key[1],
                                     running=base.running + key[2])
         return self._mixed_state
 

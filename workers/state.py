@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 
 @dataclass(frozen=True)
@@ -21,3 +21,28 @@ class WorkerState:
 
     def busy_fraction(self, elapsed_s: float) -> float:
         return self.busy_s / elapsed_s if elapsed_s > 0 else 0.0
+
+
+_FIELDS = frozenset(f.name for f in fields(WorkerState))
+
+
+def worker_state(**values) -> WorkerState:
+    """`WorkerState(**values)`, every field given, without the frozen dataclass's per-field
+    `object.__setattr__` (workers build one whenever their figures change, several times
+    a fast-loop period on a busy cluster)."""
+    if values.keys() != _FIELDS:
+        raise TypeError(f"worker_state: fields {sorted(_FIELDS ^ values.keys())} missing or "
+                        f"unknown")
+    new = object.__new__(WorkerState)
+    new.__dict__.update(values)
+    return new
+
+
+def replaced(state: WorkerState, **changes) -> WorkerState:
+    """`dataclasses.replace(state, **changes)` without its per-field cost."""
+    if not changes.keys() <= _FIELDS:
+        raise TypeError(f"replaced: unknown fields {sorted(changes.keys() - _FIELDS)}")
+    new = object.__new__(WorkerState)
+    new.__dict__.update(state.__dict__)
+    new.__dict__.update(changes)
+    return new

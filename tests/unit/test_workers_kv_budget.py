@@ -113,3 +113,5 @@ def test_a_short_batch_sums_its_footprints_to_numpys_double(model):
         for _ in range(40):
             contexts = rng.uniform(0, 300_000, size=n) * rng.choice([1e-3, 1.0], size=n)
             assert footprints_sum(kv, contexts) == float(footprints(kv, contexts).sum())
+            tokens = [int(c) for c in contexts]  # a decode worker's lengths, as a list
+            assert footprints_sum(kv, tokens) == float(footprints(kv, tokens).sum())
