@@ -277,8 +277,8 @@ class DecodeWorker:
                 continue
             mean_context = sum([r.input_tokens + r.generated for r in self.running]) / len(
                 self.running)
-            ends = now_s + np.cumsum(self.pricer.decode_steps_s(len(self.running), mean_context,
-                                                                steps))
+            ends = now_s + self.pricer.decode_steps_s(len(self.running), mean_context,
+                                                      steps).cumsum()
             done = await self._run_steps(ends)
             self._advance(done, now_s, loop.time())
 

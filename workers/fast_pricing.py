@@ -271,3 +271,38 @@ class StepTail:
 
     def tpot_s(self, step_s):
         return step_s / self.accepted if self.decode else step_s
+
+    def tpots_s(self, first: float, steps: int) -> list[float]:
+        """`[tpot_s(step_s(first + float(i))) for i in range(steps)]`, the same doubles: a
+        short decode run's steps, the passes' terms read once and their operations (those
+        of `AttentionTerms.time_s`, `PassTail.time_s` and `step_s`) inline."""
+        if self.first is not None:  # draft passes: priced as steps
+            return [self.tpot_s(self.step_s(first + float(i))) for i in range(steps)]
+        main, a = self.main, self.main.attn
+        half, q_tok, a_ctx, tp = a.half, a.q_tok, a.a_ctx, a.tp
+        n_full, n_slide, window, lin_flops = a.n_full, a.n_slide, a.window, a.lin_flops
+        kv_seq, state, w_bytes, act_bytes = a.kv_seq, a.state, a.w_bytes, a.act_bytes
+        proj_s, peak_attn, hbm_bw = a.proj_s, a.peak_attn, a.hbm_bw
+        after, network, latency, overlap = main.after, main.network_s, main.latency_s, main.overlap
+        pp, overhead = self.pp, self.overhead_s
+        accepted = self.accepted if self.decode else None
+        out = []
+        for i in range(steps):
+            context = first + float(i)
+            ctx_mean = context + half
+            ctx_end = context + q_tok
+            flops = a_ctx * (n_full * ctx_mean + n_slide * min(ctx_mean, window)) / tp
+            flops = flops + lin_flops
+            kv_read = kv_seq * (n_full * ctx_end + n_slide * min(ctx_end, window))
+            kv_read = kv_read + state
+            attn_bytes = w_bytes + kv_read
+            attn_bytes = attn_bytes + act_bytes
+            t_cm = max(proj_s + flops / peak_attn, attn_bytes / hbm_bw)
+            for term in after:
+                t_cm = t_cm + term
+            stage_s = t_cm + network + latency
+            if overlap is not None:
+                stage_s = stage_s - overlap * min(t_cm, network)
+            step_s = pp * stage_s + 0.0 + overhead  # no draft pass: draft_s is 0.0
+            out.append(step_s / accepted if accepted is not None else step_s)
+        return out

@@ -23,8 +23,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-import numpy as np
-
 from storage.store import BlobStore
 from workers.batching import FillChunk
 from workers.cluster import WorkerSpec
@@ -180,8 +178,8 @@ class MixedWorker(DecodeWorker):
         running = self.running
         # Request.context_tokens inline: this runs per run, over the batch.
         mean_context = sum([r.input_tokens + r.generated for r in running]) / len(running)
-        ends = now_s + np.cumsum(self.pricer.decode_steps_s(len(self.running), mean_context,
-                                                            steps))
+        ends = now_s + self.pricer.decode_steps_s(len(self.running), mean_context,
+                                                  steps).cumsum()
         done = await self._run_steps(ends)
         self._advance(done, now_s, asyncio.get_running_loop().time())
 

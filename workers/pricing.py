@@ -159,8 +159,7 @@ class StepPricer:
             return self.decode_steps_core_s(sequences, mean_context, steps)
         tail = self._tail(Phase.DECODE, self.per_rank(sequences), 1)
         if steps <= SCALAR_STEPS:
-            return np.array([tail.tpot_s(tail.step_s(mean_context + float(i)))
-                             for i in range(steps)])
+            return np.array(tail.tpots_s(mean_context, steps))
         contexts = mean_context + np.arange(steps, dtype=np.float64)
         return tail.tpot_s(tail.step_s(contexts, np.maximum, np.minimum))
 
