@@ -28,10 +28,13 @@ Live time
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import heapq
 import math
 import selectors
+import sys
 import time
+from asyncio import format_helpers
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -53,7 +56,7 @@ _MIN_CANCELLED_TIMER_HANDLES_FRACTION = 0.5
 
 def seconds_to_ns(seconds: float) -> int:
     """Round a duration or instant in seconds to the nearest nanosecond."""
-    if math.isnan(seconds) or math.isinf(seconds):
+    if not math.isfinite(seconds):
         raise ValueError(f"time in seconds must be finite, got {seconds!r}")
     return round(seconds * NS_PER_S)
 
@@ -80,7 +83,21 @@ class _VirtualTimerHandle(asyncio.TimerHandle):
         loop: VirtualEventLoop,
         context: Any = None,
     ) -> None:
-        super().__init__(when_ns / NS_PER_S, callback, args, loop, context)
+        # TimerHandle's and Handle's fields set here, on the per-timer path, rather than
+        # through their __init__ chain (which also asks the loop for its debug flag).
+        if context is None:
+            context = contextvars.copy_context()
+        self._context = context
+        self._loop = loop
+        self._callback = callback
+        self._args = args
+        self._cancelled = False
+        self._repr = None
+        self._source_traceback = (
+            format_helpers.extract_stack(sys._getframe(1)) if loop._debug else None
+        )
+        self._when = when_ns / NS_PER_S
+        self._scheduled = False
         self._when_ns = when_ns
         self._seq = seq
 
@@ -175,11 +192,13 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         if self._debug:
             self._check_thread()
             self._check_callback(callback, "call_at")
-        self._timer_seq += 1
-        timer = _VirtualTimerHandle(when_ns, self._timer_seq, callback, args, self, context)
+        seq = self._timer_seq = self._timer_seq + 1
+        timer = _VirtualTimerHandle(when_ns, seq, callback, args, self, context)
         if timer._source_traceback:
             del timer._source_traceback[-1]
-        heapq.heappush(self._scheduled, timer)
+        # The heap holds (nanoseconds, sequence, timer): compared as tuples of integers,
+        # in C, never reaching the timer itself (sequences are unique).
+        heapq.heappush(self._scheduled, (when_ns, seq, timer))
         timer._scheduled = True
         return timer
 
@@ -200,19 +219,18 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
             and self._timer_cancelled_count / len(scheduled) > _MIN_CANCELLED_TIMER_HANDLES_FRACTION
         ):
             kept = []
-            for handle in scheduled:
-                if handle._cancelled:
-                    handle._scheduled = False
+            for entry in scheduled:
+                if entry[2]._cancelled:
+                    entry[2]._scheduled = False
                 else:
-                    kept.append(handle)
+                    kept.append(entry)
             heapq.heapify(kept)
             self._scheduled = kept
             self._timer_cancelled_count = 0
             return
-        while scheduled and scheduled[0]._cancelled:
+        while scheduled and scheduled[0][2]._cancelled:
             self._timer_cancelled_count -= 1
-            handle = heapq.heappop(scheduled)
-            handle._scheduled = False
+            heapq.heappop(scheduled)[2]._scheduled = False
 
     def _run_once(self) -> None:
         """One iteration: poll I/O, jump the clock if idle, run what is due.
@@ -222,8 +240,9 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         """
         if self._timer_cancelled_count:
             self._drop_cancelled_timers()
-        idle = not self._ready and not self._stopping
-        timeout = None if idle and not self._scheduled else 0
+        scheduled, ready = self._scheduled, self._ready
+        idle = not ready and not self._stopping
+        timeout = None if idle and not scheduled else 0
         self._polls_skipped += 1
         if timeout is None or self._polls_skipped >= _POLL_EVERY or self._watching_io():
             self._polls_skipped = 0
@@ -231,18 +250,20 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
             self._process_events(event_list)
             event_list = None  # break reference cycles on exceptions, as asyncio does
 
-        if not self._ready and not self._stopping and self._scheduled:
-            # Nothing runnable: jump to the earliest deadline instead of waiting.
-            self._now_ns = max(self._now_ns, self._scheduled[0]._when_ns)
-
-        while self._scheduled and self._scheduled[0]._when_ns <= self._now_ns:
-            handle = heapq.heappop(self._scheduled)
-            handle._scheduled = False
-            self._ready.append(handle)
+        if scheduled:
+            now_ns = self._now_ns
+            if not ready and not self._stopping and scheduled[0][0] > now_ns:
+                # Nothing runnable: jump to the earliest deadline instead of waiting.
+                now_ns = self._now_ns = scheduled[0][0]
+            while scheduled and scheduled[0][0] <= now_ns:
+                handle = heapq.heappop(scheduled)[2]
+                handle._scheduled = False
+                ready.append(handle)
 
         # Run only what is ready now; callbacks scheduled by these run next time.
-        for _ in range(len(self._ready)):
-            handle = self._ready.popleft()
+        popleft = ready.popleft
+        for _ in range(len(ready)):
+            handle = popleft()
             if handle._cancelled:
                 continue
             self.handles_run += 1
