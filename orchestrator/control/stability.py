@@ -6,54 +6,76 @@ Both built-in loops steer a quantity that integrates admissions:
 - `retire` admits, every period T, the decode slots it sees free, which fill only
   once the admitted calls reach decode (observation lag plus fill latency D).
   Open loop: L(s) = e^{-(lag + D) s} / (T s).
-The rational part is a `scipy.signal` transfer function; the delay is exact
-(e^{-j w tau}). A negative phase margin means the loop rings.
+The rational part is a `Rational` transfer function (its frequency response the floats
+`scipy.signal.freqresp` gives, in numpy); the delay is exact (e^{-j w tau}). A negative
+phase margin means the loop rings.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import NamedTuple
 
 import numpy as np
 
 from orchestrator.control.config import ControlConfig
 
-if TYPE_CHECKING:
-    from scipy import signal
+# scipy.optimize is imported where it is used (~0.2 s), by a process that asks for a
+# margin; scipy.signal (~0.45 s more) is not needed: `Rational.freqresp` is numpy.
 
-# scipy.signal and scipy.optimize are imported where they are used: importing
-# scipy.signal takes ~0.7 s, which a process that never asks for a margin should not pay.
+
+class Rational(NamedTuple):
+    """num(s) / den(s), coefficients in descending powers of s, normalised as
+    `scipy.signal.TransferFunction` keeps them (divided by den's leading coefficient)."""
+
+    num: np.ndarray
+    den: np.ndarray
+
+    @classmethod
+    def of(cls, num: list[float], den: list[float]) -> Rational:
+        if not den or den[0] == 0:
+            raise ValueError(f"a transfer function needs a nonzero leading denominator, "
+                             f"got {den!r}")
+        num_a, den_a = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+        return cls(num_a / den_a[0], den_a / den_a[0])
+
+    def freqresp(self, w: list[float] | np.ndarray) -> np.ndarray:
+        """The response at angular frequencies `w` (rad/s): the floats of
+        `scipy.signal.freqresp` (Horner's scheme in s = jw, then the quotient)."""
+        s = 1j * np.atleast_1d(np.asarray(w, dtype=float))
+        num, den = np.zeros_like(s), np.zeros_like(s)
+        for c in self.num:
+            num = num * s + c
+        for c in self.den:
+            den = den * s + c
+        return num / den
 
 
 def open_loop(controller: str, config: ControlConfig, fill_latency_s: float
-              ) -> tuple[signal.TransferFunction, float]:
+              ) -> tuple[Rational, float]:
     """(rational part, delay in seconds) of the linearised open loop."""
-    from scipy import signal
-
     lag = config.observation_lag_s
     if controller == "retire":
         period = config.fast_period_s
-        return signal.TransferFunction([1.0], [period, 0.0]), lag + fill_latency_s
+        return Rational.of([1.0], [period, 0.0]), lag + fill_latency_s
     if controller in ("buffered", "predictive"):
         tau, g = config.backlog_ewma_s, config.backlog_gain
-        return signal.TransferFunction([g], [tau * tau, tau, 0.0]), lag
+        return Rational.of([g], [tau * tau, tau, 0.0]), lag
     raise ValueError(f"no linear model for controller {controller!r}")
 
 
 def phase_margin_deg(controller: str, config: ControlConfig, fill_latency_s: float) -> float:
     """180 degrees plus the open loop's phase where its gain crosses 1."""
-    from scipy import optimize, signal
+    from scipy import optimize
 
     tf, delay = open_loop(controller, config, fill_latency_s)
 
     def gain(w: float) -> float:
-        _, h = signal.freqresp(tf, [w])
-        return abs(h[0])
+        return abs(tf.freqresp([w])[0])
 
     lo, hi = 1e-6, 1e3
     crossover = optimize.brentq(lambda w: math.log(gain(w)), lo, hi)
-    _, h = signal.freqresp(tf, [crossover])
+    h = tf.freqresp([crossover])
     phase = np.angle(h[0]) - delay * crossover
     return float(math.degrees(phase) + 180.0)
 
@@ -63,20 +85,19 @@ def phase_margin_deg(controller: str, config: ControlConfig, fill_latency_s: flo
 RESONANCE = 1.01
 
 
-def _phase_crossover(tf: signal.TransferFunction, delay: float, lo: float, hi: float
-                     ) -> float | None:
+def _phase_crossover(tf: Rational, delay: float, lo: float, hi: float) -> float | None:
     """The lowest frequency in (lo, hi) where the open loop's phase reaches -180 degrees."""
-    from scipy import optimize, signal
+    from scipy import optimize
 
     w = np.geomspace(lo, hi, 4000)
-    _, h = signal.freqresp(tf, w)
+    h = tf.freqresp(w)
     phase = np.unwrap(np.angle(h)) - delay * w + math.pi
     below = np.nonzero(phase <= 0.0)[0]
     if not len(below) or below[0] == 0:
         return None
     k = below[0]
     return float(optimize.brentq(
-        lambda x: float(np.angle(signal.freqresp(tf, [x])[1][0])) - delay * x + math.pi,
+        lambda x: float(np.angle(tf.freqresp([x])[0])) - delay * x + math.pi,
         w[k - 1], w[k]))
 
 
@@ -93,15 +114,13 @@ def ringing_period_s(controller: str, config: ControlConfig, pipeline_s: float
     ch. 5). Positive margin: the closed loop's resonant peak, if its gain exceeds
     `RESONANCE` (damped ringing, damping ratio below ~0.65); a loop with no such peak
     does not ring."""
-    from scipy import signal
-
     tf, delay = open_loop(controller, config, pipeline_s)
     lo, hi = 1e-5, 2 * math.pi / (2 * config.fast_period_s)  # up to the sampling Nyquist
     if phase_margin_deg(controller, config, pipeline_s) < 0:
         w180 = _phase_crossover(tf, delay, lo, hi)
         return None if w180 is None else 2 * math.pi / w180
     w = np.geomspace(lo, hi, 4000)
-    _, h = signal.freqresp(tf, w)
+    h = tf.freqresp(w)
     loop = h * np.exp(-1j * delay * w)
     closed = np.abs(loop / (1 + loop))
     k = int(np.argmax(closed))

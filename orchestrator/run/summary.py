@@ -33,6 +33,7 @@ import numpy as np
 
 from orchestrator.run.completed import CompletedCalls
 from orchestrator.run.replay import ReplayResult
+from orchestrator.run.spectrum import welch
 from storage.tiers import Tier
 from workers.request import LatencyPart
 
@@ -105,12 +106,8 @@ def oscillation(result: ReplayResult) -> dict[str, float | None]:
     index = float(fast.std() / occ.mean()) if len(occ) > 1 and occ.mean() > 0 else 0.0
     out: dict[str, float | None] = {"oscillation_index": index, "oscillation_period_s": None}
     if len(occ) >= 16 and occ.std() > 0:
-        # Imported here: scipy.signal takes ~0.7 s to import, paid only by a run with a
-        # spectrum to take, not by every process that imports this module.
-        from scipy import signal
-
         fs = 1.0 / result.control.fast_period_s
-        freqs, power = signal.welch(occ - occ.mean(), fs=fs, nperseg=min(256, len(occ)))
+        freqs, power = welch(occ - occ.mean(), fs, min(256, len(occ)))
         k = int(np.argmax(power[1:])) + 1
         out["oscillation_period_s"] = float(1.0 / freqs[k])
     return out
