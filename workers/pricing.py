@@ -86,8 +86,10 @@ class StepPricer:
 
     def _fill_uncached(self, phase: Phase, sequences: int, new_tokens: int,
                        cached_tokens: int) -> tuple[float, float]:
-        step_s = StepTail(self._pricing, phase, self.per_rank(sequences),
-                          float(new_tokens)).step_s(float(cached_tokens))
+        # The tail depends on the phase, batch and new tokens only: fills that differ in
+        # their cached prefix share it (`_tail`).
+        step_s = self._tail(phase, self.per_rank(sequences), new_tokens).step_s(
+            float(cached_tokens))
         # The pipeline takes a new batch every stage time; the batch itself takes step_s.
         return step_s, step_s / self.layout.pp
 
