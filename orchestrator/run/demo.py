@@ -41,14 +41,16 @@ class DemoPoint:
 
 
 DEMO_POINT = DemoPoint(
-    load=2.0, observation_lag_s=5.0, think_scale=0.02, duration_s=600.0,
-    why_load="twice the planned capacity, decode the pool that bounds it: the heaviest load "
-             "of the decode-bound map (docs/control.md); whether admission binds there is "
-             "measured below (admission bound)",
-    why_lag="the longest lag swept: retire's linearised loop predicts ringing there "
-            "(period about 21 s); the map measured none (docs/control.md)",
-    why_think="gaps x0.02 so that a demo of about two minutes loads decode; at recorded "
-              "think times the map shows the same result over an hour's window")
+    load=4.0, observation_lag_s=5.0, think_scale=0.02, duration_s=600.0,
+    why_load="four times the planned capacity: enough sessions that calls wait for "
+             "admission (it binds in about half the periods), where retire rings; at twice "
+             "it binds in 0.2% of them and nothing rings (docs/control.md, \"Why retire "
+             "does not ring here\")",
+    why_lag="the longest lag of the map: retire's linearised loop predicts ringing at about "
+            "21 s there",
+    why_think="gaps x0.02 so that a demo of a few minutes loads decode; at recorded think "
+              "times retire rings at four times the capacity too, over an hour's window "
+              "(docs/control.md)")
 
 # The replay benchmarks' fixed load (benchmarks/bench_replay.py and the checks that a
 # change leaves results identical): the sample x12 started at 7,200 an hour, think/tool

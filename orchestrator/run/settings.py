@@ -103,12 +103,20 @@ def run_replay(prepared: Prepared, settings: RunSettings,
         if ledger is not None:  # measured by the call ledger (orchestrator.run.ledger)
             summary["requests"].update(lost=ledger["lost"], in_flight=ledger["in_flight"],
                                        ledger=ledger)
-    margin = summary["control"]["phase_margin_deg"]
+    control = summary["control"]
+    margin, ring = control["phase_margin_deg"], control["ringing_period_s"]
     if margin is not None and margin < 0:
+        # The model assumes admission binds every period; say how often it did, and what
+        # was measured (docs/control.md, "Why retire does not ring here").
+        predicted = "" if ring["predicted"] is None else f" near {ring['predicted']:.1f} s"
+        measured = ("none" if ring["measured"] is None
+                    else f"a Welch peak at {ring['measured']:.1f} s")
         sys.stderr.write(
             f"warning: controller {settings.controller}: the linearised admission loop has a "
             f"phase margin of {margin:.0f} degrees (observation lag "
-            f"{settings.control.observation_lag_s:g} s): expect it to ring\n")
+            f"{settings.control.observation_lag_s:g} s): it rings{predicted} where admission "
+            f"binds; here it bound in {control['admission_bound_fraction']:.0%} of the periods, "
+            f"measured: {measured}\n")
     return result, summary
 
 

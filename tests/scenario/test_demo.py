@@ -1,11 +1,12 @@
 """`tokenfactory demo`, as the README's first command runs it.
 
-The demo runs at a point of the control sweep's map (docs/control.md): the rack-scale
-preset with 32 decode slots, twice its planned capacity, observation lag 5 s, think gaps
-x0.02. What it claims there, and the slow test checks: decode is the pool the planned
-capacity binds on, yet admission almost never holds calls back (the admission loop is
-open), `retire` does not ring (its oscillation index within 1.5x of `buffered`'s, and no
-peak near the period its linearised loop predicts), and no call is lost.
+The demo runs at a point of the control experiment (docs/control.md): the rack-scale
+preset with 32 decode slots, four times its planned capacity, observation lag 5 s, think
+gaps x0.02. What it claims there, and the slow test checks: admission binds (calls wait
+after its decisions in a large share of the periods), `retire` rings (its oscillation
+index at least 3x `buffered`'s, its measured ringing period within +-30% of the period its
+linearised loop predicts), `buffered`'s goodput and p99 TTFT are no worse, and no call is
+lost.
 """
 
 import json
@@ -28,7 +29,7 @@ def test_binding_decisions_counts_decisions_that_admitted_fewer_than_were_queued
 
 
 @pytest.mark.slow
-def test_demo_at_its_point_retire_does_not_ring_and_nothing_is_lost(tmp_path, capsys):
+def test_demo_at_its_point_retire_rings_buffered_holds_and_nothing_is_lost(tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["demo", "--out", str(out), "--json", "--no-progress"]) == 0
     printed = json.loads(capsys.readouterr().out)
@@ -39,20 +40,20 @@ def test_demo_at_its_point_retire_does_not_ring_and_nothing_is_lost(tmp_path, ca
         assert req["lost"] == 0 and req["ledger"]["lost"] == 0, name
         assert req["completed"] == req["submitted"] > 0, name
         assert (out / f"{name}-summary.json").exists() and (out / f"{name}-series.csv").exists()
-        # Decode is loaded: about half its 32 slots on average (0.47 measured).
-        assert s["control"]["decode_occupancy_mean"] >= 0.3, name
-    r, b, local = (runs[n]["control"] for n in ("retire", "buffered", "local"))
-    # retire does not ring here: 1.01x measured.
-    assert 1 / 1.5 <= oscillation_ratio(runs["retire"], runs["buffered"]) <= 1.5
-    ring = r["ringing_period_s"]
-    assert ring["predicted"] is not None
-    assert not 0.7 * ring["predicted"] <= ring["measured"] <= 1.3 * ring["predicted"]
-    # The loop is open: decisions left calls queued in 0.2% of the periods (retire and
-    # buffered; local 0), so decode is not starved of held-back work (0.000, 0.002, 0.000).
-    for c in (r, b, local):
-        assert c["admission_bound_fraction"] < 0.05
-        assert c["decode_starvation_fraction"] < 0.05
-    assert printed["load"]["load"] == 2.0 and printed["load"]["binding_pool"] == "decode"
+        # Decode is loaded: 0.71-0.83 of its slots on average measured.
+        assert s["control"]["decode_occupancy_mean"] >= 0.6, name
+    r, b = runs["retire"], runs["buffered"]
+    # The loop is closed: retire's decisions left calls queued in 43% of the periods.
+    assert r["control"]["admission_bound_fraction"] >= 0.3
+    # retire rings: 4.13x buffered's oscillation index measured; its Welch peak 15.1 s
+    # against 21.0 s predicted (-28%).
+    assert oscillation_ratio(r, b) >= 3.0
+    ring = r["control"]["ringing_period_s"]
+    assert 0.7 * ring["predicted"] <= ring["measured"] <= 1.3 * ring["predicted"]
+    # buffered no worse: goodput 1,720 against 1,454 tokens/s, p99 TTFT 10.8 against 14.5 s.
+    assert b["goodput"]["output_tokens_per_s"] >= r["goodput"]["output_tokens_per_s"]
+    assert b["ttft_s"]["p99"] <= r["ttft_s"]["p99"]
+    assert printed["load"]["load"] == 4.0 and printed["load"]["binding_pool"] == "decode"
     html = (out / "report.html").read_text()
     assert "data:image/png;base64," in html and "oscillation index" in html
 
