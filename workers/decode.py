@@ -109,7 +109,9 @@ class DecodeWorker:
         """KV of the running batch, in KVCapacity units (sum of per-GPU footprints).
         Kept until the batch or its sequences' lengths change (`_batch_changed`)."""
         if self._resident is None:
-            self._resident = sum(self._footprint(r) for r in self.running)
+            # _footprint inline (asked at most samples of a busy worker): the same sum.
+            per_gpu = self.kv.sequence_bytes_per_gpu
+            self._resident = sum([per_gpu(r.input_tokens + r.generated) for r in self.running])
         return self._resident
 
     def _batch_changed(self) -> None:
