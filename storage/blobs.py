@@ -71,11 +71,26 @@ class PrefixMatch:
     def __post_init__(self) -> None:
         object.__setattr__(self, "blob_ids", tuple(map(_blob_id, self.chain)))
 
+    @classmethod
+    def of(cls, chain: tuple[Blob, ...], matched_blocks: int, matched_tokens: int,
+           blob_ids: tuple[BlobId, ...]) -> PrefixMatch:
+        """The match, given its chain's ids (a walk keeps them as it goes: a resumed
+        walk adds the ids of the blobs it passes to those of the walk it resumes)."""
+        match = object.__new__(cls)
+        setattr_ = object.__setattr__
+        setattr_(match, "chain", chain)
+        setattr_(match, "matched_blocks", matched_blocks)
+        setattr_(match, "matched_tokens", matched_tokens)
+        setattr_(match, "blob_ids", blob_ids)
+        return match
 
+
+# A walk as kept: (seq, chain, its ids, pos, parent).
+_Walk = tuple[tuple[int, ...], tuple[Blob, ...], tuple[BlobId, ...], int, BlobId | None]
 _ForkKey = tuple[BlobId | None, int, int]  # (parent, position, first block id)
-_Walk = tuple[tuple[int, ...], tuple[Blob, ...], int, BlobId | None]  # seq, chain, pos, parent
 _WALKS_KEPT = 64
-_TIPS_KEPT = 256
+_TIPS_KEPT = 256  # first block ids with walks to resume
+_TIPS_PER_FIRST = 64  # walks kept to resume per first block id, latest first
 
 
 _SLICE_BLOCKS = 64
@@ -126,11 +141,13 @@ class BlobIndex:
         # never change, so a walk resumed from where it stopped ends where a new
         # one would.
         self._walks: dict[int, _Walk] = {}
-        # The latest walk that ended at a blob's end, by the first block id of the
-        # sequence walked. A session's next call resends the last one and adds to it:
-        # its walk resumes there once its first blocks are found equal (one slice
-        # compare), instead of walking the session's whole chain again.
-        self._tips: dict[int, _Walk] = {}
+        # The latest walks that ended at a blob's end, by the first block id of the
+        # sequence walked, then by the sequence (oldest first). A session's next call
+        # resends the last one and adds to it: its walk resumes there once its first
+        # blocks are found equal (one slice compare), instead of walking the session's
+        # whole chain again. Sessions that share a prompt share their first block id:
+        # each keeps its own walk there.
+        self._tips: dict[int, dict[int, _Walk]] = {}
 
     def __len__(self) -> int:
         return len(self._blobs)
@@ -147,20 +164,25 @@ class BlobIndex:
         """The longest prefix of ``block_ids`` that existing blobs cover."""
         seq = block_ids if isinstance(block_ids, tuple) else tuple(block_ids)
         walk = self._walks.pop(id(seq), None)
+        resumed: _Walk | None = None
         if walk is not None and walk[0] is seq:
-            _, found, pos, parent = walk
-            chain = list(found)
+            _, found, found_ids, pos, parent = walk
         else:
-            chain, pos, parent = self._resume(seq)
+            resumed = self._resume(seq)
+            if resumed is None:
+                found, found_ids, pos, parent = (), (), 0, None
+            else:
+                _, found, found_ids, pos, parent = resumed
         children = self._children
         blobs = self._blobs
         n = len(seq)
+        passed: list[Blob] = []
         while pos < n:
             child = children.get((parent, pos, seq[pos]))
             if child is None:
                 break
             blob = blobs[child]
-            chain.append(blob)
+            passed.append(blob)
             rest = blob.rest
             end = pos + 1 + len(rest)
             # Compare the whole blob in one slice (the common case: it all
@@ -171,30 +193,54 @@ class BlobIndex:
                 pos += _common_blocks(seq, pos, rest, min(len(rest) + 1, n - pos))
                 # The request leaves this blob midway: a branch may fork here.
             parent = child
-        found = tuple(chain)
+        if passed:
+            found += tuple(passed)
+            found_ids += tuple(map(_blob_id, passed))
+        walk = (seq, found, found_ids, pos, parent)
         if seq is block_ids:  # a caller's tuple, likely matched again
             if len(self._walks) >= _WALKS_KEPT:
                 del self._walks[next(iter(self._walks))]
-            self._walks[id(seq)] = (seq, found, pos, parent)
-        if chain and pos == chain[-1].end_block:
-            tips = self._tips
-            if tips.pop(seq[0], None) is None and len(tips) >= _TIPS_KEPT:
-                del tips[next(iter(tips))]
-            tips[seq[0]] = (seq, found, pos, parent)
-        return PrefixMatch(found, pos, pos * self.block_tokens)
+            self._walks[id(seq)] = walk
+        if found and pos == found[-1].end_block:
+            self._keep_tip(walk, resumed)
+        return PrefixMatch.of(found, pos, pos * self.block_tokens, found_ids)
 
-    def _resume(self, seq: tuple[int, ...]) -> tuple[list[Blob], int, BlobId | None]:
-        """Where a walk of ``seq`` may start: the end of the latest walk that ended at a
-        blob's end, when ``seq`` starts with the blocks that walk went through. A walk
-        is decided by the blocks before where it stands (blobs never change, and the
-        one that ended there found no child or no block after it), so the walk of
-        ``seq`` passes the same blobs to the same place and goes on from there."""
-        tip = self._tips.get(seq[0]) if seq else None
-        if tip is not None:
-            prev, found, end, parent = tip
-            if end <= len(seq) and (prev is seq or seq[:end] == prev[:end]):
-                return list(found), end, parent
-        return [], 0, None
+    def _keep_tip(self, walk: _Walk, resumed: _Walk | None) -> None:
+        """Keep a walk that ended at a blob's end to resume from, in place of the one
+        it resumed (which it extends)."""
+        seq = walk[0]
+        tips = self._tips
+        group = tips.pop(seq[0], None)
+        if group is None:
+            group = {}
+            if len(tips) >= _TIPS_KEPT:
+                del tips[next(iter(tips))]
+        tips[seq[0]] = group  # the latest first block id last
+        if resumed is not None:
+            group.pop(id(resumed[0]), None)
+        group.pop(id(seq), None)
+        group[id(seq)] = walk
+        if len(group) > _TIPS_PER_FIRST:
+            del group[next(iter(group))]
+
+    def _resume(self, seq: tuple[int, ...]) -> _Walk | None:
+        """A walk ``seq`` may resume: the latest kept walk of a sequence it starts with
+        up to where that walk ended (a blob's end), or None. A walk is decided by the
+        blocks before where it stands (blobs never change, and the one that ended
+        there found no child or no block after it), so the walk of ``seq`` passes
+        the same blobs to the same place and goes on from there."""
+        group = self._tips.get(seq[0]) if seq else None
+        if not group:
+            return None
+        n = len(seq)
+        for tip in reversed(group.values()):
+            prev, end = tip[0], tip[3]
+            if prev is seq:
+                return tip
+            # The last block first: another session sharing the first ones differs there.
+            if end <= n and seq[end - 1] == prev[end - 1] and seq[:end] == prev[:end]:
+                return tip
+        return None
 
     def describe(
         self, block_ids: Sequence[int], segment_ends: Sequence[int] = ()

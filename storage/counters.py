@@ -116,11 +116,13 @@ def miss_tokens(hits: dict[Tier, int], unmatched_tokens: int) -> dict[Tier, int]
     """Per-tier misses of a lookup whose hits are ``hits``: a token is a miss at every
     tier faster than the one that served it, and the ``unmatched_tokens`` no blob
     covers are misses at every tier."""
-    served_by = hits.items()
-    return {
-        tier: unmatched_tokens + sum([n for served, n in served_by if served > tier])
-        for tier in _TIERS
-    }
+    # From the slowest tier up: the hits served below a tier are misses at it.
+    below = unmatched_tokens
+    out = []
+    for tier in _TIERS_SLOW_FIRST:
+        out.append(below)
+        below += hits.get(tier, 0)
+    return dict(zip(_TIERS, reversed(out), strict=True))
 
 
 def served_hits(
@@ -150,3 +152,4 @@ def served_hits(
 
 
 _TIERS = tuple(Tier)  # iterating the enum class builds its member list every time
+_TIERS_SLOW_FIRST = _TIERS[::-1]

@@ -123,11 +123,10 @@ class Placement:
     def touch_run(self, blob_ids: Iterable[BlobId], location: Location, now_s: float) -> None:
         """Mark the copies at ``location`` used at ``now_s``, in the order given."""
         here = self.at[location]
-        for blob_id in blob_ids:
-            if blob_id in here:
-                # Re-insert so each location's dict stays in least-recently-used order.
-                last = here.pop(blob_id)
-                here[blob_id] = now_s if now_s > last else last
+        for blob_id in filter(here.__contains__, blob_ids):  # (those here, found in C)
+            # Re-insert so each location's dict stays in least-recently-used order.
+            last = here.pop(blob_id)
+            here[blob_id] = now_s if now_s > last else last
 
 
 class _Run:
@@ -144,7 +143,14 @@ class _Run:
         self.times_s: list[float] = []  # of the copies, blob by blob
 
     def step(self) -> Step:
-        sources = tuple(Source(loc, n) for loc, n in sorted(self.sent_bytes.items()) if n)
+        sent = self.sent_bytes
+        if not sent:  # a drop or a place: nothing moves
+            sources: tuple[Source, ...] = ()
+        elif len(sent) == 1:
+            ((loc, n),) = sent.items()
+            sources = (Source(loc, n),) if n else ()
+        else:
+            sources = tuple(Source(loc, n) for loc, n in sorted(sent.items()) if n)
         return Step(
             self.kind,
             tuple(self.blob_ids),

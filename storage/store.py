@@ -380,8 +380,11 @@ class BlobStore:
             # already the most recently used, in chain order: touching it changes nothing.)
             self.placement.touch_run(chain, plan.location, plan.now_s)
         if plan.purpose is Purpose.FETCH:
-            self.counters.hit_tokens.update(plan.hit_tokens)
-            self.counters.miss_tokens.update(plan.miss_tokens)
+            counters = self.counters
+            for totals, tokens in ((counters.hit_tokens, plan.hit_tokens),
+                                   (counters.miss_tokens, plan.miss_tokens)):
+                for tier, n in tokens.items():  # Counter.update, without its type checks
+                    totals[tier] += n
             self.counters.requested_tokens += plan.requested_tokens
             self.counters.recomputed_tokens += plan.recompute_tokens
             self.counters.local_hit_tokens += plan.local_tokens

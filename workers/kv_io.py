@@ -116,7 +116,7 @@ def write_for_handoff(store: BlobStore, session_id: str, block_ids: tuple[int, .
     store.apply(plan)
     store.ref(session_id, plan.chain)
     here = store.placement.at[hbm]
-    pinned = tuple(b for b in plan.chain if b in here)
+    pinned = tuple(filter(here.__contains__, plan.chain))
     store.pin(hbm, pinned)
     return plan.chain, Handoff(hbm, pinned)
 

@@ -146,3 +146,28 @@ def test_a_walk_resumes_where_the_last_call_of_the_session_ended():
     assert index.match((7, 1, 2, 3, 4, 5)).matched_blocks == 6
     assert index.match((7, 1, 2, 3)).matched_blocks == 4  # ends inside blob 1: no resuming
     assert index.match((7, 1, 2, 3, 4, 5, 6, 0)).matched_blocks == 7
+
+
+def test_sessions_sharing_a_prompt_each_resume_their_own_walk():
+    """Sessions that start with the same blocks (a shared system prompt) keep a walk each
+    to resume: the next call of one resumes its own last walk, not the latest walk of
+    any session with that first block, and finds what a walk from the root finds."""
+    index = BlobIndex(block_tokens=4, kv_bytes_per_token=1)
+    fresh = BlobIndex(block_tokens=4, kv_bytes_per_token=1)
+    prompt = (7, 1, 2)
+    a, b = (*prompt, 10, 11), (*prompt, 20, 21)
+    calls = [a, b, (*a, 12), (*b, 22), (*a, 12, 13), (*b, 22, 23), (*a, 14), (*b, 22, 23, 24)]
+    for call in calls:
+        for walker in (index, fresh):
+            if walker is fresh:
+                walker._tips.clear()  # a walk from the root every time
+            _, new = walker.describe(call)
+            for blob in new:
+                walker.register(blob)
+        assert index.match(call) == fresh.match(call)
+    # A call continuing a's third call after b's calls resumes that call's walk (b's
+    # latest walks and a's branch to 14 part from it earlier), at its end.
+    nxt = (*a, 12, 13, 15)
+    resumed = index._resume(nxt)
+    assert resumed is not None and resumed[0] == (*a, 12, 13) and resumed[3] == 7
+    assert index.match(nxt) == fresh.match(nxt)
