@@ -140,12 +140,18 @@ def served_hits(
     total = sum(sent_bytes.values())
     if loaded <= 0 or total <= 0:
         return hits
-    tiers = sorted(t for t, n in sent_bytes.items() if n > 0)
-    shares = {t: divmod(loaded * sent_bytes[t], total) for t in tiers}
-    out = {tier: shares[tier][0] for tier in tiers}
-    left = loaded - sum(out.values())  # < len(tiers): one more token each to the largest
-    for tier in sorted(tiers, key=lambda t: (-shares[t][1], t))[:left]:
-        out[tier] += 1
+    out: dict[Tier, int] = {}
+    remainders = []
+    for tier in sorted(sent_bytes):
+        sent = sent_bytes[tier]
+        if sent > 0:
+            out[tier], remainder = divmod(loaded * sent, total)
+            remainders.append((-remainder, tier))
+    left = loaded - sum(out.values())  # < len(out): one more token each to the largest
+    if left:
+        remainders.sort()
+        for _, tier in remainders[:left]:
+            out[tier] += 1
     if local:
         out[dst_tier] = out.get(dst_tier, 0) + local
     return {tier: n for tier, n in out.items() if n}

@@ -346,10 +346,12 @@ class Draft:
         sent = run.sent_bytes
         if len(kv_bytes) != len(stripes):
             raise ValueError(f"{len(kv_bytes)} sizes for {len(stripes)} stripes")
-        # A chain's blobs have a few holder sets between them: add up what each
-        # stripe's holders send for its blobs, in C.
-        for stripe in dict.fromkeys(stripes):
-            mine = list(compress(kv_bytes, map(is_, stripes, repeat(stripe))))
+        # A chain's blobs have a few holder sets between them (often one): add up what
+        # each stripe's holders send for its blobs, in C.
+        distinct = dict.fromkeys(stripes)
+        for stripe in distinct:
+            mine = (kv_bytes if len(distinct) == 1
+                    else list(compress(kv_bytes, map(is_, stripes, repeat(stripe)))))
             for loc, n in zip(stripe.holders, stripe.sent_bytes(mine), strict=True):
                 sent[loc] = sent.get(loc, 0) + n
         run.times_s += times_s
@@ -383,7 +385,7 @@ class Draft:
         self._used_delta[location] = self._used_delta.get(location, 0) - kv_bytes
 
     # -- decisions --------------------------------------------------------
-    def demote(self, blob_id: BlobId, src: Location, protect: frozenset[BlobId]) -> bool:
+    def demote(self, blob_id: BlobId, src: Location, protect: Collection[BlobId]) -> bool:
         """Move the copy at ``src`` one tier down (making room there), if possible."""
         lower = self.layout.lower(src)
         if lower is None:
@@ -395,17 +397,19 @@ class Draft:
         self.drop(blob_id, src)
         return True
 
-    def make_room(self, location: Location, need_bytes: int, protect: frozenset[BlobId]) -> bool:
+    def make_room(self, location: Location, need_bytes: int, protect: Collection[BlobId]) -> bool:
         """Free ``need_bytes`` at ``location`` by evicting LRU unpinned copies.
 
         A victim with a copy elsewhere is dropped; otherwise it is moved one
         tier down; if that is impossible it is dropped only when no live
-        session references it. Pinned and protected copies stay.
+        session references it. Pinned and ``protect``ed copies stay.
         """
         if need_bytes > self.placement.capacity_bytes[location]:
             return False
         if self.free_bytes(location) >= need_bytes:
             return True  # the common case: no need to rank every resident blob
+        if type(protect) is not frozenset:  # made only when some copy must go
+            protect = frozenset(protect)
         for victim in self._lru_victims(location):
             if self.free_bytes(location) >= need_bytes:
                 break

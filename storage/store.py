@@ -215,10 +215,9 @@ class BlobStore:
         if not ids:
             action = FetchAction.HIT if match.chain else FetchAction.MISS
             return self._plan(draft, Purpose.FETCH, dst, action=action, **common)
-        protect = frozenset(common["chain"])
         sizes = list(map(self.index.sizes.__getitem__, ids))
         missing_bytes = sum(sizes)
-        if not draft.make_room(dst, missing_bytes, protect):
+        if not draft.make_room(dst, missing_bytes, match.blob_ids):
             return self._no_fit(Purpose.FETCH, dst, now_s, NoFit.NO_ROOM, **common)
         stripes = self._known_stripes(ids, dst) if draft.pristine else None
         if stripes is None:
@@ -283,7 +282,7 @@ class BlobStore:
         lost = list(filterfalse(self.placement.copies.__contains__, match.blob_ids))
         lost_bytes = sum(map(self.index.sizes.__getitem__, lost))
         need = sum(b.kv_bytes for b in new)
-        if not draft.make_room(dst, need + lost_bytes, frozenset(match.blob_ids)):
+        if not draft.make_room(dst, need + lost_bytes, match.blob_ids):
             return self._no_fit(Purpose.WRITE, dst, now_s, NoFit.NO_ROOM, chain=chain)
         draft.place_run(lost, dst, lost_bytes)
         # Not in the index until applied, so their sizes are given.
@@ -298,7 +297,7 @@ class BlobStore:
         """
         draft = self._draft(src, now_s)
         ids = chain = tuple(sorted(set(blob_ids)))
-        protect = frozenset(ids)
+        protect = ids  # (make_room makes a set of them only when it must evict)
         # Plain drops are gathered into one run; anything else records them first,
         # so the steps keep the order a blob-by-blob walk would give them. Until
         # then the draft is the committed placement, read directly.

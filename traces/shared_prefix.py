@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
+from itertools import takewhile
 
 from traces._blocks import LOCAL_LIMIT, SHARED_END_ID, SHARED_FIRST_ID
 from traces.model import Call, Session
@@ -57,12 +58,10 @@ def shared_blocks(block_ids) -> int:
 
 def _renamed(call: Call, mapping: dict[int, int]) -> Call:
     ids = call.block_ids
-    i = 0
-    while i < len(ids) and ids[i] in mapping:
-        i += 1
-    if i == 0:
+    head = list(takewhile(mapping.__contains__, ids))  # the leading ids it renames, in C
+    if not head:
         return call
-    return replace(call, block_ids=tuple(mapping[x] for x in ids[:i]) + ids[i:])
+    return replace(call, block_ids=tuple(map(mapping.__getitem__, head)) + ids[len(head):])
 
 
 def share_prefix(session: Session, tokens: int | None, chains: SharedChains) -> Session:
