@@ -40,10 +40,13 @@ class Link:
 @dataclass(slots=True)
 class _Flow:
     path: tuple[str, ...]
+    size_bytes: float
     remaining_bytes: float
     narrowest_bytes_per_s: float  # its rate while it shares no link
+    # Per link of the path: (bandwidth, name) of the narrowest of the path's other links
+    # (absent for a one-link path): what the flow is offered off a shared link.
+    narrowest_other: dict[str, tuple[float, str]]
     rate_bytes_per_s: float = 0.0
-    finish_s: float = math.inf  # at today's rate: it stays put until the rates change
 
 
 class Fabric:
@@ -58,15 +61,18 @@ class Fabric:
         self._flows: dict[int, _Flow] = {}
         self._next_id = 0
         self.now_s = 0.0
+        # Bytes of the finished flows per link; the flows in flight add what they moved.
         self._carried: dict[str, float] = dict.fromkeys(self._links, 0.0)
         self._finished: list[tuple[int, float]] = []
         self._next_s = math.inf  # the earliest flow's finish at today's rates
         self._due: list[int] = []  # the flows finishing at _next_s, in start order
         self._loads: dict[str, float] = {}  # bandwidth in use per busy link at today's rates
         self._crossing: dict[str, int] = {}  # flows in flight per busy link
-        self._shared_links = 0  # busy links with two flows or more
-        # A path as given -> (its links, each once; its narrowest bandwidth).
-        self._paths: dict[tuple[str, ...], tuple[tuple[str, ...], float]] = {}
+        self._shared: set[str] = set()  # busy links with two flows or more
+        # A path as given -> (its links, each once; its narrowest bandwidth; per link, the
+        # narrowest other link).
+        self._paths: dict[tuple[str, ...], tuple[tuple[str, ...], float,
+                                                 dict[str, tuple[float, str]]]] = {}
 
     def link(self, name: str) -> Link:
         try:
@@ -96,11 +102,12 @@ class Fabric:
         out once for all); returns their flow ids."""
         new = []
         for path, size_bytes in flows:
-            links, narrowest = self._path(tuple(path))
+            links, narrowest, others = self._path(tuple(path))
             if not (math.isfinite(size_bytes) and size_bytes >= 0):
                 raise ValueError(f"Fabric.start: size_bytes must be finite and >= 0, "
                                  f"got {size_bytes!r}")
-            new.append(_Flow(links, float(size_bytes), narrowest))
+            size = float(size_bytes)
+            new.append(_Flow(links, size, size, narrowest, others))
         self._finished.extend(self._run_to(now_s))
         ids = list(range(self._next_id, self._next_id + len(new)))
         self._next_id += len(new)
@@ -110,20 +117,24 @@ class Fabric:
             for name in flow.path:
                 n = crossing[name] = crossing.get(name, 0) + 1
                 if n == 2:
-                    self._shared_links += 1
+                    self._shared.add(name)
         self._share()
         return ids
 
-    def _path(self, path: tuple[str, ...]) -> tuple[tuple[str, ...], float]:
-        """A path's links, each once (a link crossed twice is shared once), and its
-        narrowest bandwidth; kept once worked out (links are only ever added)."""
+    def _path(self, path: tuple[str, ...]
+              ) -> tuple[tuple[str, ...], float, dict[str, tuple[float, str]]]:
+        """A path's links, each once (a link crossed twice is shared once), its narrowest
+        bandwidth and, per link, the (bandwidth, name) of the narrowest other link; kept
+        once worked out (links are only ever added)."""
         known = self._paths.get(path)
         if known is None:
             links = tuple(dict.fromkeys(path))
             if not links:
                 raise ValueError("Fabric.start: a flow needs at least one link")
-            narrowest = min(self.link(name).bytes_per_s for name in links)
-            known = self._paths[path] = (links, narrowest)
+            bandwidths = [(self.link(name).bytes_per_s, name) for name in links]
+            others = {name: min(b for b in bandwidths if b[1] != name)
+                      for name in links if len(links) > 1}
+            known = self._paths[path] = (links, min(bw for bw, _ in bandwidths), others)
         return known
 
     def _remove(self, fid: int) -> _Flow:
@@ -134,7 +145,7 @@ class Fabric:
             if n:
                 crossing[name] = n
                 if n == 1:
-                    self._shared_links -= 1
+                    self._shared.remove(name)
             else:
                 del crossing[name]
         return flow
@@ -151,10 +162,11 @@ class Fabric:
         while self._flows and self._next_s <= now_s:
             finish_s = self._next_s
             self._progress_to(finish_s)
+            carried = self._carried
             for fid in self._due:  # the flows whose finish is the earliest
                 flow = self._remove(fid)
                 for name in flow.path:  # the rounding left over crosses too
-                    self._carried[name] += flow.remaining_bytes
+                    carried[name] += flow.size_bytes
                 done.append((fid, finish_s))
             self._share()
         self._progress_to(now_s)
@@ -181,7 +193,8 @@ class Fabric:
         """Bytes that crossed link `name` up to `now_s`: utilisation over a span is the
         difference between two readings over bandwidth x span."""
         self.link(name)
-        return self._carried[name]
+        return self._carried[name] + sum(f.size_bytes - f.remaining_bytes
+                                         for f in self._flows.values() if name in f.path)
 
     def load_bytes_per_s(self, name: str) -> float:
         """Bandwidth in use on link `name` now."""
@@ -198,19 +211,16 @@ class Fabric:
         dt = now_s - self.now_s
         if dt > 0.0:
             for flow in self._flows.values():
-                moved = min(flow.remaining_bytes, flow.rate_bytes_per_s * dt)
-                flow.remaining_bytes -= moved
-                for name in flow.path:
-                    self._carried[name] += moved
+                flow.remaining_bytes -= min(flow.remaining_bytes, flow.rate_bytes_per_s * dt)
         self.now_s = now_s
 
     def _share(self) -> None:
         """Max-min fair rates, then each flow's finish at them (they hold until the next
         start or finish: the flows' finishes move only here), the earliest finish, the
         flows due then and the load on every busy link."""
-        if self._shared_links == 1:
+        if len(self._shared) == 1:
             self._fill_one_shared()
-        elif self._shared_links:
+        elif self._shared:
             self._fill()
         else:  # No link is shared: each flow runs at its narrowest link's rate.
             for flow in self._flows.values():
@@ -227,7 +237,6 @@ class Fabric:
                 finish_s = math.inf
             else:
                 finish_s = now_s + flow.remaining_bytes / rate
-            flow.finish_s = finish_s
             if finish_s < next_s:
                 next_s = finish_s
                 due = [fid]
@@ -246,20 +255,20 @@ class Fabric:
         the flow is fixed. Taken from the smallest, each such share below the shared
         link's equal share fixes its flow there and leaves the shared link's spare to the
         rest; the flows left share what remains equally."""
-        shared = next(name for name, n in self._crossing.items() if n > 1)
-        links = self._links
+        (shared,) = self._shared
         on_shared: list[_Flow] = []
         own: list[tuple[float, str, int]] = []  # (narrowest own link's share, its name, flow)
         for flow in self._flows.values():
-            path = flow.path
-            if shared not in path:
-                flow.rate_bytes_per_s = flow.narrowest_bytes_per_s
+            other = flow.narrowest_other.get(shared)
+            if other is None:
+                if shared in flow.path:  # a one-link path: the shared link only
+                    on_shared.append(flow)
+                else:
+                    flow.rate_bytes_per_s = flow.narrowest_bytes_per_s
                 continue
-            if len(path) > 1:
-                own.append(min((links[n].bytes_per_s, n, len(on_shared))
-                               for n in path if n != shared))
+            own.append((other[0], other[1], len(on_shared)))
             on_shared.append(flow)
-        spare = links[shared].bytes_per_s
+        spare = self._links[shared].bytes_per_s
         left = len(on_shared)
         fixed: set[int] = set()
         for share, name, i in sorted(own):
@@ -297,15 +306,13 @@ class Fabric:
                 unfixed.setdefault(name, []).append(fid)
         # Only the links some flow crosses (a cluster has hundreds, a few are busy).
         spare = {name: self._links[name].bytes_per_s for name in unfixed}
-        fixed: set[int] = set()
         while unfixed:
             # The smallest equal share, the first name on a tie (min over tuples, in C).
             _, name = min([(spare[n] / len(fids), n) for n, fids in unfixed.items()])
             share = max(0.0, spare[name] / len(unfixed[name]))
+            # Each flow is on its links' lists once (a path holds a link once) and leaves
+            # them all when fixed: every flow listed here is still unfixed.
             for fid in unfixed[name]:
-                if fid in fixed:
-                    continue
-                fixed.add(fid)
                 flow = self._flows[fid]
                 flow.rate_bytes_per_s = share
                 for other in flow.path:

@@ -95,8 +95,9 @@ class KvLinks:
         self._last_s = 0.0
         self._bins: dict[str, dict[int, float]] = {}  # link -> window -> bytes carried
         self._carried: dict[str, float] = {}  # link -> bytes carried up to _last_s
-        # Blobs whose copy to a place is still on its way: place -> blob id -> transfer.
-        self._landing: dict[Location, dict[int, Transfer]] = {}
+        # Copies still on their way to a place: place -> transfer -> the blobs it is the
+        # latest copy of there (a later copy of a blob to the same place takes it over).
+        self._landing: dict[Location, dict[Transfer, set[int]]] = {}
         # (source, destination) -> (the copy's path, its `path_kind`), kept once worked out.
         self._routes: dict[tuple[Location, Location], tuple[tuple[str, ...], str]] = {}
 
@@ -141,20 +142,28 @@ class KvLinks:
                 flows[path] = flows.get(path, 0) + source.kv_bytes
                 by_path[kind] += source.kv_bytes
                 there = landing.get(source.location)
-                if there and not there.keys().isdisjoint(ids):
-                    after.update(
-                        (t, None) for t in map(there.get, ids) if t is not None and not t.done
-                    )
+                if there:
+                    for earlier, blobs in there.items():
+                        if not blobs.isdisjoint(ids):
+                            after[earlier] = None
             landed.append((step.location, ids))
         if not flows:
             return None
         transfer = Transfer()
         transfer.landed = landed
         for location, ids in landed:
+            claimed = set(ids)
             here = landing.get(location)
             if here is None:
                 here = landing[location] = {}
-            here.update(dict.fromkeys(ids, transfer))
+            for blobs in here.values():
+                if not blobs.isdisjoint(claimed):
+                    blobs -= claimed
+            mine = here.get(transfer)
+            if mine is None:
+                here[transfer] = claimed
+            else:  # a second step to the same place
+                mine |= claimed
         now_s = self._settle(now_s)
         transfer.pending = len(flows) + len(after)
         for earlier in after:
@@ -167,11 +176,8 @@ class KvLinks:
     def _one_done(self, transfer: Transfer, end_s: float) -> None:
         transfer.pending -= 1
         if transfer.pending == 0:
-            for location, ids in transfer.landed:
-                here = self._landing[location]
-                for blob_id in ids:
-                    if here.get(blob_id) is transfer:
-                        del here[blob_id]
+            for location, _ in transfer.landed:
+                self._landing[location].pop(transfer, None)
             transfer.landed = []
             transfer._finish(end_s)
 
@@ -229,12 +235,18 @@ class KvLinks:
         self._last_s = now_s
         w = self.window_s
         first, last = int(t0 // w), int(now_s // w)
-        carried = self._carried
+        dt = now_s - t0
+        carried, all_bins = self._carried, self._bins
         for name, load in self._loads.items():
-            carried[name] = carried.get(name, 0.0) + load * (now_s - t0)
-            bins = self._bins.setdefault(name, {})
+            moved = load * dt
+            bins = all_bins.get(name)
+            if bins is None:
+                carried[name] = moved  # 0.0 + moved, as every later sum starts
+                bins = all_bins[name] = {}
+            else:
+                carried[name] += moved
             if first == last:
-                bins[first] = bins.get(first, 0.0) + load * (now_s - t0)
+                bins[first] = bins.get(first, 0.0) + moved
                 continue
             for k in range(first, last + 1):
                 span = min(now_s, (k + 1) * w) - max(t0, k * w)

@@ -97,6 +97,25 @@ def test_a_copy_reading_blobs_still_landing_at_its_source_ends_after_them(x2):
     assert ends[1] > nic_s(x2, "decode-0", 1 * GB)
 
 
+def test_a_later_copy_of_a_blob_to_the_same_place_is_the_one_a_read_waits_for(x2):
+    """Two copies of blob 5 land in one DRAM, a long one then a short one: a read of it
+    waits for the short (latest) one only, and once that has landed, for neither; a read
+    of blob 6, which only the long one writes, waits for the long one."""
+    dram = Location(Tier.DRAM, "n1")
+    long_copy = (0.0, hbm("prefill-0"), dram, 700 * GB, (5, 6))
+    short_copy = (0.0, hbm("prefill-1"), dram, 1 * GB, (5,))
+    _, ends = run_copies(x2, [long_copy, short_copy,
+                              (0.0, dram, hbm("decode-0"), 1 * GB, (5,))])
+    assert ends[1] <= ends[2] < ends[0] / 2
+    read_s = ends[0] / 2  # the short copy has landed, the long one has not
+    _, ends = run_copies(x2, [long_copy, short_copy,
+                              (read_s, dram, hbm("decode-0"), 1 * GB, (5,))])
+    assert ends[2] < ends[0]
+    _, ends = run_copies(x2, [long_copy, short_copy,
+                              (read_s, dram, hbm("decode-0"), 1 * GB, (6,))])
+    assert ends[2] == pytest.approx(ends[0])
+
+
 def test_utilisation_is_the_bytes_carried_over_capacity_mean_and_p99_over_windows(x2):
     links, ends = run_copies(x2, [(0.0, hbm("prefill-0"), hbm("decode-0"), 800 * GB, (1,))])
     busy_s = ends[0]  # 1 s at 800 GB/s (16 GPUs x 50 GB/s)
