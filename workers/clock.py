@@ -104,6 +104,19 @@ class _VirtualTimerHandle(asyncio.TimerHandle):
     def _key(self) -> tuple[int, int]:
         return (self._when_ns, self._seq)
 
+    def cancel(self) -> None:
+        """TimerHandle.cancel and Handle.cancel in one call, reading the loop's fields
+        (every sleep cancels its timer on the way out, fired or not)."""
+        if not self._cancelled:
+            loop = self._loop
+            if self._scheduled:
+                loop._timer_cancelled_count += 1
+            self._cancelled = True
+            if loop._debug:
+                self._repr = repr(self)
+            self._callback = None
+            self._args = None
+
     # heapq only needs __lt__ (the hot one: no tuples built); the rest keep the ordering
     # total and consistent.
     def __lt__(self, other: object) -> bool:
@@ -137,6 +150,28 @@ class _VirtualTimerHandle(asyncio.TimerHandle):
         return hash(self._key())
 
 
+class _ReadyHandle(asyncio.Handle):
+    """A callback for the ready queue of a virtual loop that is not debugging: Handle's
+    fields set here, without asking the loop for its debug flag again."""
+
+    __slots__ = ()
+
+    def __init__(
+        self,
+        callback: Callable[..., object],
+        args: tuple[Any, ...],
+        loop: VirtualEventLoop,
+        context: Any = None,
+    ) -> None:
+        self._context = contextvars.copy_context() if context is None else context
+        self._loop = loop
+        self._callback = callback
+        self._args = args
+        self._cancelled = False
+        self._repr = None
+        self._source_traceback = None
+
+
 class VirtualEventLoop(asyncio.SelectorEventLoop):
     """A stdlib selector loop whose clock jumps to the next timer when idle.
 
@@ -168,6 +203,16 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
     def time_ns(self) -> int:
         """Virtual time in integer nanoseconds since the loop was created."""
         return self._now_ns
+
+    # -- callbacks --------------------------------------------------------
+    def call_soon(
+        self, callback: Callable[..., object], *args: Any, context: Any = None
+    ) -> asyncio.Handle:
+        if self._closed or self._debug:  # the stdlib's checks, messages and tracebacks
+            return super().call_soon(callback, *args, context=context)
+        handle = _ReadyHandle(callback, args, self, context)
+        self._ready.append(handle)
+        return handle
 
     # -- timers -----------------------------------------------------------
     def call_later(
