@@ -106,14 +106,17 @@ class MixedWorker(DecodeWorker):
             fixed = (frozenset(map(id, members)), [self._need(r, needs) for r in members])
             if self._needs is not None:
                 self._fixed = fixed
+        # A call fetched by this plan is both loading (in `_held()`) and in `starting`:
+        # it counts once.
         if id(req) in fixed[0]:  # not a call that has yet to start: no shortcut
-            held = [r for r in (*self._held(), *starting) if r is not req]
+            held = [r for r in dict.fromkeys((*self._held(), *starting)) if r is not req]
             values = [self._need(r, needs) for r in held]
         else:
             fetched, filling = self.fills.fetched, self._filling
-            tail = [r for r in (*[r for r in self.queue
-                                  if r.call_id in fetched and r.call_id not in filling],
-                                *starting) if r is not req]
+            tail = [r for r in dict.fromkeys((*[r for r in self.queue
+                                                if r.call_id in fetched
+                                                and r.call_id not in filling],
+                                              *starting)) if r is not req]
             values = fixed[1] + [self._need(r, needs) for r in tail]
         if not values:
             return True

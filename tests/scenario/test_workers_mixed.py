@@ -194,3 +194,25 @@ def test_an_arrival_marks_the_decode_run_for_replanning_and_wakes_it():
         assert worker._waiter is None
 
     VirtualClock().run(main())
+
+
+def test_calls_arriving_together_fill_together_up_to_the_batch():
+    """A call whose prefix this plan fetched counts once against the batch, not twice
+    (as loading and as starting): two short calls on a worker of two slots start in one step."""
+    reqs = [Request(i, f"s{i}", input_tokens=500, output_tokens=2, block_ids=tuple(range(7)))
+            for i in (1, 2)]
+
+    async def main():
+        rt = ClusterRuntime(mixed_cluster(target_batch=2).bind(LLAMA), block_tokens=64,
+                            keep_events=True)
+        rt.start()
+        for req in reqs:
+            req.arrival_s = 0.0
+            rt.submit_fill("mixed-0", req, 0.0)
+        while len(rt.done) < 2:
+            await asyncio.sleep(0.05)
+        await rt.stop()
+
+    VirtualClock().run(main())
+    assert reqs[0].fill_start_s == reqs[1].fill_start_s == 0.0
+    assert reqs[0].fill_end_s == reqs[1].fill_end_s
