@@ -201,7 +201,7 @@ def plot(label: str, rows: list[dict[str, str]], x: str, out: Path) -> Path:
     if len({r.get("seed") for r in rows}) > 1:
         notes.append("line: mean, band: range over seeds")
     fig.suptitle(f"control map: {label} ({'; '.join(notes)})", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.985))
     path = out / f"control-map-{label}.png"
     fig.savefig(path, dpi=80)
     plt.close(fig)
