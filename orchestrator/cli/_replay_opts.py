@@ -66,7 +66,7 @@ def add_run_options(p: argparse.ArgumentParser, controller: bool = True) -> None
         p.add_argument("--controller", default=DEFAULT_CONTROLLER,
                        help=f"admission policy: retire, buffered or predictive "
                             f"(default: {DEFAULT_CONTROLLER})")
-    p.add_argument("--seed", type=non_negative_int, default=0, help="random seed (default 0)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="random seed (default %(default)s)")
     p.add_argument("--kv-policy", choices=KV_POLICIES, default=DEFAULT_KV_POLICY.value,
                    help="where a call's KV goes when it ends: offload (to host DRAM, leaving "
                         "HBM, the source essay's design) or retain (stays in HBM until "

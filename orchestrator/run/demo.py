@@ -49,8 +49,8 @@ DEMO_POINT = DemoPoint(
     why_lag="the longest lag of the map: retire's linearised loop predicts ringing at about "
             "21 s there",
     why_think="gaps x0.02 so that a demo of a few minutes loads decode; at recorded think "
-              "times retire rings at four times the capacity too, over an hour's window "
-              "(docs/control.md)")
+              "times over an hour retire rang at four times the capacity only with the slow "
+              "loop off (2.1x), and with it on not at all (docs/control.md)")
 
 # The replay benchmarks' fixed load (benchmarks/bench_replay.py and the checks that a
 # change leaves results identical): the sample x12 started at 7,200 an hour, think/tool
