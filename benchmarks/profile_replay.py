@@ -77,7 +77,7 @@ def main() -> int:
     awake = _ncalls(profile, "fast_loop.py", "_sample")
     looked = (_ncalls(profile, "snapshot.py", "observe")
               - _ncalls(profile, "fast_loop.py", "_next_idle_obs"))
-    turns = _ncalls(profile, "clock.py", "_run_once")
+    turns = _ncalls(profile, "virtual_loop.py", "_run_once")
     print(f"{args.sessions} sessions, {calls:,} calls, {result.simulated_s:,.0f} simulated s, "
           f"{ticks.taken:,} fast-loop samples taken ({awake:,} by the loop awake, of which "
           f"{looked:,} looked at the workers and the rest restamped an unchanged cluster; "

@@ -12,8 +12,8 @@ from workers.clock import (
     VirtualClock,
     VirtualEventLoop,
     make_clock,
-    seconds_to_ns,
 )
+from workers.virtual_loop import seconds_to_ns
 
 
 def run_virtual(coro):

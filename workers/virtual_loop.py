@@ -1,0 +1,289 @@
+"""Virtual time: an asyncio event loop whose clock jumps to the next timer when idle.
+
+``VirtualEventLoop`` subclasses the stdlib selector loop. Time is an integer count
+of nanoseconds (0.2 - 0.05 is not 0.15 in floats). When no callback is ready, the
+loop polls the selector without blocking and then jumps straight to the earliest
+timer. Timers due at the same nanosecond fire in the order they were scheduled (the
+stdlib heap compares by time only and is not stable, so each timer carries a
+sequence number). `workers.clock` hands it out as `VirtualClock`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import heapq
+import math
+import selectors
+import sys
+from asyncio import format_helpers
+from collections.abc import Callable
+from typing import Any
+
+NS_PER_S = 1_000_000_000
+# With only its own wake-up pipe registered (threads' call_soon_threadsafe lands in the
+# ready queue anyway), a virtual loop that does not block polls its selector this often.
+_POLL_EVERY = 64
+# asyncio's own heuristics for compacting cancelled timers out of the heap.
+_MIN_SCHEDULED_TIMER_HANDLES = 100
+_MIN_CANCELLED_TIMER_HANDLES_FRACTION = 0.5
+
+
+def seconds_to_ns(seconds: float) -> int:
+    """Round a duration or instant in seconds to the nearest nanosecond."""
+    if not math.isfinite(seconds):
+        raise ValueError(f"time in seconds must be finite, got {seconds!r}")
+    return round(seconds * NS_PER_S)
+
+
+def _set_handle_fields(handle: asyncio.Handle, callback: Callable[..., object],
+                       args: tuple[Any, ...], loop: asyncio.AbstractEventLoop, context: Any,
+                       source_traceback: Any) -> None:
+    """asyncio.Handle.__init__'s fields, set without its debug-flag lookup."""
+    handle._context = contextvars.copy_context() if context is None else context
+    handle._loop = loop
+    handle._callback = callback
+    handle._args = args
+    handle._cancelled = False
+    handle._repr = None
+    handle._source_traceback = source_traceback
+
+
+class _VirtualTimerHandle(asyncio.TimerHandle):
+    """A timer ordered by (integer nanoseconds, scheduling sequence)."""
+
+    __slots__ = ("_seq", "_when_ns")
+
+    def __init__(
+        self,
+        when_ns: int,
+        seq: int,
+        callback: Callable[..., object],
+        args: tuple[Any, ...],
+        loop: VirtualEventLoop,
+        context: Any = None,
+    ) -> None:
+        # TimerHandle's and Handle's fields set here, on the per-timer path, rather than
+        # through their __init__ chain (which also asks the loop for its debug flag).
+        _set_handle_fields(self, callback, args, loop, context,
+                           format_helpers.extract_stack(sys._getframe(1)) if loop._debug
+                           else None)
+        self._when = when_ns / NS_PER_S
+        self._scheduled = False
+        self._when_ns = when_ns
+        self._seq = seq
+
+    def _key(self) -> tuple[int, int]:
+        return (self._when_ns, self._seq)
+
+    def cancel(self) -> None:
+        """TimerHandle.cancel and Handle.cancel in one call, reading the loop's fields
+        (every sleep cancels its timer on the way out, fired or not)."""
+        if not self._cancelled:
+            loop = self._loop
+            if self._scheduled:
+                loop._timer_cancelled_count += 1
+            self._cancelled = True
+            if loop._debug:
+                self._repr = repr(self)
+            self._callback = None
+            self._args = None
+
+    # heapq only needs __lt__ (the hot one: no tuples built); the rest keep the ordering
+    # total and consistent.
+    def __lt__(self, other: object) -> bool:
+        try:
+            when, other_when = self._when_ns, other._when_ns  # type: ignore[attr-defined]
+        except AttributeError:
+            return NotImplemented
+        return when < other_when or (when == other_when and self._seq < other._seq)
+
+    def __le__(self, other: object) -> bool:
+        if isinstance(other, _VirtualTimerHandle):
+            return self._key() <= other._key()
+        return NotImplemented
+
+    def __gt__(self, other: object) -> bool:
+        if isinstance(other, _VirtualTimerHandle):
+            return self._key() > other._key()
+        return NotImplemented
+
+    def __ge__(self, other: object) -> bool:
+        if isinstance(other, _VirtualTimerHandle):
+            return self._key() >= other._key()
+        return NotImplemented
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _VirtualTimerHandle):
+            return self is other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+
+class _ReadyHandle(asyncio.Handle):
+    """A callback for the ready queue of a virtual loop that is not debugging: Handle's
+    fields set here, without asking the loop for its debug flag again."""
+
+    __slots__ = ()
+
+    def __init__(
+        self,
+        callback: Callable[..., object],
+        args: tuple[Any, ...],
+        loop: VirtualEventLoop,
+        context: Any = None,
+    ) -> None:
+        _set_handle_fields(self, callback, args, loop, context, None)
+
+
+class VirtualEventLoop(asyncio.SelectorEventLoop):
+    """A stdlib selector loop whose clock jumps to the next timer when idle.
+
+    Real file descriptors, subprocesses and threads still work: the selector
+    is polled with timeout 0 on every iteration while anything beyond the
+    loop's own wake-up pipe (or a signal handler) is registered, and every
+    64th iteration otherwise (a thread's ``call_soon_threadsafe`` lands in the
+    ready queue without it). While a thread or a
+    subprocess is busy, though, virtual time keeps jumping past pending
+    timers; code that needs wall-clock waits on real I/O belongs on the live
+    clock. With nothing ready and no timer at all the loop blocks in
+    ``select`` exactly as the stdlib loop does (a thread may still wake it).
+    """
+
+    def __init__(self, selector: selectors.BaseSelector | None = None) -> None:
+        super().__init__(selector)
+        self._now_ns = 0
+        self._timer_seq = 0
+        # Callbacks run so far (the one running included): a caller that reads it twice
+        # knows whether anything else ran in between (the fast loop's unchanged samples).
+        self.handles_run = 0
+        self._polls_skipped = 0
+        self._fd_keys = getattr(self._selector, "_fd_to_key", None)
+
+    # -- time -------------------------------------------------------------
+    def time(self) -> float:
+        return self._now_ns / NS_PER_S
+
+    def time_ns(self) -> int:
+        """Virtual time in integer nanoseconds since the loop was created."""
+        return self._now_ns
+
+    # -- callbacks --------------------------------------------------------
+    def call_soon(
+        self, callback: Callable[..., object], *args: Any, context: Any = None
+    ) -> asyncio.Handle:
+        if self._closed or self._debug:  # the stdlib's checks, messages and tracebacks
+            return super().call_soon(callback, *args, context=context)
+        handle = _ReadyHandle(callback, args, self, context)
+        self._ready.append(handle)
+        return handle
+
+    # -- timers -----------------------------------------------------------
+    def call_later(
+        self, delay: float, callback: Callable[..., object], *args: Any, context: Any = None
+    ) -> asyncio.TimerHandle:
+        # Added in integers so that repeated sleeps never accumulate float error.
+        return self._call_at_ns(self._now_ns + seconds_to_ns(delay), callback, args, context)
+
+    def call_at(
+        self, when: float, callback: Callable[..., object], *args: Any, context: Any = None
+    ) -> asyncio.TimerHandle:
+        return self._call_at_ns(seconds_to_ns(when), callback, args, context)
+
+    def _call_at_ns(
+        self,
+        when_ns: int,
+        callback: Callable[..., object],
+        args: tuple[Any, ...],
+        context: Any,
+    ) -> asyncio.TimerHandle:
+        self._check_closed()
+        if self._debug:
+            self._check_thread()
+            self._check_callback(callback, "call_at")
+        seq = self._timer_seq = self._timer_seq + 1
+        timer = _VirtualTimerHandle(when_ns, seq, callback, args, self, context)
+        if timer._source_traceback:
+            del timer._source_traceback[-1]
+        # The heap holds (nanoseconds, sequence, timer): compared as tuples of integers,
+        # in C, never reaching the timer itself (sequences are unique).
+        heapq.heappush(self._scheduled, (when_ns, seq, timer))
+        timer._scheduled = True
+        return timer
+
+    # -- one iteration ----------------------------------------------------
+    def _watching_io(self) -> bool:
+        """Anything registered beyond the loop's own wake-up pipe, or a signal handler:
+        then the selector is polled on every iteration."""
+        # The stdlib selectors keep their registrations in `_fd_to_key`: read its size
+        # directly on this per-iteration path (get_map() is two calls deep).
+        keys = self._fd_keys
+        registered = len(keys) if keys is not None else len(self._selector.get_map())
+        return registered > 1 or bool(getattr(self, "_signal_handlers", None))
+
+    def _drop_cancelled_timers(self) -> None:
+        scheduled = self._scheduled
+        if (
+            len(scheduled) > _MIN_SCHEDULED_TIMER_HANDLES
+            and self._timer_cancelled_count / len(scheduled) > _MIN_CANCELLED_TIMER_HANDLES_FRACTION
+        ):
+            kept = []
+            for entry in scheduled:
+                if entry[2]._cancelled:
+                    entry[2]._scheduled = False
+                else:
+                    kept.append(entry)
+            heapq.heapify(kept)
+            self._scheduled = kept
+            self._timer_cancelled_count = 0
+            return
+        while scheduled and scheduled[0][2]._cancelled:
+            self._timer_cancelled_count -= 1
+            heapq.heappop(scheduled)[2]._scheduled = False
+
+    def _run_once(self) -> None:
+        """One iteration: poll I/O, jump the clock if idle, run what is due.
+
+        Replaces ``BaseEventLoop._run_once``: the stdlib version would sleep in
+        ``select`` until the next timer and compares float deadlines.
+        """
+        if self._timer_cancelled_count:
+            self._drop_cancelled_timers()
+        scheduled, ready = self._scheduled, self._ready
+        idle = not ready and not self._stopping
+        timeout = None if idle and not scheduled else 0
+        self._polls_skipped += 1
+        if timeout is None or self._polls_skipped >= _POLL_EVERY or self._watching_io():
+            self._polls_skipped = 0
+            event_list = self._selector.select(timeout)
+            self._process_events(event_list)
+            event_list = None  # break reference cycles on exceptions, as asyncio does
+
+        if scheduled:
+            now_ns = self._now_ns
+            if not ready and not self._stopping and scheduled[0][0] > now_ns:
+                # Nothing runnable: jump to the earliest deadline instead of waiting.
+                now_ns = self._now_ns = scheduled[0][0]
+            while scheduled and scheduled[0][0] <= now_ns:
+                handle = heapq.heappop(scheduled)[2]
+                handle._scheduled = False
+                ready.append(handle)
+
+        # Run only what is ready now; callbacks scheduled by these run next time.
+        popleft = ready.popleft
+        for _ in range(len(ready)):
+            handle = popleft()
+            if handle._cancelled:
+                continue
+            self.handles_run += 1
+            if self._debug:
+                self._current_handle = handle
+                try:
+                    handle._run()
+                finally:
+                    self._current_handle = None
+            else:
+                handle._run()
+        handle = None
