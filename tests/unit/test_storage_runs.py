@@ -128,12 +128,9 @@ def test_a_repeated_session_shares_every_block_but_its_first():
     assert store.match(copy).blob_ids == (2, 3) and store.match(base).blob_ids == (0, 1)
 
 
-def test_a_walk_resumes_where_the_last_call_of_the_session_ended():
-    """The next call resends the last one and adds to it: its walk starts where that
-    one ended, and finds what a walk from the root finds, also once it backs up."""
-    index = BlobIndex(block_tokens=4, kv_bytes_per_token=1)
-    fresh = BlobIndex(block_tokens=4, kv_bytes_per_token=1)
-    calls = [(7, 1, 2), (7, 1, 2, 3, 4), (7, 1, 2, 3, 4, 5, 6), (7, 1, 2, 3, 9), (7, 1, 8)]
+def replay_against_fresh(index, fresh, calls):
+    """Register each call's new blobs in both indexes, `fresh` walking from the root
+    every time, and check that both match each call alike."""
     for call in calls:
         for walker in (index, fresh):
             if walker is fresh:
@@ -142,6 +139,15 @@ def test_a_walk_resumes_where_the_last_call_of_the_session_ended():
             for blob in new:
                 walker.register(blob)
         assert index.match(call) == fresh.match(call)
+
+
+def test_a_walk_resumes_where_the_last_call_of_the_session_ended():
+    """The next call resends the last one and adds to it: its walk starts where that
+    one ended, and finds what a walk from the root finds, also once it backs up."""
+    index = BlobIndex(block_tokens=4, kv_bytes_per_token=1)
+    fresh = BlobIndex(block_tokens=4, kv_bytes_per_token=1)
+    calls = [(7, 1, 2), (7, 1, 2, 3, 4), (7, 1, 2, 3, 4, 5, 6), (7, 1, 2, 3, 9), (7, 1, 8)]
+    replay_against_fresh(index, fresh, calls)
     assert index.match((7, 1, 2, 3, 4, 5)).blob_ids == (0, 1, 2)
     assert index.match((7, 1, 2, 3, 4, 5)).matched_blocks == 6
     assert index.match((7, 1, 2, 3)).matched_blocks == 4  # ends inside blob 1: no resuming
@@ -157,14 +163,7 @@ def test_sessions_sharing_a_prompt_each_resume_their_own_walk():
     prompt = (7, 1, 2)
     a, b = (*prompt, 10, 11), (*prompt, 20, 21)
     calls = [a, b, (*a, 12), (*b, 22), (*a, 12, 13), (*b, 22, 23), (*a, 14), (*b, 22, 23, 24)]
-    for call in calls:
-        for walker in (index, fresh):
-            if walker is fresh:
-                walker._tips.clear()  # a walk from the root every time
-            _, new = walker.describe(call)
-            for blob in new:
-                walker.register(blob)
-        assert index.match(call) == fresh.match(call)
+    replay_against_fresh(index, fresh, calls)
     # A call continuing a's third call after b's calls resumes that call's walk (b's
     # latest walks and a's branch to 14 part from it earlier), at its end.
     nxt = (*a, 12, 13, 15)
