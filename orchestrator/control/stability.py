@@ -18,10 +18,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from orchestrator.control.brent import brentq
 from orchestrator.control.config import ControlConfig
 
-# scipy.optimize is imported where it is used (~0.2 s), by a process that asks for a
-# margin; scipy.signal (~0.45 s more) is not needed: `Rational.freqresp` is numpy.
+# No SciPy here (importing scipy.optimize and scipy.signal costs ~0.65 s a process):
+# `Rational.freqresp` is numpy, the roots are `brent.brentq`, SciPy's method step for step.
 
 
 class Rational(NamedTuple):
@@ -66,15 +67,13 @@ def open_loop(controller: str, config: ControlConfig, fill_latency_s: float
 
 def phase_margin_deg(controller: str, config: ControlConfig, fill_latency_s: float) -> float:
     """180 degrees plus the open loop's phase where its gain crosses 1."""
-    from scipy import optimize
-
     tf, delay = open_loop(controller, config, fill_latency_s)
 
     def gain(w: float) -> float:
         return abs(tf.freqresp([w])[0])
 
     lo, hi = 1e-6, 1e3
-    crossover = optimize.brentq(lambda w: math.log(gain(w)), lo, hi)
+    crossover = brentq(lambda w: math.log(gain(w)), lo, hi)
     h = tf.freqresp([crossover])
     phase = np.angle(h[0]) - delay * crossover
     return float(math.degrees(phase) + 180.0)
@@ -87,8 +86,6 @@ RESONANCE = 1.01
 
 def _phase_crossover(tf: Rational, delay: float, lo: float, hi: float) -> float | None:
     """The lowest frequency in (lo, hi) where the open loop's phase reaches -180 degrees."""
-    from scipy import optimize
-
     w = np.geomspace(lo, hi, 4000)
     h = tf.freqresp(w)
     phase = np.unwrap(np.angle(h)) - delay * w + math.pi
@@ -96,7 +93,7 @@ def _phase_crossover(tf: Rational, delay: float, lo: float, hi: float) -> float 
     if not len(below) or below[0] == 0:
         return None
     k = below[0]
-    return float(optimize.brentq(
+    return float(brentq(
         lambda x: float(np.angle(tf.freqresp([x])[0])) - delay * x + math.pi,
         w[k - 1], w[k]))
 
