@@ -13,6 +13,11 @@ Rates change only when a flow starts or finishes, so the fabric is advanced
 from event to event in closed form: `advance(now_s)` finishes, in order, every
 flow whose last byte crosses by `now_s`, re-sharing the links after each. The
 fabric is pure: the async shell asks `next_finish_s()` when to wake.
+
+The max-min fair rates and the links' loads depend only on the paths of the
+flows in flight (the bandwidths are fixed), and a cluster's copies take a few
+paths over and over: the sharing is kept per sequence of paths in flight
+(most re-shares find theirs already worked out), in a bounded table.
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+# Sharings kept (per sequence of paths in flight); the table starts over when full.
+SHARINGS_KEPT = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +48,7 @@ class Link:
 @dataclass(slots=True)
 class _Flow:
     path: tuple[str, ...]
+    path_key: int  # its path's number: equal paths in the same order share the same way
     size_bytes: float
     remaining_bytes: float
     narrowest_bytes_per_s: float  # its rate while it shares no link
@@ -67,12 +76,13 @@ class Fabric:
         self._next_s = math.inf  # the earliest flow's finish at today's rates
         self._due: list[int] = []  # the flows finishing at _next_s, in start order
         self._loads: dict[str, float] = {}  # bandwidth in use per busy link at today's rates
-        self._crossing: dict[str, int] = {}  # flows in flight per busy link
-        self._shared: set[str] = set()  # busy links with two flows or more
         # A path as given -> (its links, each once; its narrowest bandwidth; per link, the
-        # narrowest other link).
+        # narrowest other link; its number).
         self._paths: dict[tuple[str, ...], tuple[tuple[str, ...], float,
-                                                 dict[str, tuple[float, str]]]] = {}
+                                                 dict[str, tuple[float, str]], int]] = {}
+        # The paths' numbers of the flows in flight, in start order -> their rates in that
+        # order and the load on every busy link.
+        self._sharings: dict[tuple[int, ...], tuple[tuple[float, ...], dict[str, float]]] = {}
 
     def link(self, name: str) -> Link:
         try:
@@ -102,30 +112,24 @@ class Fabric:
         out once for all); returns their flow ids."""
         new = []
         for path, size_bytes in flows:
-            links, narrowest, others = self._path(tuple(path))
+            links, narrowest, others, key = self._path(tuple(path))
             if not (math.isfinite(size_bytes) and size_bytes >= 0):
                 raise ValueError(f"Fabric.start: size_bytes must be finite and >= 0, "
                                  f"got {size_bytes!r}")
             size = float(size_bytes)
-            new.append(_Flow(links, size, size, narrowest, others))
+            new.append(_Flow(links, key, size, size, narrowest, others))
         self._finished.extend(self._run_to(now_s))
         ids = list(range(self._next_id, self._next_id + len(new)))
         self._next_id += len(new)
-        crossing = self._crossing
-        for fid, flow in zip(ids, new, strict=True):
-            self._flows[fid] = flow
-            for name in flow.path:
-                n = crossing[name] = crossing.get(name, 0) + 1
-                if n == 2:
-                    self._shared.add(name)
+        self._flows.update(zip(ids, new, strict=True))
         self._share()
         return ids
 
     def _path(self, path: tuple[str, ...]
-              ) -> tuple[tuple[str, ...], float, dict[str, tuple[float, str]]]:
+              ) -> tuple[tuple[str, ...], float, dict[str, tuple[float, str]], int]:
         """A path's links, each once (a link crossed twice is shared once), its narrowest
-        bandwidth and, per link, the (bandwidth, name) of the narrowest other link; kept
-        once worked out (links are only ever added)."""
+        bandwidth, per link the (bandwidth, name) of the narrowest other link, and its
+        number; kept once worked out (links are only ever added)."""
         known = self._paths.get(path)
         if known is None:
             links = tuple(dict.fromkeys(path))
@@ -134,21 +138,9 @@ class Fabric:
             bandwidths = [(self.link(name).bytes_per_s, name) for name in links]
             others = {name: min(b for b in bandwidths if b[1] != name)
                       for name in links if len(links) > 1}
-            known = self._paths[path] = (links, min(bw for bw, _ in bandwidths), others)
+            known = self._paths[path] = (links, min(bw for bw, _ in bandwidths), others,
+                                         len(self._paths))
         return known
-
-    def _remove(self, fid: int) -> _Flow:
-        flow = self._flows.pop(fid)
-        crossing = self._crossing
-        for name in flow.path:
-            n = crossing[name] - 1
-            if n:
-                crossing[name] = n
-                if n == 1:
-                    self._shared.remove(name)
-            else:
-                del crossing[name]
-        return flow
 
     def advance(self, now_s: float) -> list[tuple[int, float]]:
         """Progress every flow to `now_s`; returns `(flow id, finish time)` of the flows
@@ -159,12 +151,13 @@ class Fabric:
 
     def _run_to(self, now_s: float) -> list[tuple[int, float]]:
         done: list[tuple[int, float]] = []
-        while self._flows and self._next_s <= now_s:
+        flows = self._flows
+        while flows and self._next_s <= now_s:
             finish_s = self._next_s
             self._progress_to(finish_s)
             carried = self._carried
             for fid in self._due:  # the flows whose finish is the earliest
-                flow = self._remove(fid)
+                flow = flows.pop(fid)
                 for name in flow.path:  # the rounding left over crosses too
                     carried[name] += flow.size_bytes
                 done.append((fid, finish_s))
@@ -202,7 +195,8 @@ class Fabric:
 
     def loads(self) -> dict[str, float]:
         """Bandwidth in use now on every link some flow crosses. Worked out when the
-        rates change (a new dict each time): read it, do not change it."""
+        rates change, and shared by every time the same paths are in flight: read it,
+        do not change it."""
         return self._loads
 
     def _progress_to(self, now_s: float) -> None:
@@ -211,51 +205,77 @@ class Fabric:
         dt = now_s - self.now_s
         if dt > 0.0:
             for flow in self._flows.values():
-                flow.remaining_bytes -= min(flow.remaining_bytes, flow.rate_bytes_per_s * dt)
+                left = flow.remaining_bytes
+                moved = flow.rate_bytes_per_s * dt
+                # What min(left, moved) gives, without the call.
+                flow.remaining_bytes = left - (moved if moved < left else left)
         self.now_s = now_s
 
     def _share(self) -> None:
         """Max-min fair rates, then each flow's finish at them (they hold until the next
         start or finish: the flows' finishes move only here), the earliest finish, the
         flows due then and the load on every busy link."""
-        if len(self._shared) == 1:
-            self._fill_one_shared()
-        elif self._shared:
-            self._fill()
-        else:  # No link is shared: each flow runs at its narrowest link's rate.
-            for flow in self._flows.values():
-                flow.rate_bytes_per_s = flow.narrowest_bytes_per_s
+        flows = self._flows
+        key = tuple([flow.path_key for flow in flows.values()])
+        sharing = self._sharings.get(key)
+        if sharing is None:
+            sharing = self._work_out_sharing(key)
+        rates, self._loads = sharing
         now_s = self.now_s
         next_s = math.inf
         due: list[int] = []
-        loads: dict[str, float] = {}
-        for fid, flow in self._flows.items():
-            rate = flow.rate_bytes_per_s
-            if flow.remaining_bytes <= 0.0:
+        for (fid, flow), rate in zip(flows.items(), rates, strict=True):
+            flow.rate_bytes_per_s = rate
+            left = flow.remaining_bytes
+            if left <= 0.0:
                 finish_s = now_s
             elif rate <= 0.0:
                 finish_s = math.inf
             else:
-                finish_s = now_s + flow.remaining_bytes / rate
+                finish_s = now_s + left / rate
             if finish_s < next_s:
                 next_s = finish_s
                 due = [fid]
             elif finish_s == next_s:
                 due.append(fid)
-            for name in flow.path:
-                loads[name] = loads.get(name, 0.0) + rate
         self._next_s = next_s
         self._due = due
-        self._loads = loads
 
-    def _fill_one_shared(self) -> None:
+    def _work_out_sharing(self, key: tuple[int, ...]
+                          ) -> tuple[tuple[float, ...], dict[str, float]]:
+        """The max-min fair rates of the flows in flight (in start order) and the load on
+        every busy link at them, kept under `key` (their paths' numbers)."""
+        flows = self._flows.values()
+        crossing: dict[str, int] = {}  # flows in flight per busy link
+        for flow in flows:
+            for name in flow.path:
+                crossing[name] = crossing.get(name, 0) + 1
+        shared = [name for name, n in crossing.items() if n > 1]
+        if len(shared) == 1:
+            self._fill_one_shared(shared[0])
+        elif shared:
+            self._fill(crossing)
+        else:  # No link is shared: each flow runs at its narrowest link's rate.
+            for flow in flows:
+                flow.rate_bytes_per_s = flow.narrowest_bytes_per_s
+        loads: dict[str, float] = {}
+        for flow in flows:
+            rate = flow.rate_bytes_per_s
+            for name in flow.path:
+                loads[name] = loads.get(name, 0.0) + rate
+        if len(self._sharings) >= SHARINGS_KEPT:
+            self._sharings.clear()
+        sharing = self._sharings[key] = (tuple([flow.rate_bytes_per_s for flow in flows]),
+                                         loads)
+        return sharing
+
+    def _fill_one_shared(self, shared: str) -> None:
         """`_fill` when a single link is shared, in closed form, with the same operations
         in the same order (so the same rates to the last bit). Every other link of a flow
         on it is the flow's own: the narrowest of them offers a share that stays put until
         the flow is fixed. Taken from the smallest, each such share below the shared
         link's equal share fixes its flow there and leaves the shared link's spare to the
         rest; the flows left share what remains equally."""
-        (shared,) = self._shared
         on_shared: list[_Flow] = []
         own: list[tuple[float, str, int]] = []  # (narrowest own link's share, its name, flow)
         for flow in self._flows.values():
@@ -284,15 +304,14 @@ class Fabric:
                 if i not in fixed:
                     flow.rate_bytes_per_s = share
 
-    def _fill(self) -> None:
+    def _fill(self, crossing: dict[str, int]) -> None:
         """Progressive filling: the link offering the smallest equal share fixes the rate
         of every unfixed flow crossing it; repeat.
 
         A flow that shares none of its links runs at its narrowest link's rate, which
         is what the filling would give it (its links' spare stays whole until it is
         fixed), and fixing it changes no other flow's share: only the flows crossing a
-        shared link are filled."""
-        crossing = self._crossing
+        shared link are filled; `crossing` counts the flows on each busy link."""
         unfixed: dict[str, list[int]] = {}
         for fid, flow in self._flows.items():
             path = flow.path
