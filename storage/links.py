@@ -47,6 +47,7 @@ class Link:
 
 @dataclass(slots=True)
 class _Flow:
+    fid: int
     path: tuple[str, ...]
     path_key: int  # its path's number: equal paths in the same order share the same way
     size_bytes: float
@@ -110,20 +111,22 @@ class Fabric:
                    ) -> list[int]:
         """Several copies `(path, size_bytes)` begin at `now_s` (the links are shared
         out once for all); returns their flow ids."""
-        new = []
+        new: dict[int, _Flow] = {}
+        fid = self._next_id
         for path, size_bytes in flows:
             links, narrowest, others, key = self._path(tuple(path))
             if not (math.isfinite(size_bytes) and size_bytes >= 0):
                 raise ValueError(f"Fabric.start: size_bytes must be finite and >= 0, "
                                  f"got {size_bytes!r}")
             size = float(size_bytes)
-            new.append(_Flow(links, key, size, size, narrowest, others))
-        self._finished.extend(self._run_to(now_s))
-        ids = list(range(self._next_id, self._next_id + len(new)))
-        self._next_id += len(new)
-        self._flows.update(zip(ids, new, strict=True))
+            new[fid] = _Flow(fid, links, key, size, size, narrowest, others)
+            fid += 1
+        if now_s != self.now_s or self._next_s <= now_s:
+            self._finished.extend(self._run_to(now_s))
+        self._next_id = fid
+        self._flows.update(new)
         self._share()
-        return ids
+        return list(new)
 
     def _path(self, path: tuple[str, ...]
               ) -> tuple[tuple[str, ...], float, dict[str, tuple[float, str]], int]:
@@ -162,7 +165,8 @@ class Fabric:
                     carried[name] += flow.size_bytes
                 done.append((fid, finish_s))
             self._share()
-        self._progress_to(now_s)
+        if now_s != self.now_s:
+            self._progress_to(now_s)
         return done
 
     def next_finish_s(self) -> float | None:
@@ -224,7 +228,7 @@ class Fabric:
         now_s = self.now_s
         next_s = math.inf
         due: list[int] = []
-        for (fid, flow), rate in zip(flows.items(), rates, strict=True):
+        for flow, rate in zip(flows.values(), rates, strict=True):
             flow.rate_bytes_per_s = rate
             left = flow.remaining_bytes
             if left <= 0.0:
@@ -235,9 +239,9 @@ class Fabric:
                 finish_s = now_s + left / rate
             if finish_s < next_s:
                 next_s = finish_s
-                due = [fid]
+                due = [flow.fid]
             elif finish_s == next_s:
-                due.append(fid)
+                due.append(flow.fid)
         self._next_s = next_s
         self._due = due
 
