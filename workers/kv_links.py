@@ -129,24 +129,25 @@ class KvLinks:
         for step in plan.steps:
             if step.kind is not StepKind.COPY:
                 continue
-            ids = step.blob_ids
+            ids, dst = step.blob_ids, step.location
             for source in step.sources:
-                if source.kv_bytes <= 0:
+                kv_bytes = source.kv_bytes
+                if kv_bytes <= 0:
                     continue
-                key = (source.location, step.location)
-                route = routes.get(key)
+                src = source.location
+                route = routes.get((src, dst))
                 if route is None:
-                    path = self.topology.path(*key)
-                    route = routes[key] = (path, path_kind(*key, path))
+                    path = self.topology.path(src, dst)
+                    route = routes[src, dst] = (path, path_kind(src, dst, path))
                 path, kind = route
-                flows[path] = flows.get(path, 0) + source.kv_bytes
-                by_path[kind] += source.kv_bytes
-                there = landing.get(source.location)
+                flows[path] = flows.get(path, 0) + kv_bytes
+                by_path[kind] += kv_bytes
+                there = landing.get(src)
                 if there:
                     for earlier, blobs in there.items():
                         if not blobs.isdisjoint(ids):
                             after[earlier] = None
-            landed.append((step.location, ids))
+            landed.append((dst, ids))
         if not flows:
             return None
         transfer = Transfer()
@@ -237,17 +238,25 @@ class KvLinks:
         first, last = int(t0 // w), int(now_s // w)
         dt = now_s - t0
         carried, all_bins = self._carried, self._bins
+        if first == last:  # the common case: within one window
+            for name, load in self._loads.items():
+                moved = load * dt
+                bins = all_bins.get(name)
+                if bins is None:  # 0.0 + moved, as every later sum starts
+                    carried[name] = moved
+                    all_bins[name] = {first: moved}
+                else:
+                    carried[name] += moved
+                    bins[first] = bins.get(first, 0.0) + moved
+            return
         for name, load in self._loads.items():
             moved = load * dt
             bins = all_bins.get(name)
             if bins is None:
-                carried[name] = moved  # 0.0 + moved, as every later sum starts
+                carried[name] = moved
                 bins = all_bins[name] = {}
             else:
                 carried[name] += moved
-            if first == last:
-                bins[first] = bins.get(first, 0.0) + moved
-                continue
             for k in range(first, last + 1):
                 span = min(now_s, (k + 1) * w) - max(t0, k * w)
                 if span > 0:
@@ -274,13 +283,16 @@ class KvLinks:
         n = max(1, math.ceil(end_s / w))
         spans = np.full(n, w)
         spans[-1] = end_s - (n - 1) * w
+        spans = np.maximum(spans, 1e-12)
         for name in sorted(self._bins):
             bw = self.fabric.link(name).bytes_per_s
+            bins = self._bins[name]
+            windows = np.fromiter(bins.keys(), dtype=np.int64, count=len(bins))
+            carried = np.fromiter(bins.values(), dtype=np.float64, count=len(bins))
+            kept = windows < n
             per = np.zeros(n)
-            for k, b in self._bins[name].items():
-                if k < n:
-                    per[k] = b
-            util = per / (bw * np.maximum(spans, 1e-12))
+            per[windows[kept]] = carried[kept]
+            util = per / (bw * spans)
             out[name] = {"mean": float(per.sum() / (bw * end_s)),
                          "p99": float(np.percentile(util, 99))}
         return out
