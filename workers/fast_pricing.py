@@ -33,7 +33,7 @@ import numpy as np
 from costmodel.draft import mtp_module
 from costmodel.efficiency import Efficiency, OverlapMode
 from costmodel.hardware import HardwareTable
-from costmodel.kernels import ACT_BYTES, Phase, _a2a_reach, _distinct, _latency, _Shape
+from costmodel.kernels import ACT_BYTES, Phase, _a2a_reach, _latency, _Shape
 from costmodel.model import ModelSpec
 from costmodel.mtp import expected_tokens_per_step
 from costmodel.precision import Precision
@@ -69,6 +69,7 @@ class LayoutTerms:
                                for k in ("phase", "batch", "new_tokens", "mtp", "tp", "ep"))
         if m.moe is not None:
             self.miss = min(max(1.0 - m.moe.top_k / m.moe.routed_experts, 0.0), 1.0)
+            self.miss64 = np.float64(self.miss)
             rr, rn, out = _a2a_reach(m, v)
             self.remote_ranks, self.remote_nodes, self.outside = _f(rr), _f(rn), _f(out)
             self.experts_per_rank = _f(np.ceil(m.moe.routed_experts / v.ep))
@@ -102,7 +103,11 @@ def kernel_terms(lt: LayoutTerms, s: Shape) -> tuple[float, float, float, float]
         always_flops = 2.0 * s.t_rank * always_w / tp
         t_always = max(always_flops / lt.peak_dense, always_w / tp * wb / hbm_bw)
         if lt.array_power:
-            hit = _f(_distinct(mo.routed_experts, mo.top_k, np.array([s.t_group])))
+            # `_distinct(routed, top_k, np.array([t_group]))`: its power, a numpy scalar
+            # raised to a one-element array, without its clip and conversions (`miss` is
+            # the clipped share, the same double).
+            miss_pow = float(np.power(lt.miss64, np.array([s.t_group]))[0])
+            hit = mo.routed_experts * (1.0 - miss_pow)
         else:
             hit = mo.routed_experts * (1.0 - lt.miss ** s.t_group)
         touched = hit * lt.experts_per_rank / mo.routed_experts
@@ -306,3 +311,64 @@ class StepTail:
             step_s = pp * stage_s + 0.0 + overhead  # no draft pass: draft_s is 0.0
             out.append(step_s / accepted if accepted is not None else step_s)
         return out
+
+    def tpots_array_s(self, first: float, steps: int) -> np.ndarray:
+        """`tpot_s(step_s(first + np.arange(steps), np.maximum, np.minimum))`, the same
+        doubles: a long decode run's steps as arrays, each operation done in place, and
+        the terms that are exactly 0.0 for this tail left out (no sliding or linear
+        layer, a zero kernel term, no draft pass): each would add +0.0 to a positive
+        value, which leaves it as it is."""
+        if self.first is not None:  # draft passes: the general path
+            return self.tpot_s(self.step_s(first + np.arange(steps, dtype=np.float64),
+                                           np.maximum, np.minimum))
+        main, a = self.main, self.main.attn
+        context = np.arange(steps, dtype=np.float64)
+        context += first
+        # flops = a_ctx * (n_full * ctx_mean + n_slide * min(ctx_mean, window)) / tp
+        #         + lin_flops
+        flops = context + a.half
+        slide = None
+        if a.n_slide:
+            slide = np.minimum(flops, a.window)
+            slide *= a.n_slide
+        flops *= a.n_full
+        if slide is not None:
+            flops += slide
+        flops *= a.a_ctx
+        flops /= a.tp
+        if a.lin_flops:
+            flops += a.lin_flops
+        # attn_bytes = w_bytes + (kv_seq * (n_full * ctx_end + n_slide * min(ctx_end,
+        #              window)) + state) + act_bytes
+        kv = context
+        kv += a.q_tok
+        if a.n_slide:
+            slide = np.minimum(kv, a.window)
+            slide *= a.n_slide
+        kv *= a.n_full
+        if slide is not None:
+            kv += slide
+        kv *= a.kv_seq
+        if a.state:
+            kv += a.state
+        kv += a.w_bytes
+        kv += a.act_bytes
+        # t_cm = max(proj_s + flops / peak_attn, attn_bytes / hbm_bw) + the frozen terms
+        flops /= a.peak_attn
+        flops += a.proj_s
+        kv /= a.hbm_bw
+        t_cm = np.maximum(flops, kv, out=flops)
+        for term in main.after:
+            if term:
+                t_cm += term
+        stage = t_cm + main.network_s
+        stage += main.latency_s
+        if main.overlap is not None:
+            less = np.minimum(t_cm, main.network_s, out=kv)
+            less *= main.overlap
+            stage -= less
+        stage *= self.pp
+        stage += self.overhead_s
+        if self.decode:
+            stage /= self.accepted
+        return stage

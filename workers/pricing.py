@@ -162,8 +162,7 @@ class StepPricer:
         tail = self._tail(Phase.DECODE, self.per_rank(sequences), 1)
         if steps <= SCALAR_STEPS:
             return np.array(tail.tpots_s(mean_context, steps))
-        contexts = mean_context + np.arange(steps, dtype=np.float64)
-        return tail.tpot_s(tail.step_s(contexts, np.maximum, np.minimum))
+        return tail.tpots_array_s(mean_context, steps)
 
     def decode_steps_core_s(self, sequences: int, mean_context: float,
                             steps: int) -> np.ndarray:
