@@ -19,6 +19,7 @@ are balanced over its ranks, as DP-attention schedulers keep them).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -53,10 +54,21 @@ class KVCapacity:
     def fits(self) -> bool:
         return self.budget_bytes_per_gpu > 0
 
-    @property
+    @cached_property
     def instance_bytes(self) -> float:
         """Capacity in footprint units: the sum of `sequence_bytes_per_gpu` it allows."""
         return self.ranks * self.budget_bytes_per_gpu
+
+    @cached_property
+    def footprint_terms(self) -> tuple[float, float, float, float]:
+        """`sequence_bytes_per_gpu` taken apart for sums over many sequences, worked out
+        once: (bytes per token of context, bytes per token up to the window, bytes per
+        sequence, the window as a float). The middle two are derived from the footprints
+        at 0 and 1 tokens, the doubles the decode budget's sums have always used."""
+        per_token = self.kv_bytes_per_token_per_gpu
+        state = self.sequence_bytes_per_gpu(0.0)
+        slide = self.sequence_bytes_per_gpu(1.0) - state - per_token
+        return per_token, slide, state, float(self.window_tokens)
 
     @property
     def tokens_per_rank(self) -> int:

@@ -3,6 +3,7 @@ priced as steps, and the same KV rules as one token a step."""
 
 import asyncio
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
@@ -60,7 +61,7 @@ def test_mtp_draws_are_seeded_and_steps_yield_the_expected_tokens():
 
 def test_all_ones_draws_plan_like_one_token_steps():
     kv = kv_capacity(LLAMA, load_hardware("h200"), Layout(tp=4))
-    kv = type(kv)(**{**kv.__dict__, "budget_bytes_per_gpu": 15_000 * kv.kv_bytes_per_token_per_gpu})
+    kv = dataclasses.replace(kv, budget_bytes_per_gpu=15_000 * kv.kv_bytes_per_token_per_gpu)
     contexts = np.array([4000.0, 3000.0, 5000.0])
     remaining = np.array([900.0, 700.0, 800.0])
     ones = np.ones((600, 3), dtype=np.int64)

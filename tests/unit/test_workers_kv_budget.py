@@ -1,6 +1,8 @@
 """Decode's KV budget: the closed forms against a token-by-token count, preemption order,
 and no use of a call's true output length."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -14,6 +16,7 @@ from workers.kv_budget import (
     RESERVE_TOKENS,
     RETRACT_STEPS,
     SCALAR_SEQUENCES,
+    SCALAR_SEQUENCES_FULL,
     GrowthReserve,
     footprints,
     footprints_sum,
@@ -32,7 +35,7 @@ GPT_OSS = load_model("gpt-oss-120b")  # half its layers slide over a 128-token w
 def _squeezed(model, tokens, layout):
     kv = kv_capacity(model, H200, layout)
     per_token = kv.kv_bytes_per_token_per_gpu
-    return type(kv)(**{**kv.__dict__, "budget_bytes_per_gpu": tokens * per_token})
+    return dataclasses.replace(kv, budget_bytes_per_gpu=tokens * per_token)
 
 
 def _count_steps(kv, contexts, other, horizon):
@@ -109,9 +112,24 @@ def test_a_short_batch_sums_its_footprints_to_numpys_double(model):
     layout = Layout(tp=4, ep=4) if model is LLAMA else Layout(tp=2, ep=2)
     kv = kv_capacity(model, H200, layout)
     rng = np.random.default_rng(5)
-    for n in range(SCALAR_SEQUENCES + 3):  # the Python path and numpy's beyond it
+    # The Python path and numpy's beyond it (16 sequences with sliding layers, 32
+    # without).
+    limit = SCALAR_SEQUENCES if model is GPT_OSS else SCALAR_SEQUENCES_FULL
+    assert (kv.footprint_terms[1] != 0.0) == (model is GPT_OSS)
+    for n in range(limit + 3):
         for _ in range(40):
             contexts = rng.uniform(0, 300_000, size=n) * rng.choice([1e-3, 1.0], size=n)
             assert footprints_sum(kv, contexts) == float(footprints(kv, contexts).sum())
             tokens = [int(c) for c in contexts]  # a decode worker's lengths, as a list
             assert footprints_sum(kv, tokens) == float(footprints(kv, tokens).sum())
+
+
+def test_without_sliding_layers_footprints_leave_out_only_a_zero_term():
+    kv = kv_capacity(LLAMA, H200, Layout(tp=4, ep=4))
+    per_token, slide, state, window = kv.footprint_terms
+    assert slide == 0.0
+    contexts = np.concatenate(([0.0, 1.0, 0.5], np.random.default_rng(9).uniform(
+        0, 300_000, size=500)))
+    full = per_token * contexts + slide * np.minimum(contexts, window) + state
+    assert np.array_equal(footprints(kv, contexts), full)
+    assert [kv.sequence_bytes_per_gpu(c) for c in contexts[:50]] == full[:50].tolist()
