@@ -184,8 +184,12 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
     def call_later(
         self, delay: float, callback: Callable[..., object], *args: Any, context: Any = None
     ) -> asyncio.TimerHandle:
-        # Added in integers so that repeated sleeps never accumulate float error.
-        return self._call_at_ns(self._now_ns + seconds_to_ns(delay), callback, args, context)
+        # Added in integers so that repeated sleeps never accumulate float error
+        # (seconds_to_ns inline: every sleep comes here).
+        if not math.isfinite(delay):
+            seconds_to_ns(delay)  # raises its error
+        return self._call_at_ns(self._now_ns + round(delay * NS_PER_S), callback, args,
+                                context)
 
     def call_at(
         self, when: float, callback: Callable[..., object], *args: Any, context: Any = None
@@ -199,8 +203,8 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         args: tuple[Any, ...],
         context: Any,
     ) -> asyncio.TimerHandle:
-        self._check_closed()
-        if self._debug:
+        if self._closed or self._debug:  # the stdlib's checks
+            self._check_closed()
             self._check_thread()
             self._check_callback(callback, "call_at")
         seq = self._timer_seq = self._timer_seq + 1
@@ -273,17 +277,40 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
 
         # Run only what is ready now; callbacks scheduled by these run next time.
         popleft = ready.popleft
-        for _ in range(len(ready)):
-            handle = popleft()
-            if handle._cancelled:
-                continue
-            self.handles_run += 1
-            if self._debug:
+        if self._debug:
+            for _ in range(len(ready)):
+                handle = popleft()
+                if handle._cancelled:
+                    continue
+                self.handles_run += 1
                 self._current_handle = handle
                 try:
                     handle._run()
                 finally:
                     self._current_handle = None
-            else:
-                handle._run()
+            handle = None
+            return
+        for _ in range(len(ready)):
+            handle = popleft()
+            if handle._cancelled:
+                continue
+            self.handles_run += 1
+            # Handle._run inline (one Python call less per callback; no asyncio handle
+            # overrides it): the callback in its context, an exception reported as it
+            # reports one.
+            try:
+                handle._context.run(handle._callback, *handle._args)
+            except (SystemExit, KeyboardInterrupt):
+                raise
+            except BaseException as exc:
+                self._callback_failed(handle, exc)
         handle = None
+
+    def _callback_failed(self, handle: asyncio.Handle, exc: BaseException) -> None:
+        """What `asyncio.Handle._run` does with a callback's exception."""
+        cb = format_helpers._format_callback_source(handle._callback, handle._args)
+        context = {"message": f"Exception in callback {cb}", "exception": exc,
+                   "handle": handle}
+        if handle._source_traceback:
+            context["source_traceback"] = handle._source_traceback
+        self.call_exception_handler(context)
