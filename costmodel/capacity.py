@@ -18,6 +18,7 @@ are balanced over its ranks, as DP-attention schedulers keep them).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -69,6 +70,18 @@ class KVCapacity:
         state = self.sequence_bytes_per_gpu(0.0)
         slide = self.sequence_bytes_per_gpu(1.0) - state - per_token
         return per_token, slide, state, float(self.window_tokens)
+
+    @cached_property
+    def integer_footprints(self) -> tuple[int, int] | None:
+        """(bytes per token, bytes per sequence) as integers when a footprint is exactly
+        `per_token * context + state` in whole bytes (no sliding layer, both terms
+        whole numbers, at least a byte per token); else None. Then footprints of whole
+        token counts add up exactly in integers while the total stays below 2**53."""
+        per_token, slide, state, _ = self.footprint_terms
+        if slide == 0.0 and per_token >= 1.0 and state >= 0.0 and all(
+                math.isfinite(x) and x.is_integer() for x in (per_token, state)):
+            return int(per_token), int(state)
+        return None
 
     @property
     def tokens_per_rank(self) -> int:

@@ -80,12 +80,23 @@ def footprints(kv: KVCapacity, contexts: np.ndarray) -> np.ndarray:
 # operations instead of five: Python stays cheaper up to twice as many sequences.
 SCALAR_SEQUENCES = 16
 SCALAR_SEQUENCES_FULL = 32
+_EXACT_INTEGERS = 2**53  # every integer below it is a double
 
 
 def footprints_sum(kv: KVCapacity, contexts: np.ndarray | list) -> float:
     """`float(footprints(kv, contexts).sum())`, the same double: a short batch's in Python
     floats, element by element as numpy computes them, summed in numpy's pairwise order
     (`workers.fast_batch.pairwise_sum`). `contexts`: an array or a sequence of numbers."""
+    exact = kv.integer_footprints
+    if exact is not None and type(contexts) is list and contexts:
+        # Whole token counts and whole-byte terms: every footprint, and every partial sum
+        # in any order, is an integer below 2**53, so each float operation is exact and
+        # numpy's double is the integer total.
+        tokens = sum(contexts)
+        if type(tokens) is int and min(contexts) >= 0:
+            total = exact[0] * tokens + exact[1] * len(contexts)
+            if total < _EXACT_INTEGERS:
+                return float(total)
     per_token, slide, state, window = kv.footprint_terms
     if len(contexts) > (SCALAR_SEQUENCES if slide else SCALAR_SEQUENCES_FULL):
         return float(footprints(kv, contexts).sum())

@@ -133,3 +133,19 @@ def test_without_sliding_layers_footprints_leave_out_only_a_zero_term():
     full = per_token * contexts + slide * np.minimum(contexts, window) + state
     assert np.array_equal(footprints(kv, contexts), full)
     assert [kv.sequence_bytes_per_gpu(c) for c in contexts[:50]] == full[:50].tolist()
+
+
+@pytest.mark.parametrize("model", [LLAMA, load_model("kimi-k3-like"), GPT_OSS],
+                         ids=["gqa", "mla-linear", "sliding"])
+def test_whole_token_counts_sum_their_footprints_exactly_as_numpy(model):
+    kv = kv_capacity(model, H200, Layout(tp=2, ep=8))
+    assert (kv.integer_footprints is None) == (model is GPT_OSS)
+    rng = np.random.default_rng(11)
+    for n in [*range(1, 40), 100, 300, 1000]:
+        tokens = [int(t) for t in rng.integers(0, 400_000, size=n)]
+        assert footprints_sum(kv, tokens) == float(footprints(kv, tokens).sum())
+    # Past 2**53 bytes in all (or not whole numbers), the float path decides.
+    huge = [2**53 // 1000] * 2000
+    assert footprints_sum(kv, huge) == float(footprints(kv, huge).sum())
+    mixed = [1000, 2000.5, 3000]
+    assert footprints_sum(kv, mixed) == float(footprints(kv, mixed).sum())
