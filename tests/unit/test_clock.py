@@ -4,6 +4,7 @@ import asyncio
 import math
 import time
 
+import numpy as np
 import pytest
 
 from workers.clock import (
@@ -220,6 +221,28 @@ def test_nan_delay_is_refused():
 
     with pytest.raises(ValueError, match="nan"):
         run_virtual(main())
+
+
+def test_numpy_delays_round_to_the_nanoseconds_of_the_same_floats():
+    rng = np.random.default_rng(4)
+    delays = np.concatenate((rng.uniform(0, 1e-3, 300), rng.uniform(0, 1e6, 300),
+                             (rng.integers(0, 10**6, 300) + 0.5) / 1e9))
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        pairs = [(loop.call_later(d, lambda: None), loop.call_later(float(d), lambda: None),
+                  loop.call_at(d, lambda: None), loop.call_at(float(d), lambda: None))
+                 for d in delays]
+        for timers in pairs:
+            for t in timers:
+                t.cancel()
+        return [(a._when_ns, b._when_ns, c._when_ns, e._when_ns) for a, b, c, e in pairs]
+
+    for a, b, c, e in run_virtual(main()):
+        assert a == b and c == e == a
+    assert seconds_to_ns(np.float64(2.5e-9)) == seconds_to_ns(2.5e-9)
+    with pytest.raises(ValueError, match="inf"):
+        run_virtual(asyncio.sleep(np.float64(np.inf)))
 
 
 def test_now_s_follows_the_clock_loop():
