@@ -16,7 +16,7 @@ which starts again from those blocks, shares them too.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import replace
+from dataclasses import fields, replace
 from itertools import takewhile
 
 from traces._blocks import LOCAL_LIMIT, SHARED_END_ID, SHARED_FIRST_ID
@@ -56,12 +56,46 @@ def shared_blocks(block_ids) -> int:
     return i
 
 
-def _renamed(call: Call, mapping: dict[int, int]) -> Call:
-    ids = call.block_ids
-    head = list(takewhile(mapping.__contains__, ids))  # the leading ids it renames, in C
-    if not head:
-        return call
-    return replace(call, block_ids=tuple(map(mapping.__getitem__, head)) + ids[len(head):])
+class _Renaming:
+    """A session's leading ids mapped to the shared chain's (`mapping`, in the order of
+    the session's first call: `keys` -> `ids`)."""
+
+    __slots__ = ("ids", "keys", "mapping")
+
+    def __init__(self, keys: tuple[int, ...], base: int) -> None:
+        self.keys = keys
+        self.ids = tuple(range(base, base + len(keys)))
+        self.mapping = dict(zip(keys, self.ids, strict=True))
+
+    def renamed(self, call: Call) -> Call:
+        """`call` with its leading ids that are in the mapping renamed. Nearly every call
+        of a session starts with the whole prefix, in its order and not followed by one of
+        its ids: then the renamed ids are those of the chain, one concatenation (C
+        compares and copies); else the leading ids are found one by one."""
+        ids, keys, mapping = call.block_ids, self.keys, self.mapping
+        k = len(keys)
+        if ids[:k] == keys and (len(ids) == k or ids[k] not in mapping):
+            new = self.ids + ids[k:]
+        else:
+            head = list(takewhile(mapping.__contains__, ids))  # the leading ids it renames
+            if not head:
+                return call
+            new = tuple(map(mapping.__getitem__, head)) + ids[len(head):]
+        return _with_block_ids(call, new)
+
+
+# Call's fields, for a copy with other block ids of the same count: every check Call makes
+# at construction holds for the copy as for the call (its length is all they read of the
+# ids), so the copy is built without them.
+_CALL_FIELDS = tuple(f.name for f in fields(Call))
+
+
+def _with_block_ids(call: Call, block_ids: tuple[int, ...]) -> Call:
+    new = object.__new__(Call)
+    for name in _CALL_FIELDS:
+        object.__setattr__(new, name, getattr(call, name))
+    object.__setattr__(new, "block_ids", block_ids)
+    return new
 
 
 def share_prefix(session: Session, tokens: int | None, chains: SharedChains) -> Session:
@@ -73,11 +107,12 @@ def share_prefix(session: Session, tokens: int | None, chains: SharedChains) -> 
     if k == 0:
         return session
     base = chains.base(n)  # one chain per prefix as the trace states it
-    mapping = {local: base + i for i, local in enumerate(first.block_ids[:k])}
-    if len(mapping) != k:  # a block repeated inside the prefix: keep the first run only
-        k = next(i for i, x in enumerate(first.block_ids[:k]) if first.block_ids.index(x) != i)
-        mapping = {local: base + i for i, local in enumerate(first.block_ids[:k])}
-    calls = tuple(_renamed(c, mapping) for c in session.calls)
+    keys = first.block_ids[:k]
+    if len(set(keys)) != k:  # a block repeated inside the prefix: keep the first run only
+        k = next(i for i, x in enumerate(keys) if first.block_ids.index(x) != i)
+        keys = keys[:k]
+    renaming = _Renaming(keys, base)
+    calls = tuple(renaming.renamed(c) for c in session.calls)
     return replace(session, calls=calls)
 
 

@@ -2,11 +2,15 @@
 per-file block ids, as the format hints by default; copies of a repeated trace keep it."""
 
 import json
+from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.conftest import TRACE_DATA, run_cli
 from traces import read_sessions, sample_path
+from traces.model import Call, Session
 from traces.replay import repeated_session
 from traces.shared_prefix import SharedChains, share_prefix, shared_blocks
 
@@ -77,3 +81,34 @@ def test_mooncakes_global_ids_are_shared_across_requests_already(capsys):
     cache = json.loads(out)["cache"]
     assert cache["cross_session_hit_tokens"] > 0
     assert cache["shared_prefix"]["sessions"] == 0
+
+
+def _renamed_one_by_one(ids: tuple[int, ...], mapping: dict[int, int]) -> tuple[int, ...]:
+    """The leading ids found in the mapping renamed, one id at a time."""
+    head = 0
+    while head < len(ids) and ids[head] in mapping:
+        head += 1
+    return tuple(mapping[x] for x in ids[:head]) + ids[head:]
+
+
+@given(st.lists(st.integers(1, 12), min_size=1, max_size=8),
+       st.lists(st.lists(st.integers(1, 14), max_size=12), min_size=1, max_size=6),
+       st.integers(0, 8))
+def test_a_session_is_renamed_as_one_id_at_a_time_would(first, tails, keep):
+    """Calls that start with the whole prefix (the fast path) or part of it, in another
+    order, or with one of its ids again right after it: renamed as a walk id by id."""
+    block_size = 16
+    ids0 = tuple(first)
+    calls = [ids0] + [ids0[:keep] + tuple(t) for t in tails]
+    session = Session("s", "test", None, tuple(Call(
+        session_id="s", index=i, input_tokens=len(ids) * block_size, cached_tokens=0,
+        new_tokens=len(ids) * block_size, output_tokens=1, think_s=0.0, is_subagent=False,
+        reset_before=False, block_size=block_size, block_ids=ids) for i, ids in enumerate(calls)))
+    tokens = len(first) * block_size
+    shared = share_prefix(session, tokens, SharedChains())
+    k = next((i for i, x in enumerate(ids0) if ids0.index(x) != i), len(ids0))
+    base = SharedChains().base(tokens)
+    mapping = {x: base + i for i, x in enumerate(ids0[:k])}
+    for before, after in zip(session.calls, shared.calls, strict=True):
+        assert after.block_ids == _renamed_one_by_one(before.block_ids, mapping)
+        assert after == replace(before, block_ids=after.block_ids)
