@@ -10,7 +10,7 @@ retirements ring.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from operator import attrgetter
 
 
@@ -60,15 +60,20 @@ class Observation:
         return _CONTENT(self)
 
     def restamped(self, time_s: float, pools: tuple | None = None) -> Observation:
-        """This snapshot taken at `time_s` (and with `pools`, when given):
-        `dataclasses.replace` without its per-field cost (the fast loop restamps an
-        unchanged cluster every period)."""
-        new = object.__new__(Observation)
-        new.__dict__.update(self.__dict__)
-        new.__dict__["time_s"] = time_s
-        if pools is not None:
-            new.__dict__["pools"] = pools
-        return new
+        """This snapshot taken at `time_s` (and with `pools`, when given): the fast loop
+        restamps an unchanged cluster (`observation_at`)."""
+        return observation_at(self, time_s, pools)
+
+
+def observation_at(obs: Observation, time_s: float, pools: tuple | None = None) -> Observation:
+    """`obs` taken at `time_s` (and with `pools`, when given): `dataclasses.replace`
+    without its per-field cost (the fast loop and the lag copy snapshots every period)."""
+    new = object.__new__(Observation)
+    new.__dict__.update(obs.__dict__)
+    new.__dict__["time_s"] = time_s
+    if pools is not None:
+        new.__dict__["pools"] = pools
+    return new
 
 
 _CONTENT = attrgetter(*(f.name for f in fields(Observation) if f.name != "time_s"))
@@ -162,7 +167,7 @@ class ObservationLag:
                 if k >= 1:
                     time_s = (start_ns + k * period_ns) / 1e9
                     if self._synth is None or self._synth.time_s != time_s:
-                        self._synth = replace(held, time_s=time_s)
+                        self._synth = observation_at(held, time_s)
                     return self._synth
             elif self._current is not None and self._current.time_s > held.time_s:
                 self._hold = self._synth = None
@@ -173,8 +178,7 @@ class ObservationLag:
         left (the last then held, if it is)."""
         while run.count and run.next_ns / 1e9 <= horizon:
             time_s = run.next_ns / 1e9
-            self._current = run.obs if run.obs.time_s == time_s else replace(run.obs,
-                                                                             time_s=time_s)
+            self._current = run.obs if run.obs.time_s == time_s else observation_at(run.obs, time_s)
             run.next_ns += run.period_ns
             run.count -= 1
             if not run.count and run.held:

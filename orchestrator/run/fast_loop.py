@@ -12,9 +12,8 @@ the cluster is idle and brings the policy up to date on waking
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 
-from orchestrator.control.observe import Observation
+from orchestrator.control.observe import Observation, observation_at
 from orchestrator.control.policies.base import AdmissionDecision
 from orchestrator.control.snapshot import hbm_per_gpu, observe, pool_observation
 from orchestrator.run.sessions import Pending
@@ -315,7 +314,7 @@ class FastLoop:
             return
         while span.lead and span.next_ns < now_ns:
             now_s = span.next_ns / 1e9
-            obs = span.obs if span.obs.time_s == now_s else replace(span.obs, time_s=now_s)
+            obs = span.obs if span.obs.time_s == now_s else observation_at(span.obs, now_s)
             self._record(obs, now_s, None)
             decision = self.policy.decide(self.lag.seen_at(now_s), now_s)
             self._apply_idle(decision)

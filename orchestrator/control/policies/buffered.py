@@ -14,7 +14,6 @@ The remedies the source essay names for admission (docs/sources.md), together:
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 from orchestrator.control.config import ControlConfig
 from orchestrator.control.observe import Observation
@@ -43,14 +42,15 @@ class BufferedAdmission:
         rate = obs.predicted_decode_calls_per_s
         return rate * (obs.predicted_fill_latency_s + self.config.ready_buffer_s)
 
-    def _smooth(self, obs: Observation) -> float:
+    def _smooth(self, time_s: float, backlog: int) -> float:
+        """The EWMA of the backlog, brought to the sample of `backlog` at `time_s`."""
         if self._ewma is None or self._last_time_s is None:
-            self._ewma = float(obs.backlog)
+            self._ewma = float(backlog)
         else:
-            dt = max(obs.time_s - self._last_time_s, 0.0)
+            dt = max(time_s - self._last_time_s, 0.0)
             alpha = 1.0 - math.exp(-dt / self.config.backlog_ewma_s) if dt else 0.0
-            self._ewma += alpha * (obs.backlog - self._ewma)
-        self._last_time_s = obs.time_s
+            self._ewma += alpha * (backlog - self._ewma)
+        self._last_time_s = time_s
         return self._ewma
 
     def _batch_target(self, obs: Observation, now_s: float) -> int | None:
@@ -75,7 +75,7 @@ class BufferedAdmission:
     def decide(self, obs: Observation | None, now_s: float) -> AdmissionDecision:
         if obs is None:
             return AdmissionDecision(0, AdmissionReason.NO_OBSERVATION)
-        backlog = self._smooth(obs)
+        backlog = self._smooth(obs.time_s, obs.backlog)
         target = self.target_backlog(obs)
         rate = obs.predicted_decode_calls_per_s
         error = target - backlog
@@ -117,9 +117,9 @@ class BufferedAdmission:
         start_ns = round(obs.time_s * 1e9)
         target = self.target_backlog(obs)
         cap, backlog = max(target, 1.0), float(obs.backlog)
-        previous, admit, k = None, 0, 0
+        previous, admit, k, observed = None, 0, 0, obs.backlog
         while k < ticks:
-            error = target - self._smooth(replace(obs, time_s=(start_ns + k * period_ns) / 1e9))
+            error = target - self._smooth((start_ns + k * period_ns) / 1e9, observed)
             step = self.period_s * max(0.0, obs.predicted_decode_calls_per_s
                                        + cfg.backlog_gain * error / cfg.backlog_ewma_s)
             k += 1
