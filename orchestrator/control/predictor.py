@@ -132,8 +132,10 @@ class Predictor:
             return self._fill[1]
         cached = max(self.input_tokens - self.new_tokens, 0.0)
         worst = 0.0
-        for w in rt.fill_workers.values():
-            phase = Phase.MIDFILL if w.spec.phase is Phase.MIDFILL else Phase.PREFILL
-            worst = max(worst, self._model_fill_s(w.spec.pool, phase, self.new_tokens, cached))
+        # Workers of one pool and phase predict the same fill: one figure for them all.
+        for pool, phase in dict.fromkeys((w.spec.pool, w.spec.phase)
+                                         for w in rt.fill_workers.values()):
+            phase = Phase.MIDFILL if phase is Phase.MIDFILL else Phase.PREFILL
+            worst = max(worst, self._model_fill_s(pool, phase, self.new_tokens, cached))
         self._fill = (key, worst * self.fill_correction)
         return self._fill[1]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Iterator, Sequence
+from operator import attrgetter
 
 from workers.request import LatencyPart, Request, RequestState
 
@@ -24,6 +25,7 @@ _TIMES = ("arrival_s", "fill_start_s", "fill_end_s", "decode_start_s", "first_to
           "done_s")
 _WORKERS = ("fill_worker", "decode_worker")
 _PARTS = len(LatencyPart)
+_get_ints, _get_times, _get_workers = (attrgetter(*names) for names in (_INTS, _TIMES, _WORKERS))
 _NAN = math.nan
 
 
@@ -40,18 +42,21 @@ class CompletedCalls(Sequence):
         self._session_ids: list[str] = []  # the calls' own (shared) session id strings
         self._interactive = array("b")
         self._parts = array("d")  # _PARTS values a call, in LatencyPart order
+        # The columns' appends, in the order of _INTS, _TIMES and _WORKERS.
+        self._int_appends = tuple(self._ints[name].append for name in _INTS)
+        self._time_appends = tuple(self._times[name].append for name in _TIMES)
+        self._worker_appends = tuple(self._workers[name].append for name in _WORKERS)
 
     def append(self, req: Request) -> None:
         """Keep a completed call's row (its block ids and KV chain are not kept)."""
         if req.state is not RequestState.DONE:
             raise RuntimeError(f"call {req.call_id} kept in state {req.state.name}")
-        for name, column in self._ints.items():
-            column.append(getattr(req, name))
-        for name, column in self._times.items():
-            value = getattr(req, name)
-            column.append(_NAN if value is None else value)
-        for name, column in self._workers.items():
-            column.append(self._worker_index(getattr(req, name)))
+        for append, value in zip(self._int_appends, _get_ints(req), strict=True):
+            append(value)
+        for append, value in zip(self._time_appends, _get_times(req), strict=True):
+            append(_NAN if value is None else value)
+        for append, name in zip(self._worker_appends, _get_workers(req), strict=True):
+            append(self._worker_index(name))
         self._session_ids.append(req.session_id)
         self._interactive.append(req.interactive)
         self._parts.extend(req.parts_s)

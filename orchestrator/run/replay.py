@@ -111,6 +111,7 @@ class Orchestrator(FastLoop):
         self._peak_hbm_per_gpu = 0.0
         # What the samples reuse while workers and pools repeat their figures (snapshot).
         self._pool_memo: dict = {}
+        self._candidate_memo: dict = {}  # by worker name: (its figures, its FillCandidate)
         self._hbm_memo: dict = {}
         # The last observation while restamping it would give the next (fast_loop._sample):
         # it saw no busy time, the loop's callback count then, and whether the decision
@@ -190,11 +191,16 @@ class Orchestrator(FastLoop):
         """The intake workers as the router sees them; `resident`: tokens of the call's
         prefix in each one's HBM, by name (retained KV)."""
         out = []
+        memo = self._candidate_memo
         for w in self.runtime.intake_workers():  # fill workers and mixed workers
-            queued = sum(r.input_tokens - r.prefix_tokens for r in w.queue)
-            out.append(FillCandidate(w.name, w.spec.phase.name.lower(), w.spec.node, queued,
-                                     w.accepting,
-                                     resident.get(w.name, 0) if resident else 0))
+            queue = w.queue
+            queued = sum(r.input_tokens - r.prefix_tokens for r in queue) if queue else 0
+            key = (w, queued, w.accepting, resident.get(w.name, 0) if resident else 0)
+            last = memo.get(w.name)
+            if last is None or last[0] != key:  # candidates are frozen: a repeat is shared
+                last = memo[w.name] = (key, FillCandidate(w.name, w.spec.phase.name.lower(),
+                                                          w.spec.node, *key[1:]))
+            out.append(last[1])
         return out
 
     def _route(self, pending: Pending, now_s: float) -> bool:

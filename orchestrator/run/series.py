@@ -143,18 +143,26 @@ class Series:
     def add_breakdown(self, done: list[Request]) -> None:
         """One period's latency parts over the calls `done` in it."""
         cols = self.latency_breakdown_s
-        nan = float("nan")
-        if not done and cols:
-            for col in cols.values():
-                col.append(nan)
+        if not cols:  # from the first record on, a column per part and quantile
+            for _, names in _BREAKDOWN_COLUMNS:
+                for name in names:
+                    cols[name] = SparseColumn()
+        if not done:
+            for col in cols.values():  # a record without a value: NaN, nothing stored
+                col._n += 1
             return
+        if len(done) == 1:  # every percentile of one value is that value
+            parts = done[0].parts_s
+            for part, names in _BREAKDOWN_COLUMNS:
+                value = float(parts[part])
+                for name in names:
+                    cols[name].append(value)
+            return
+        rows = [r.parts_s for r in done]
         for part, names in _BREAKDOWN_COLUMNS:
-            values = sorted(r.parts_s[part] for r in done)
+            values = sorted([row[part] for row in rows])
             for q, name in zip(QUANTILES, names, strict=True):
-                col = cols.get(name)
-                if col is None:
-                    col = cols[name] = SparseColumn()
-                col.append(percentile(values, q) if values else nan)
+                cols[name].append(percentile(values, q))
 
     def array(self, name: str) -> np.ndarray:
         """One value per sample, records expanded."""

@@ -46,3 +46,29 @@ def test_periods_without_completions_read_nan_and_take_no_room():
     col = s.latency_breakdown_s["fill_p50_s"]
     assert len(col) == 1002 and math.isnan(col[0]) and col[1] == 1.0 and math.isnan(col[-1])
     assert len(col._values) == 1  # one record holds a value
+
+
+@given(st.lists(st.lists(st.floats(0, 1e4), min_size=len(LatencyPart),
+                         max_size=len(LatencyPart)), max_size=5), st.integers(0, 2))
+def test_a_periods_breakdown_is_numpys_percentile_of_its_calls(parts, empty_before):
+    """One call, several or none in a period: each column reads np.percentile of the
+    period's calls' part (NaN without calls)."""
+    s = Series()
+    for _ in range(empty_before):
+        s.add_breakdown([])
+    done = []
+    for values in parts:
+        req = Request(len(done) + 1, "s", 64, 1, arrival_s=0.0)
+        req.parts_s[:] = values
+        done.append(req)
+    s.add_breakdown(done)
+    assert len(s.latency_breakdown_s) == len(LatencyPart) * 3
+    for part in LatencyPart:
+        for q in (50, 90, 99):
+            col = s.latency_breakdown_s[f"{part.key}_p{q}_s"]
+            assert len(col) == empty_before + 1
+            assert all(math.isnan(v) for v in col[:empty_before])
+            if done:
+                assert col[-1] == float(np.percentile([r.parts_s[part] for r in done], q))
+            else:
+                assert math.isnan(col[-1])
