@@ -31,6 +31,7 @@ from workers.network import Topology, fabric_links, worker_links
 
 # Utilisation windows: the p99 is over the run's windows of this length.
 UTILISATION_WINDOW_S = 1.0
+_COPY = StepKind.COPY  # an enum member read once (a class attribute lookup per step otherwise)
 
 
 class Transfer:
@@ -127,7 +128,7 @@ class KvLinks:
         by_path = self.bytes_by_path
         landing = self._landing
         for step in plan.steps:
-            if step.kind is not StepKind.COPY:
+            if step.kind is not _COPY:
                 continue
             ids, dst = step.blob_ids, step.location
             for source in step.sources:
@@ -183,8 +184,13 @@ class KvLinks:
             transfer._finish(end_s)
 
     def applied(self, plan: TransferPlan) -> Transfer | None:
-        """The store's `on_apply`: an applied plan's copies start at its `now_s`."""
-        return self.copy(plan, plan.now_s)
+        """The store's `on_apply`: an applied plan's copies start at its `now_s`. Most
+        plans a store applies copy nothing (writes placing blobs, drops): they are
+        passed over at once."""
+        for step in plan.steps:
+            if step.kind is _COPY:
+                return self.copy(plan, plan.now_s)
+        return None
 
     def in_flight(self) -> int:
         return self.fabric.in_flight()
