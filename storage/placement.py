@@ -15,13 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from itertools import compress, repeat
-from operator import floordiv, is_, mul
+from operator import is_
 
 from storage.blobs import BlobId, BlobIndex
 from storage.plans import Source, Step, StepKind
 from storage.tiers import Location, StoreLayout, Tier
 
 _NONE: frozenset[Location] = frozenset()
+_new = tuple.__new__
 _UNKNOWN = frozenset(("unknown",))  # not yet worked out (None is a real answer: no copy left)
 
 
@@ -143,37 +144,58 @@ class _Run:
         self.times_s: list[float] = []  # of the copies, blob by blob
 
     def step(self) -> Step:
+        # Built as tuples in C (`_new`): a run always holds a blob, which is all
+        # `Step.__new__` checks.
         sent = self.sent_bytes
         if not sent:  # a drop or a place: nothing moves
             sources: tuple[Source, ...] = ()
         elif len(sent) == 1:
             ((loc, n),) = sent.items()
-            sources = (Source(loc, n),) if n else ()
+            sources = (_new(Source, (loc, n)),) if n else ()
         else:
-            sources = tuple(Source(loc, n) for loc, n in sorted(sent.items()) if n)
-        return Step(
-            self.kind,
-            tuple(self.blob_ids),
-            self.location,
-            sources,
-            self.kv_bytes,
-            sum(self.times_s),
-        )
+            sources = tuple([_new(Source, item) for item in sorted(sent.items()) if item[1]])
+        return _new(Step, (self.kind, tuple(self.blob_ids), self.location, sources,
+                           self.kv_bytes, sum(self.times_s)))
+
+
+class _Shares(dict):
+    """A holder's share of copies by size (`kv_bytes * rate // total_rate`, whole bytes),
+    worked out on first use: a chain's blobs are fetched call after call from the same
+    holders, and sizes recur (one entry per distinct blob size)."""
+
+    __slots__ = ("rate", "total_rate")
+
+    def __init__(self, rate: float, total_rate: float) -> None:
+        super().__init__()
+        self.rate = rate
+        self.total_rate = total_rate
+
+    def __missing__(self, kv_bytes: int) -> int:
+        share = self[kv_bytes] = int(kv_bytes * self.rate // self.total_rate)
+        return share
 
 
 class Stripe:
-    """How a copy to ``dst`` from a set of holders is shared out: worked out once
-    for a run of blobs with the same holders."""
+    """How a copy to a destination from a set of holders is shared out: worked out
+    once for a run of blobs with the same holders (`Stripe.to`)."""
 
-    __slots__ = ("holders", "rate", "rates", "total_rate")
+    __slots__ = ("_shares", "holders", "rate", "rates", "total_rate")
 
-    def __init__(self, layout: StoreLayout, dst: Location, held: Collection[Location]) -> None:
+    def __init__(self, holders: tuple, rates: list[float], rate: float) -> None:
+        self.holders = holders
+        self.rates = rates
+        self.total_rate = sum(rates)
+        self.rate = rate
+        self._shares = [_Shares(r, self.total_rate) for r in rates[1:]]
+
+    @classmethod
+    def to(cls, layout: StoreLayout, dst: Location, held: Collection[Location]) -> Stripe:
+        """The striping of a copy to ``dst`` from ``held`` (``dst`` itself sends nothing)."""
         # Each holder sends a share proportional to its path bandwidth; the
         # aggregate is capped by what the destination can write.
-        self.holders = tuple(sorted(loc for loc in held if loc != dst))
-        self.rates = [layout.path_bytes_per_s(src, dst) for src in self.holders]
-        self.total_rate = sum(self.rates)
-        self.rate = min(self.total_rate, layout.spec(dst).write_bytes_per_s)
+        holders = tuple(sorted(loc for loc in held if loc != dst))
+        rates = [layout.path_bytes_per_s(src, dst) for src in holders]
+        return cls(holders, rates, min(sum(rates), layout.spec(dst).write_bytes_per_s))
 
     def sent_bytes(self, kv_bytes: Collection[int]) -> list[int]:
         """What each holder sends, in `holders` order, for copies of these sizes: of
@@ -181,12 +203,11 @@ class Stripe:
         (`kv_bytes * rate // total_rate`), the first the rest. Summed over the copies
         holder by holder in C: shares are whole bytes, so the sums are exact."""
         total = sum(kv_bytes)
-        if len(self.rates) == 1:
+        if not self._shares:
             return [total]
         out = [0]
-        for rate in self.rates[1:]:
-            out.append(sum(map(int, map(floordiv, map(mul, kv_bytes, repeat(rate)),
-                                        repeat(self.total_rate)))))
+        for shares in self._shares:
+            out.append(sum(map(shares.__getitem__, kv_bytes)))
         out[0] = total - sum(out)
         return out
 
@@ -197,6 +218,9 @@ class Draft:
     ``referenced`` says whether a live session needs a blob; ``pinned`` whether
     a computation is using the copy at a location. Neither may be lost.
     """
+
+    __slots__ = ("_added", "_removed", "_runs", "_times_s", "_used_delta", "index", "layout",
+                 "now_s", "pinned", "placement", "referenced")
 
     def __init__(
         self,
@@ -317,7 +341,7 @@ class Draft:
             key = held if type(held) is frozenset else frozenset(held)
             stripe = known.get(key)
             if stripe is None:
-                stripe = known[key] = Stripe(self.layout, dst, held)
+                stripe = known[key] = Stripe.to(self.layout, dst, held)
             if not stripe.holders:
                 raise ValueError(f"blob {blob_id} has no copy to load into {dst}")
             out.append(stripe)

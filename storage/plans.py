@@ -8,8 +8,10 @@ then loads.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from enum import Enum
+from types import MappingProxyType
+from typing import NamedTuple
 
 from storage.blobs import Blob, BlobId
 from storage.tiers import Location, Tier
@@ -45,23 +47,14 @@ class NoFit(Enum):
     NO_ROOM_BELOW = "no_room_below"  # offload found no room in a lower tier
 
 
-@dataclass(frozen=True, slots=True)
-class Source:
+class Source(NamedTuple):
+    """What one holder sends over a step's copies."""
+
     location: Location
     kv_bytes: int
 
 
-@dataclass(frozen=True, slots=True)
-class Step:
-    """One kind of change at one location for a run of blobs, in order.
-
-    Consecutive changes of one kind at one location make one step: applying
-    it is applying its blobs one after another. ``kv_bytes`` and ``time_s``
-    are the run's totals (a blob's copy time is its bytes over its striped
-    rate); each ``Source`` is what one holder sends over the whole run, the
-    sum of its shares of the blobs it holds.
-    """
-
+class _StepFields(NamedTuple):
     kind: StepKind
     blob_ids: tuple[BlobId, ...]
     location: Location
@@ -69,13 +62,35 @@ class Step:
     kv_bytes: int = 0
     time_s: float = 0.0
 
-    def __post_init__(self) -> None:
-        if not self.blob_ids:
-            raise ValueError(f"Step.blob_ids must name at least one blob, got {self.blob_ids!r}")
+
+class Step(_StepFields):
+    """One kind of change at one location for a run of blobs, in order.
+
+    Consecutive changes of one kind at one location make one step: applying
+    it is applying its blobs one after another. ``kv_bytes`` and ``time_s``
+    are the run's totals (a blob's copy time is its bytes over its striped
+    rate); each ``Source`` is what one holder sends over the whole run, the
+    sum of its shares of the blobs it holds.
+
+    A named tuple, as ``TransferPlan`` is: a draft builds one per run of
+    changes (several a call), and a tuple is built in C (a frozen
+    dataclass's ``__init__`` sets each field with a Python-level call).
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, kind: StepKind, blob_ids: tuple[BlobId, ...], location: Location,
+                sources: tuple[Source, ...] = (), kv_bytes: int = 0,
+                time_s: float = 0.0) -> Step:
+        if not blob_ids:
+            raise ValueError(f"Step.blob_ids must name at least one blob, got {blob_ids!r}")
+        return tuple.__new__(cls, (kind, blob_ids, location, sources, kv_bytes, time_s))
 
 
-@dataclass(frozen=True)
-class TransferPlan:
+_NO_TOKENS: Mapping[Tier, int] = MappingProxyType({})
+
+
+class TransferPlan(NamedTuple):
     """A decision and its price; ``fits=False`` plans carry no steps.
 
     ``time_s`` is the sum of the blobs' copy times (steps run one after
@@ -88,6 +103,9 @@ class TransferPlan:
     ``hit_tokens``/``miss_tokens`` the lookup accounting per tier that
     ``apply`` adds to the counters (``local_tokens``: the hits the
     destination itself holds, which move nothing).
+
+    A named tuple (immutable; its token mappings are not to be changed): the
+    store builds several a call, and a tuple of its 19 fields is built in C.
     """
 
     purpose: Purpose
@@ -106,8 +124,8 @@ class TransferPlan:
     recompute_time_s: float = 0.0
     chain: tuple[BlobId, ...] = ()
     new_blobs: tuple[Blob, ...] = ()
-    hit_tokens: dict[Tier, int] = field(default_factory=dict)
-    miss_tokens: dict[Tier, int] = field(default_factory=dict)
+    hit_tokens: Mapping[Tier, int] = _NO_TOKENS
+    miss_tokens: Mapping[Tier, int] = _NO_TOKENS
     local_tokens: int = 0  # of the hit tokens, those ``location`` itself holds
 
     @property

@@ -96,18 +96,22 @@ class BlobStore:
     def pin(self, location: Location, blob_ids: Iterable[BlobId]) -> None:
         """A computation at ``location`` uses these copies: never evict them."""
         here = self.placement.at[location]
-        ids = tuple(blob_ids)
+        ids = blob_ids if type(blob_ids) is tuple else tuple(blob_ids)
         for blob_id in filterfalse(here.__contains__, ids):
             raise ValueError(f"cannot pin blob {blob_id} at {location}: no copy there")
-        pins = self._pins.setdefault(location, {})
+        pins = self._pins.get(location)
+        if pins is None:
+            pins = self._pins[location] = {}
+        get = pins.get
         for blob_id in ids:
-            pins[blob_id] = pins.get(blob_id, 0) + 1
+            pins[blob_id] = get(blob_id, 0) + 1
         self.version += 1
 
     def unpin(self, location: Location, blob_ids: Iterable[BlobId]) -> None:
         pins = self._pins.get(location, {})
+        get = pins.get
         for blob_id in blob_ids:
-            count = pins.get(blob_id, 0)
+            count = get(blob_id, 0)
             if count <= 0:
                 raise ValueError(f"blob {blob_id} is not pinned at {location}")
             if count == 1:
@@ -161,23 +165,16 @@ class BlobStore:
 
     # -- plans ------------------------------------------------------------
     def _draft(self, location: Location, now_s: float) -> Draft:
-        if location not in self.layout:
+        if location not in self.placement.at:  # (the layout's places, in a dict)
             raise KeyError(f"unknown storage location {location}")
-        if math.isnan(now_s):
+        if now_s != now_s:  # NaN
             raise ValueError(f"now_s must be a number, got {now_s!r}")
         return Draft(self.placement, self.index, self.referenced, self.pinned, now_s)
 
     def _plan(self, draft: Draft, purpose: Purpose, location: Location,
               steps: tuple[Step, ...] | None = None, **fields) -> TransferPlan:
-        return TransferPlan(
-            purpose,
-            location,
-            draft.now_s,
-            self.version,
-            steps=draft.steps if steps is None else steps,
-            time_s=draft.time_s,
-            **fields,
-        )
+        return TransferPlan(purpose, location, draft.now_s, self.version, True, None,
+                            draft.steps if steps is None else steps, draft.time_s, **fields)
 
     def _no_fit(self, purpose: Purpose, location: Location, now_s: float, why: NoFit, **fields):
         return TransferPlan(purpose, location, now_s, self.version, False, why, **fields)
@@ -307,10 +304,15 @@ class BlobStore:
         slowest = self.placement.slowest_tier
         # The leading blobs that also have a slower copy are plain drops (pinned ones and
         # those not here are passed over): found in C.
-        present = list(filterfalse(pins.__contains__, filter(here.__contains__, ids)))
-        tiers = map(slowest.__getitem__, map(copies.__getitem__, present))
-        slower = list(map(src.tier.__lt__, tiers))
-        lead = slower.index(False) if False in slower else len(slower)
+        present = list(filter(here.__contains__, ids))
+        if pins:
+            present = list(filterfalse(pins.__contains__, present))
+        if all(src.tier < slowest[held] for held in set(map(copies.__getitem__, present))):
+            lead = len(present)  # (the common case: a chain's blobs share a few holder sets)
+        else:
+            tiers = map(slowest.__getitem__, map(copies.__getitem__, present))
+            slower = list(map(src.tier.__lt__, tiers))
+            lead = slower.index(False)
         drops: list[BlobId] = present[:lead]
         ids = ids[ids.index(present[lead]):] if lead < len(present) else ()
         for blob_id in ids:
