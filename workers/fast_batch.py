@@ -150,9 +150,14 @@ class _BatchAttention:
         ctx_mean = cached + (q_tok + 1.0) / 2.0
         ctx_end = cached + q_tok
         ctx_flops = np.where(decoding, self.f_dec, self.f_pre)
-        ctx = float(np.add.reduce(q_tok * ctx_flops * (nf * ctx_mean + ns * np.minimum(
-            ctx_mean, w)))) / ranks / tp
-        kv = float(np.add.reduce(self.kv_layer * (nf * ctx_end + ns * np.minimum(ctx_end, w))))
+        if ns:
+            ctx_mean = nf * ctx_mean + ns * np.minimum(ctx_mean, w)
+            ctx_end = nf * ctx_end + ns * np.minimum(ctx_end, w)
+        else:  # no sliding layer: its term is +0.0 beside a positive one (`time_s`)
+            ctx_mean *= nf
+            ctx_end *= nf
+        ctx = float(np.add.reduce(q_tok * ctx_flops * ctx_mean)) / ranks / tp
+        kv = float(np.add.reduce(self.kv_layer * ctx_end))
         return self._finish(ctx, kv / ranks, tokens, cached.size, ranks)
 
     def _finish(self, ctx: float, kv_read: float, tokens: float, n: int,
@@ -170,11 +175,20 @@ class _BatchAttention:
                ranks: float) -> float:
         tp, nf, ns, w = self.tp, self.n_full, self.n_slide, self.window
         tokens = q_sum / ranks
+        f_dec, f_pre, kv_layer = self.f_dec, self.f_pre, self.kv_layer
+        if not ns:
+            # No sliding layer: `ns * min(...)` is +0.0 beside a positive term (contexts
+            # and query tokens are positive), and adding it changes nothing.
+            ctx_terms = [q * (f_dec if d else f_pre) * (nf * (c + (q + 1.0) / 2.0))
+                         for q, c, d in zip(q_tok, cached, decoding, strict=True)]
+            kv_terms = [kv_layer * (nf * (c + q)) for q, c in zip(q_tok, cached, strict=True)]
+            return self._finish(pairwise_sum(ctx_terms) / ranks / tp,
+                                pairwise_sum(kv_terms) / ranks, tokens, len(cached), ranks)
         ctx_terms, kv_terms = [], []
         for q, c, d in zip(q_tok, cached, decoding, strict=True):
             cm = c + (q + 1.0) / 2.0
             ce = c + q
-            ctx_terms.append(q * (self.f_dec if d else self.f_pre) * (nf * cm + ns * min(cm, w)))
-            kv_terms.append(self.kv_layer * (nf * ce + ns * min(ce, w)))
+            ctx_terms.append(q * (f_dec if d else f_pre) * (nf * cm + ns * min(cm, w)))
+            kv_terms.append(kv_layer * (nf * ce + ns * min(ce, w)))
         return self._finish(pairwise_sum(ctx_terms) / ranks / tp,
                             pairwise_sum(kv_terms) / ranks, tokens, len(cached), ranks)

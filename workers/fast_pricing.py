@@ -292,13 +292,21 @@ class StepTail:
         pp, overhead = self.pp, self.overhead_s
         accepted = self.accepted if self.decode else None
         out = []
+        # Terms that are exactly 0.0 add nothing to the positive values they join (as in
+        # `tpots_array_s`): the zero kernel terms are left out, and so are the sliding
+        # layers' when there are none.
+        after = tuple(term for term in after if term)
         for i in range(steps):
             context = first + float(i)
             ctx_mean = context + half
             ctx_end = context + q_tok
-            flops = a_ctx * (n_full * ctx_mean + n_slide * min(ctx_mean, window)) / tp
+            if n_slide:
+                flops = a_ctx * (n_full * ctx_mean + n_slide * min(ctx_mean, window)) / tp
+                kv_read = kv_seq * (n_full * ctx_end + n_slide * min(ctx_end, window))
+            else:
+                flops = a_ctx * (n_full * ctx_mean) / tp
+                kv_read = kv_seq * (n_full * ctx_end)
             flops = flops + lin_flops
-            kv_read = kv_seq * (n_full * ctx_end + n_slide * min(ctx_end, window))
             kv_read = kv_read + state
             attn_bytes = w_bytes + kv_read
             attn_bytes = attn_bytes + act_bytes
@@ -308,7 +316,7 @@ class StepTail:
             stage_s = t_cm + network + latency
             if overlap is not None:
                 stage_s = stage_s - overlap * min(t_cm, network)
-            step_s = pp * stage_s + 0.0 + overhead  # no draft pass: draft_s is 0.0
+            step_s = pp * stage_s + overhead  # no draft pass: draft_s is 0.0
             out.append(step_s / accepted if accepted is not None else step_s)
         return out
 

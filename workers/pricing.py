@@ -40,8 +40,10 @@ from workers.fast_pricing import Pricing, StepTail
 # ~30 array operations (a Python step costs ~3 us, an array operation ~1 us).
 SCALAR_STEPS = 12
 # Batch steps of at most this many requests are memoised and priced in a Python loop;
-# bigger ones (decodes riding with prefill chunks) as arrays, unmemoised.
+# up to SCALAR_BATCH_REQUESTS priced in the loop unmemoised (decodes riding with
+# prefill chunks: such a step never repeats); bigger ones as arrays.
 BATCH_MEMO_REQUESTS = 16
+SCALAR_BATCH_REQUESTS = 32
 
 
 class StepPricer:
@@ -105,7 +107,7 @@ class StepPricer:
         (`costmodel.batch`): chunked prefill, or decodes with prefill chunks riding along
         (`decoding` per request). The requests spread over the attention ranks."""
         n = len(cached_tokens)
-        if n > BATCH_MEMO_REQUESTS:
+        if n > SCALAR_BATCH_REQUESTS:
             # A big step (decodes riding with chunks) never repeats: no memo, and its
             # per-request terms priced as arrays.
             flags = np.full(n, bool(decoding)) if isinstance(decoding, bool) else np.array(
@@ -115,9 +117,9 @@ class StepPricer:
                 np.array(cached_tokens, dtype=np.int64).astype(np.float64), flags)
             return step_s, step_s / self.layout.pp
         flags = (bool(decoding),) * n if isinstance(decoding, bool) else (
-            tuple(bool(d) for d in decoding))
-        return self._batch(tuple(int(t) for t in new_tokens),
-                           tuple(int(t) for t in cached_tokens), flags)
+            tuple(map(bool, decoding)))
+        price = self._batch if n <= BATCH_MEMO_REQUESTS else self._batch_uncached
+        return price(tuple(map(int, new_tokens)), tuple(map(int, cached_tokens)), flags)
 
     def fill_core_s(self, phase: Phase, sequences: int, new_tokens: int,
                     cached_tokens: int) -> tuple[float, float]:
