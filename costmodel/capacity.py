@@ -83,7 +83,7 @@ class KVCapacity:
             return int(per_token), int(state)
         return None
 
-    @property
+    @cached_property
     def tokens_per_rank(self) -> int:
         if not self.fits:
             return 0
@@ -91,7 +91,7 @@ class KVCapacity:
             return 0  # no full-attention layer: capacity is in sequences only
         return int(self.budget_bytes_per_gpu // self._full_per_token)
 
-    @property
+    @cached_property
     def kv_capacity_tokens(self) -> int:
         """Tokens of full-attention KV the instance holds (per-sequence state aside)."""
         return self.ranks * self.tokens_per_rank

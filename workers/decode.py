@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import zlib
+from bisect import bisect_left
 from collections.abc import Callable
 
 import numpy as np
@@ -272,15 +273,14 @@ class DecodeWorker:
                     self._preempt([self.running[-1]], now_s)
                     self._reserve.after_preemption([r.generated for r in self.running])
                     continue
-                ends = now_s + np.cumsum(self.pricer.decode_step_times_s(
-                    len(self.running), run.mean_contexts))
+                ends = (now_s + np.cumsum(self.pricer.decode_step_times_s(
+                    len(self.running), run.mean_contexts))).tolist()
                 done = await self._run_steps(ends)
                 self._advance(done, now_s, loop.time(), run.gained[done - 1])
                 continue
             mean_context = sum([r.input_tokens + r.generated for r in self.running]) / len(
                 self.running)
-            ends = now_s + self.pricer.decode_steps_s(len(self.running), mean_context,
-                                                      steps).cumsum()
+            ends = self.pricer.decode_run_ends_s(now_s, len(self.running), mean_context, steps)
             done = await self._run_steps(ends)
             self._advance(done, now_s, loop.time())
 
@@ -367,17 +367,18 @@ class DecodeWorker:
         finally:
             self._requeueing = False
 
-    async def _run_steps(self, ends: np.ndarray) -> int:
-        """Wait through priced steps ending at `ends`; return how many ran. An interrupt
-        ends the run at the end of the step in progress, unless nothing needs the batch
-        to change (a spurious wake), in which case the run goes on unpriced again."""
+    async def _run_steps(self, ends: list[float]) -> int:
+        """Wait through priced steps ending at `ends` (ascending); return how many ran.
+        An interrupt ends the run at the end of the step in progress, unless nothing needs
+        the batch to change (a spurious wake), in which case the run goes on unpriced
+        again."""
         loop = asyncio.get_running_loop()
         try:
             while True:
                 if not await self._poked_or_timeout(loop, ends[-1] - loop.time()):
                     return len(ends)
                 t = loop.time()
-                j = min(int(ends.searchsorted(t, "left")), len(ends) - 1)
+                j = min(bisect_left(ends, t), len(ends) - 1)
                 if ends[j] > t:
                     await asyncio.sleep(ends[j] - t)
                 if (self._loaded or self._replan or self.target_batch < len(self.running)

@@ -181,8 +181,7 @@ class MixedWorker(DecodeWorker):
         running = self.running
         # Request.context_tokens inline: this runs per run, over the batch.
         mean_context = sum([r.input_tokens + r.generated for r in running]) / len(running)
-        ends = now_s + self.pricer.decode_steps_s(len(self.running), mean_context,
-                                                  steps).cumsum()
+        ends = self.pricer.decode_run_ends_s(now_s, len(self.running), mean_context, steps)
         done = await self._run_steps(ends)
         self._advance(done, now_s, asyncio.get_running_loop().time())
 

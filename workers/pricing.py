@@ -22,6 +22,7 @@ without its per-call overhead. Split (attention-FFN) decode stays on the core.
 from __future__ import annotations
 
 from functools import lru_cache
+from itertools import accumulate
 
 import numpy as np
 
@@ -165,6 +166,16 @@ class StepPricer:
         if steps <= SCALAR_STEPS:
             return np.array(tail.tpots_s(mean_context, steps))
         return tail.tpots_array_s(mean_context, steps)
+
+    def decode_run_ends_s(self, start_s: float, sequences: int, mean_context: float,
+                          steps: int) -> list[float]:
+        """When each step of a decode run starting at `start_s` ends:
+        `(start_s + decode_steps_s(...).cumsum()).tolist()`, the same doubles (numpy's
+        cumsum adds in order, as `itertools.accumulate`); a short run's in Python floats."""
+        if self._fast_decode and steps <= SCALAR_STEPS:
+            tail = self._tail(Phase.DECODE, self.per_rank(sequences), 1)
+            return [start_s + t for t in accumulate(tail.tpots_s(mean_context, steps))]
+        return (start_s + self.decode_steps_s(sequences, mean_context, steps).cumsum()).tolist()
 
     def decode_steps_core_s(self, sequences: int, mean_context: float,
                             steps: int) -> np.ndarray:
