@@ -148,6 +148,8 @@ class Fabric:
     def advance(self, now_s: float) -> list[tuple[int, float]]:
         """Progress every flow to `now_s`; returns `(flow id, finish time)` of the flows
         that finished, in finishing order."""
+        if not self._finished:
+            return self._run_to(now_s)
         done, self._finished = self._finished, []
         done.extend(self._run_to(now_s))
         return done

@@ -199,7 +199,9 @@ class KvLinks:
     def _settle(self, now_s: float) -> float:
         """Bring the fabric to `now_s` (never back: a timer may have run it a rounding
         ahead), finishing the flows done by then. Returns the time it stands at."""
-        now_s = max(now_s, self.fabric.now_s)
+        fabric_s = self.fabric.now_s
+        if fabric_s > now_s:
+            now_s = fabric_s
         self._integrate(now_s)
         finished = self.fabric.advance(now_s)
         if finished:
@@ -228,7 +230,7 @@ class KvLinks:
         # The loop's clock keeps integer nanoseconds: it may stand a rounding before
         # the finish it was woken for.
         loop_s = asyncio.get_running_loop().time()
-        self._settle(max(loop_s, due_s))
+        self._settle(due_s if due_s > loop_s else loop_s)  # max(loop_s, due_s)
         if self._timer is None:
             self._after_change()
 
