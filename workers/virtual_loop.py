@@ -255,63 +255,75 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
             heapq.heappop(scheduled)[2]._scheduled = False
 
     def _run_once(self) -> None:
-        """One iteration: poll I/O, jump the clock if idle, run what is due.
+        """Iterations until the loop is stopping. Each polls I/O, jumps the clock if idle
+        and runs what is due.
 
         Replaces ``BaseEventLoop._run_once``: the stdlib version would sleep in
-        ``select`` until the next timer and compares float deadlines.
+        ``select`` until the next timer and compares float deadlines. ``run_forever``
+        calls it and stops when ``_stopping`` is set after a call; checking that after
+        each iteration here is the same, without a call per iteration.
         """
-        if self._timer_cancelled_count:
-            self._drop_cancelled_timers()
-        scheduled, ready = self._scheduled, self._ready
-        idle = not ready and not self._stopping
-        timeout = None if idle and not scheduled else 0
-        self._polls_skipped += 1
-        if timeout is None or self._polls_skipped >= _POLL_EVERY or self._watching_io():
-            self._polls_skipped = 0
-            event_list = self._selector.select(timeout)
-            self._process_events(event_list)
-            event_list = None  # break reference cycles on exceptions, as asyncio does
-
-        if scheduled:
-            now_ns = self._now_ns
-            if not ready and not self._stopping and scheduled[0][0] > now_ns:
-                # Nothing runnable: jump to the earliest deadline instead of waiting.
-                now_ns = self._now_ns = scheduled[0][0]
-            while scheduled and scheduled[0][0] <= now_ns:
-                handle = heapq.heappop(scheduled)[2]
-                handle._scheduled = False
-                ready.append(handle)
-
-        # Run only what is ready now; callbacks scheduled by these run next time.
+        ready = self._ready
         popleft = ready.popleft
-        if self._debug:
-            for _ in range(len(ready)):
-                handle = popleft()
-                if handle._cancelled:
-                    continue
-                self.handles_run += 1
-                self._current_handle = handle
-                try:
-                    handle._run()
-                finally:
-                    self._current_handle = None
+        heappop = heapq.heappop
+        fd_keys = self._fd_keys
+        signal_handlers = getattr(self, "_signal_handlers", None)
+        while True:
+            if self._timer_cancelled_count:
+                self._drop_cancelled_timers()
+            scheduled = self._scheduled
+            idle = not ready and not self._stopping
+            timeout = None if idle and not scheduled else 0
+            self._polls_skipped += 1
+            # `_watching_io` inline where the selector's registrations can be counted.
+            if (timeout is None or self._polls_skipped >= _POLL_EVERY
+                    or (len(fd_keys) > 1 if fd_keys is not None else self._watching_io())
+                    or signal_handlers):
+                self._polls_skipped = 0
+                event_list = self._selector.select(timeout)
+                self._process_events(event_list)
+                event_list = None  # break reference cycles on exceptions, as asyncio does
+
+            if scheduled:
+                now_ns = self._now_ns
+                if not ready and not self._stopping and scheduled[0][0] > now_ns:
+                    # Nothing runnable: jump to the earliest deadline instead of waiting.
+                    now_ns = self._now_ns = scheduled[0][0]
+                while scheduled and scheduled[0][0] <= now_ns:
+                    handle = heappop(scheduled)[2]
+                    handle._scheduled = False
+                    ready.append(handle)
+
+            # Run only what is ready now; callbacks scheduled by these run next time.
+            if self._debug:
+                for _ in range(len(ready)):
+                    handle = popleft()
+                    if handle._cancelled:
+                        continue
+                    self.handles_run += 1
+                    self._current_handle = handle
+                    try:
+                        handle._run()
+                    finally:
+                        self._current_handle = None
+            else:
+                for _ in range(len(ready)):
+                    handle = popleft()
+                    if handle._cancelled:
+                        continue
+                    self.handles_run += 1
+                    # Handle._run inline (one Python call less per callback; no asyncio
+                    # handle overrides it): the callback in its context, an exception
+                    # reported as it reports one.
+                    try:
+                        handle._context.run(handle._callback, *handle._args)
+                    except (SystemExit, KeyboardInterrupt):
+                        raise
+                    except BaseException as exc:
+                        self._callback_failed(handle, exc)
             handle = None
-            return
-        for _ in range(len(ready)):
-            handle = popleft()
-            if handle._cancelled:
-                continue
-            self.handles_run += 1
-            # Handle._run inline (one Python call less per callback; no asyncio handle
-            # overrides it): the callback in its context, an exception reported as it
-            # reports one.
-            try:
-                handle._context.run(handle._callback, *handle._args)
-            except (SystemExit, KeyboardInterrupt):
-                raise
-            except BaseException as exc:
-                self._callback_failed(handle, exc)
-        handle = None
+            if self._stopping:
+                return
 
     def _callback_failed(self, handle: asyncio.Handle, exc: BaseException) -> None:
         """What `asyncio.Handle._run` does with a callback's exception."""
