@@ -273,8 +273,8 @@ class DecodeWorker:
                     self._preempt([self.running[-1]], now_s)
                     self._reserve.after_preemption([r.generated for r in self.running])
                     continue
-                ends = (now_s + np.cumsum(self.pricer.decode_step_times_s(
-                    len(self.running), run.mean_contexts))).tolist()
+                ends = now_s + np.cumsum(self.pricer.decode_step_times_s(
+                    len(self.running), run.mean_contexts))
                 done = await self._run_steps(ends)
                 self._advance(done, now_s, loop.time(), run.gained[done - 1])
                 continue
@@ -367,7 +367,7 @@ class DecodeWorker:
         finally:
             self._requeueing = False
 
-    async def _run_steps(self, ends: list[float]) -> int:
+    async def _run_steps(self, ends: list[float] | np.ndarray) -> int:
         """Wait through priced steps ending at `ends` (ascending); return how many ran.
         An interrupt ends the run at the end of the step in progress, unless nothing needs
         the batch to change (a spurious wake), in which case the run goes on unpriced

@@ -168,14 +168,16 @@ class StepPricer:
         return tail.tpots_array_s(mean_context, steps)
 
     def decode_run_ends_s(self, start_s: float, sequences: int, mean_context: float,
-                          steps: int) -> list[float]:
+                          steps: int) -> list[float] | np.ndarray:
         """When each step of a decode run starting at `start_s` ends:
-        `(start_s + decode_steps_s(...).cumsum()).tolist()`, the same doubles (numpy's
-        cumsum adds in order, as `itertools.accumulate`); a short run's in Python floats."""
+        `start_s + decode_steps_s(...).cumsum()`, the same doubles; a short run's as a
+        list of Python floats (numpy's cumsum adds in order, as `itertools.accumulate`),
+        a long run's as numpy's array (a list of hundreds of floats costs more to make
+        than the run's few look-ups in it save)."""
         if self._fast_decode and steps <= SCALAR_STEPS:
             tail = self._tail(Phase.DECODE, self.per_rank(sequences), 1)
             return [start_s + t for t in accumulate(tail.tpots_s(mean_context, steps))]
-        return (start_s + self.decode_steps_s(sequences, mean_context, steps).cumsum()).tolist()
+        return start_s + self.decode_steps_s(sequences, mean_context, steps).cumsum()
 
     def decode_steps_core_s(self, sequences: int, mean_context: float,
                             steps: int) -> np.ndarray:

@@ -55,8 +55,8 @@ def check_decode_runs(pricer, sequences, context, steps):
     got = pricer.decode_steps_s(sequences, context, steps)
     assert np.array_equal(got, pricer.decode_steps_core_s(sequences, context, steps))
     start_s = 1234.5678 + context / 7
-    assert pricer.decode_run_ends_s(start_s, sequences, context, steps) == (
-        start_s + got.cumsum()).tolist()
+    ends = pricer.decode_run_ends_s(start_s, sequences, context, steps)
+    assert list(map(float, ends)) == (start_s + got.cumsum()).tolist()
     mean_contexts = context + 1.5 * np.arange(steps)
     assert np.array_equal(pricer.decode_step_times_s(sequences, mean_contexts),
                           pricer.decode_step_times_core_s(sequences, mean_contexts))
