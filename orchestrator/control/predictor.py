@@ -76,17 +76,30 @@ class Predictor:
         self._fill: tuple[tuple, float] | None = None
 
     def _model_fill_s(self, pool: str, phase: Phase, new_tokens: float, cached: float) -> float:
-        key = ("fill", pool, phase, round(new_tokens, -2), round(cached, -3))
-        if key not in self._cache:
-            self._cache[key] = float(self._pricers[pool].fill_s(phase, 1, key[3] or 1,
-                                                                key[4])[0])
-        return self._cache[key] * self.settings.error
+        return self._model_fill_rounded_s(pool, phase, round(new_tokens, -2), round(cached, -3))
+
+    def _model_fill_rounded_s(self, pool: str, phase: Phase, new_tokens: float,
+                              cached: float) -> float:
+        """A fill of `new_tokens` (to 100 tokens) after `cached` (to 1,000), priced once."""
+        key = ("fill", pool, phase, new_tokens, cached)
+        value = self._cache.get(key)
+        if value is None:
+            value = self._cache[key] = float(self._pricers[pool].fill_s(phase, 1,
+                                                                        new_tokens or 1,
+                                                                        cached)[0])
+        return value * self.settings.error
 
     def _model_tpot_s(self, pool: str, sequences: int, context: float) -> float:
-        key = ("decode", pool, max(sequences, 1), round(context, -3))
-        if key not in self._cache:
-            self._cache[key] = float(self._pricers[pool].decode_steps_s(key[2], key[3], 1)[0])
-        return self._cache[key] * self.settings.error
+        return self._model_tpot_rounded_s(pool, sequences, round(context, -3))
+
+    def _model_tpot_rounded_s(self, pool: str, sequences: int, context: float) -> float:
+        """A decode step of `sequences` at `context` tokens (to 1,000), priced once."""
+        key = ("decode", pool, max(sequences, 1), context)
+        value = self._cache.get(key)
+        if value is None:
+            value = self._cache[key] = float(self._pricers[pool].decode_steps_s(key[2], context,
+                                                                                1)[0])
+        return value * self.settings.error
 
     def observe_completion(self, req: Request, rt: ClusterRuntime) -> None:
         """Learn from a completed call: its shape, and its fill and decode times against
@@ -117,11 +130,11 @@ class Predictor:
         key = tuple((w.spec.pool, w.accepting, w.target_batch) for w in rt.decode_workers.values())
         if self._rates is not None and self._rates[0] == key:
             return self._rates[1]
-        context = self.input_tokens + self.output_tokens / 2
+        context = round(self.input_tokens + self.output_tokens / 2, -3)
         total = 0.0
         for w in rt.decode_workers.values():
             if w.accepting:
-                tpot = self._model_tpot_s(w.spec.pool, w.target_batch, context)
+                tpot = self._model_tpot_rounded_s(w.spec.pool, w.target_batch, context)
                 total += w.target_batch / (tpot * self.decode_correction * self.output_tokens)
         self._rates = (key, total)
         return total
@@ -130,12 +143,13 @@ class Predictor:
         key = tuple(w.spec.pool for w in rt.fill_workers.values())
         if self._fill is not None and self._fill[0] == key:
             return self._fill[1]
-        cached = max(self.input_tokens - self.new_tokens, 0.0)
+        new_tokens = round(self.new_tokens, -2)
+        cached = round(max(self.input_tokens - self.new_tokens, 0.0), -3)
         worst = 0.0
         # Workers of one pool and phase predict the same fill: one figure for them all.
         for pool, phase in dict.fromkeys((w.spec.pool, w.spec.phase)
                                          for w in rt.fill_workers.values()):
             phase = Phase.MIDFILL if phase is Phase.MIDFILL else Phase.PREFILL
-            worst = max(worst, self._model_fill_s(pool, phase, self.new_tokens, cached))
+            worst = max(worst, self._model_fill_rounded_s(pool, phase, new_tokens, cached))
         self._fill = (key, worst * self.fill_correction)
         return self._fill[1]
