@@ -325,7 +325,8 @@ class StepTail:
         doubles: a long decode run's steps as arrays, each operation done in place, and
         the terms that are exactly 0.0 for this tail left out (no sliding or linear
         layer, a zero kernel term, no draft pass): each would add +0.0 to a positive
-        value, which leaves it as it is."""
+        value, which leaves it as it is; so are divisions and products by exactly 1.0
+        (tp, pp, one token a step)."""
         if self.first is not None:  # draft passes: the general path
             return self.tpot_s(self.step_s(first + np.arange(steps, dtype=np.float64),
                                            np.maximum, np.minimum))
@@ -343,7 +344,8 @@ class StepTail:
         if slide is not None:
             flops += slide
         flops *= a.a_ctx
-        flops /= a.tp
+        if a.tp != 1.0:  # x / 1.0 is x
+            flops /= a.tp
         if a.lin_flops:
             flops += a.lin_flops
         # attn_bytes = w_bytes + (kv_seq * (n_full * ctx_end + n_slide * min(ctx_end,
@@ -375,8 +377,9 @@ class StepTail:
             less = np.minimum(t_cm, main.network_s, out=kv)
             less *= main.overlap
             stage -= less
-        stage *= self.pp
+        if self.pp != 1.0:  # x * 1.0 is x
+            stage *= self.pp
         stage += self.overhead_s
-        if self.decode:
+        if self.decode and self.accepted != 1.0:
             stage /= self.accepted
         return stage
