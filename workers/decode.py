@@ -56,6 +56,7 @@ class DecodeWorker:
                  on_done: Callable[[Request, float], None] | None = None, jump: bool = True,
                  seed: int = 0):
         self.spec, self.pricer, self.store, self.ready, self.log = spec, pricer, store, ready, log
+        self.name = spec.name  # read at every sample (the HBM figures)
         self.on_done = on_done
         self.jump = jump
         self.kv = spec.kv
@@ -87,10 +88,6 @@ class DecodeWorker:
         self._state_key: tuple | None = None
         self._state: WorkerState | None = None
         ready.subscribe(self._on_ready)
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
 
     def _footprint(self, req: Request) -> float:
         """KV of `req` now, per GPU of its attention rank group (KVCapacity units)."""

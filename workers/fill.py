@@ -206,6 +206,7 @@ class FillWorker:
                  ready: ReadyBuffer, log: EventLog,
                  on_done: Callable[[Request, float], None] | None = None):
         self.spec, self.pricer, self.store, self.ready, self.log = spec, pricer, store, ready, log
+        self.name = spec.name  # read at every sample (the HBM figures)
         self.on_done = on_done
         self.hbm = Location(Tier.HBM, spec.name)
         self.host = Location(Tier.DRAM, spec.node)
@@ -223,10 +224,6 @@ class FillWorker:
         self.accepting = True
         self._state_key: tuple | None = None
         self._state: WorkerState | None = None
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
 
     def submit(self, req: Request, now_s: float) -> None:
         req.state = RequestState.QUEUED
