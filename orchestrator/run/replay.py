@@ -294,7 +294,8 @@ class Orchestrator(FastLoop):
         # ids, requests, the store's entries): the collector's young generation, collected
         # every 700 allocations by default, hands them on to be traversed again and again.
         thresholds = gc.get_threshold()
-        gc.set_threshold(max(thresholds[0], GC_YOUNG_THRESHOLD), *thresholds[1:])
+        if thresholds[0]:  # 0: collection switched off, left so
+            gc.set_threshold(max(thresholds[0], GC_YOUNG_THRESHOLD), *thresholds[1:])
         try:
             return await self._run()
         finally:

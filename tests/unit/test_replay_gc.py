@@ -1,0 +1,47 @@
+"""A replay collects its young garbage less often while it runs, and leaves the
+collector's settings as they were."""
+
+import gc
+
+from costmodel.model import load_model
+from orchestrator.control.config import ControlConfig
+from orchestrator.control.policies import make_policy
+from orchestrator.run.replay import GC_YOUNG_THRESHOLD, Orchestrator
+from tests.factories import short_agent_sessions, small_cluster
+from traces.replay import LoadOptions
+from workers.clock import VirtualClock
+
+
+class _Thresholds:
+    def __init__(self):
+        self.seen = set()
+
+    def on_sample(self, orch, obs, now_s):
+        self.seen.add(gc.get_threshold())
+
+
+def _replay(heard):
+    control = ControlConfig()
+    orch = Orchestrator(small_cluster().bind(load_model("llama-3.1-70b")),
+                        short_agent_sessions(2, 3, seed=1), make_policy("retire", control, 4),
+                        control, LoadOptions(sessions_per_hour=600, think_scale=0.2), 1,
+                        listeners=[heard])
+    return VirtualClock().run(orch.run())
+
+
+def test_the_young_threshold_is_raised_for_the_run_and_restored():
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        heard = _Thresholds()
+        result = _replay(heard)
+        assert len(result.requests) > 0
+        assert heard.seen == {(GC_YOUNG_THRESHOLD, 10, 10)}
+        assert gc.get_threshold() == (700, 10, 10)
+        gc.set_threshold(0, 10, 10)  # collection switched off stays off
+        heard = _Thresholds()
+        _replay(heard)
+        assert heard.seen == {(0, 10, 10)}
+        assert gc.get_threshold() == (0, 10, 10)
+    finally:
+        gc.set_threshold(*before)
