@@ -88,7 +88,7 @@ def lookup_tokens(
     chain = match.chain
     ids = match.blob_ids
     if ids and at_dst.keys().isdisjoint(ids):
-        served_by_all = set(map(fastest.__getitem__, map(copies.__getitem__, ids)))
+        served_by_all = {fastest[held] for held in set(map(copies.__getitem__, ids))}
         if len(served_by_all) == 1:
             # One tier serves the whole chain (the common case): the blobs' used
             # lengths add up to the matched prefix, so no walk over them is needed.

@@ -46,8 +46,11 @@ class Placement:
         # Striping depends on the layout alone: one per destination and holders.
         self.stripes: dict[Location, dict[frozenset[Location], Stripe]] = {}
         # The shared holder sets, and the set after adding or removing one place.
-        self._plus: dict[tuple[frozenset[Location] | None, Location], frozenset[Location]] = {}
-        self._minus: dict[tuple[frozenset[Location], Location], frozenset[Location] | None] = {}
+        # By place, then set (no key tuple to build and hash per blob moved).
+        self._plus: dict[Location, dict[frozenset[Location] | None, frozenset[Location]]] = {
+            loc: {} for loc in layout.all_locations()}
+        self._minus: dict[Location, dict[frozenset[Location], frozenset[Location] | None]] = {
+            loc: {} for loc in layout.all_locations()}
         self._sets: dict[frozenset[Location], frozenset[Location]] = {}
         # The fastest and slowest tier of each shared set: a lookup serves a blob from
         # the first; an offload drops a copy that the second holds further down.
@@ -68,13 +71,13 @@ class Placement:
         return known
 
     def _with(self, held: frozenset[Location] | None, location: Location) -> frozenset[Location]:
-        out = self._plus[(held, location)] = self.shared_set(
+        out = self._plus[location][held] = self.shared_set(
             (location,) if held is None else (*held, location))
         return out
 
     def _without(self, held: frozenset[Location], location: Location) -> frozenset[Location] | None:
         rest = held - {location}
-        out = self._minus[(held, location)] = self.shared_set(rest) if rest else None
+        out = self._minus[location][held] = self.shared_set(rest) if rest else None
         return out
 
     def add(self, blob_id: BlobId, location: Location, kv_bytes: int, now_s: float) -> None:
@@ -86,13 +89,13 @@ class Placement:
         """Copies of ``blob_ids`` (``kv_bytes`` in all) now exist at ``location``."""
         here = self.at[location]
         copies = self.copies
-        plus = self._plus
+        grown_from = self._plus[location].get
         for blob_id in blob_ids:
             if blob_id in here:
                 raise ValueError(f"blob {blob_id} already has a copy at {location}")
             here[blob_id] = now_s
             held = copies.get(blob_id)
-            grown = plus.get((held, location))
+            grown = grown_from(held)
             copies[blob_id] = self._with(held, location) if grown is None else grown
         self.used_bytes[location] += kv_bytes
 
@@ -103,13 +106,13 @@ class Placement:
         """The copies of ``blob_ids`` (``kv_bytes`` in all) at ``location`` are gone."""
         here = self.at[location]
         copies = self.copies
-        minus = self._minus
+        rest_of = self._minus[location].get
         for blob_id in blob_ids:
             if blob_id not in here:
                 raise ValueError(f"blob {blob_id} has no copy at {location}")
             del here[blob_id]
             held = copies[blob_id]
-            rest = minus.get((held, location), _UNKNOWN)
+            rest = rest_of(held, _UNKNOWN)
             if rest is _UNKNOWN:
                 rest = self._without(held, location)
             if rest is None:
@@ -124,9 +127,10 @@ class Placement:
     def touch_run(self, blob_ids: Iterable[BlobId], location: Location, now_s: float) -> None:
         """Mark the copies at ``location`` used at ``now_s``, in the order given."""
         here = self.at[location]
+        pop = here.pop
         for blob_id in filter(here.__contains__, blob_ids):  # (those here, found in C)
             # Re-insert so each location's dict stays in least-recently-used order.
-            last = here.pop(blob_id)
+            last = pop(blob_id)
             here[blob_id] = now_s if now_s > last else last
 
 
@@ -153,7 +157,10 @@ class _Run:
             ((loc, n),) = sent.items()
             sources = (_new(Source, (loc, n)),) if n else ()
         else:
-            sources = tuple([_new(Source, item) for item in sorted(sent.items()) if item[1]])
+            items = sorted(sent.items())
+            if 0 in sent.values():
+                items = [item for item in items if item[1]]
+            sources = tuple(map(_new, repeat(Source), items))
         return _new(Step, (self.kind, tuple(self.blob_ids), self.location, sources,
                            self.kv_bytes, sum(self.times_s)))
 
@@ -372,10 +379,14 @@ class Draft:
             raise ValueError(f"{len(kv_bytes)} sizes for {len(stripes)} stripes")
         # A chain's blobs have a few holder sets between them (often one): add up what
         # each stripe's holders send for its blobs, in C.
-        distinct = dict.fromkeys(stripes)
-        for stripe in distinct:
-            mine = (kv_bytes if len(distinct) == 1
-                    else list(compress(kv_bytes, map(is_, stripes, repeat(stripe)))))
+        if not stripes:
+            groups = {}
+        elif stripes.count(stripes[0]) == len(stripes):
+            groups = {stripes[0]: kv_bytes}
+        else:  # (the sets alternate along a chain: picked out a set at a time)
+            groups = {stripe: list(compress(kv_bytes, map(is_, stripes, repeat(stripe))))
+                      for stripe in dict.fromkeys(stripes)}
+        for stripe, mine in groups.items():
             for loc, n in zip(stripe.holders, stripe.sent_bytes(mine), strict=True):
                 sent[loc] = sent.get(loc, 0) + n
         run.times_s += times_s

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from itertools import filterfalse
-from operator import attrgetter, truediv
+from itertools import filterfalse, islice
+from operator import attrgetter, lt, truediv
 
 from storage.blobs import BlobId, BlobIndex, PrefixMatch
 from storage.counters import (
@@ -32,6 +32,14 @@ from storage.plans import FetchAction, NoFit, Purpose, Step, StepKind, TransferP
 from storage.tiers import Location, StoreLayout, Tier
 
 _rate = attrgetter("rate")
+
+
+def _sorted_ids(blob_ids: Iterable[BlobId]) -> tuple[BlobId, ...]:
+    """The distinct ids in increasing order: a chain as given (its ids increase from
+    the root: a blob is created after its parent), anything else sorted."""
+    if type(blob_ids) is tuple and all(map(lt, blob_ids, islice(blob_ids, 1, None))):
+        return blob_ids
+    return tuple(sorted(set(blob_ids)))
 
 
 class BlobStore:
@@ -293,7 +301,7 @@ class BlobStore:
         one tier down. Pinned copies stay.
         """
         draft = self._draft(src, now_s)
-        ids = chain = tuple(sorted(set(blob_ids)))
+        ids = chain = _sorted_ids(blob_ids)
         protect = ids  # (make_room makes a set of them only when it must evict)
         # Plain drops are gathered into one run; anything else records them first,
         # so the steps keep the order a blob-by-blob walk would give them. Until
@@ -307,12 +315,11 @@ class BlobStore:
         present = list(filter(here.__contains__, ids))
         if pins:
             present = list(filterfalse(pins.__contains__, present))
-        if all(src.tier < slowest[held] for held in set(map(copies.__getitem__, present))):
-            lead = len(present)  # (the common case: a chain's blobs share a few holder sets)
-        else:
-            tiers = map(slowest.__getitem__, map(copies.__getitem__, present))
-            slower = list(map(src.tier.__lt__, tiers))
-            lead = slower.index(False)
+        # A chain's blobs share a few holder sets: the lead ends at the first blob
+        # whose set has no copy slower than src.
+        helds = list(map(copies.__getitem__, present))
+        lead = min((helds.index(held) for held in set(helds) if slowest[held] <= src.tier),
+                   default=len(present))
         drops: list[BlobId] = present[:lead]
         ids = ids[ids.index(present[lead]):] if lead < len(present) else ()
         for blob_id in ids:
