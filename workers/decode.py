@@ -85,6 +85,7 @@ class DecodeWorker:
         self._replan = False
         self.accepting = True
         self._resident: float | None = None  # kv_resident_bytes, until the batch changes
+        self._planned_tokens = 0  # the running sequences' context tokens at the last plan
         self._state_key: tuple | None = None
         self._state: WorkerState | None = None
         ready.subscribe(self._on_ready)
@@ -275,8 +276,7 @@ class DecodeWorker:
                 done = await self._run_steps(ends)
                 self._advance(done, now_s, loop.time(), run.gained[done - 1])
                 continue
-            mean_context = sum([r.input_tokens + r.generated for r in self.running]) / len(
-                self.running)
+            mean_context = self._planned_tokens / len(self.running)
             ends = self.pricer.decode_run_ends_s(now_s, len(self.running), mean_context, steps)
             done = await self._run_steps(ends)
             self._advance(done, now_s, loop.time())
@@ -319,6 +319,8 @@ class DecodeWorker:
             until_retire = min(r.remaining for r in self.running) if self.jump else 1
             contexts = contexts[:len(self.running)]
             fit = steps_that_fit(self.kv, contexts, other, until_retire)
+        # The batch's context tokens, for the run's mean context (an exact int sum).
+        self._planned_tokens = sum(contexts)
         # A lone sequence larger than the instance runs anyway: nothing else to free.
         steps = min(until_retire, fit) if fit > 0 else until_retire
         steps = min(steps, self._steps_until_admission(contexts, steps))

@@ -178,9 +178,7 @@ class MixedWorker(DecodeWorker):
     async def _decode_run(self, now_s: float) -> None:
         """No fill can start: the decode worker's run of steps, to the next retirement."""
         steps = self._plan_run(now_s)
-        running = self.running
-        # Request.context_tokens inline: this runs per run, over the batch.
-        mean_context = sum([r.input_tokens + r.generated for r in running]) / len(running)
+        mean_context = self._planned_tokens / len(self.running)
         ends = self.pricer.decode_run_ends_s(now_s, len(self.running), mean_context, steps)
         done = await self._run_steps(ends)
         self._advance(done, now_s, asyncio.get_running_loop().time())
