@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from array import array
 from collections import Counter
 from collections.abc import Callable
 
@@ -32,6 +33,29 @@ from workers.network import Topology, fabric_links, worker_links
 # Utilisation windows: the p99 is over the run's windows of this length.
 UTILISATION_WINDOW_S = 1.0
 _COPY = StepKind.COPY  # an enum member read once (a class attribute lookup per step otherwise)
+
+
+class _Windows:
+    """One link's bytes carried per utilisation window, for the windows it carried any:
+    parallel arrays in window order. Windows come in time order, so a window is either
+    the last one kept or a new one after it."""
+
+    __slots__ = ("carried", "index")
+
+    def __init__(self, first: int | None = None, moved: float = 0.0) -> None:
+        self.index = array("q")
+        self.carried = array("d")
+        if first is not None:
+            self.index.append(first)
+            self.carried.append(moved)
+
+    def add(self, window: int, moved: float) -> None:
+        index = self.index
+        if index and index[-1] == window:
+            self.carried[-1] += moved
+        else:
+            index.append(window)
+            self.carried.append(0.0 + moved)
 
 
 class Transfer:
@@ -94,7 +118,10 @@ class KvLinks:
         self._timer_s = math.inf
         self._loads: dict[str, float] = {}  # bytes per second on busy links since _last_s
         self._last_s = 0.0
-        self._bins: dict[str, dict[int, float]] = {}  # link -> window -> bytes carried
+        # Per link, the windows it carried bytes in and the bytes, in window order (time
+        # only moves forward, so only the last window is ever added to): 16 bytes a
+        # window, where a dict of them held ~90 (a million-call run has ~10^7).
+        self._bins: dict[str, _Windows] = {}
         self._carried: dict[str, float] = {}  # link -> bytes carried up to _last_s
         # Copies still on their way to a place: place -> transfer -> the blobs it is the
         # latest copy of there (a later copy of a blob to the same place takes it over).
@@ -252,23 +279,23 @@ class KvLinks:
                 bins = all_bins.get(name)
                 if bins is None:  # 0.0 + moved, as every later sum starts
                     carried[name] = moved
-                    all_bins[name] = {first: moved}
+                    all_bins[name] = _Windows(first, moved)
                 else:
                     carried[name] += moved
-                    bins[first] = bins.get(first, 0.0) + moved
+                    bins.add(first, moved)
             return
         for name, load in self._loads.items():
             moved = load * dt
             bins = all_bins.get(name)
             if bins is None:
                 carried[name] = moved
-                bins = all_bins[name] = {}
+                bins = all_bins[name] = _Windows()
             else:
                 carried[name] += moved
             for k in range(first, last + 1):
                 span = min(now_s, (k + 1) * w) - max(t0, k * w)
                 if span > 0:
-                    bins[k] = bins.get(k, 0.0) + load * span
+                    bins.add(k, load * span)
 
     def carried_bytes(self, now_s: float) -> dict[str, float]:
         """Bytes every link that carried any has carried up to `now_s` (not before the
@@ -295,8 +322,8 @@ class KvLinks:
         for name in sorted(self._bins):
             bw = self.fabric.link(name).bytes_per_s
             bins = self._bins[name]
-            windows = np.fromiter(bins.keys(), dtype=np.int64, count=len(bins))
-            carried = np.fromiter(bins.values(), dtype=np.float64, count=len(bins))
+            windows = np.array(bins.index, dtype=np.int64)
+            carried = np.array(bins.carried, dtype=np.float64)
             kept = windows < n
             per = np.zeros(n)
             per[windows[kept]] = carried[kept]

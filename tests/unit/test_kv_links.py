@@ -4,6 +4,8 @@ run's virtual clock, sharing links max-min fairly, ends moving as others start a
 import asyncio
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from costmodel.model import load_model
 from storage.plans import Purpose, Source, Step, StepKind, TransferPlan
@@ -171,3 +173,18 @@ def test_the_links_per_preset_in_docs_network_md_are_the_presets():
         fill = next(w for w in bound.workers if w.pool == "prefill")
         decode = next(w for w in bound.workers if w.pool == "decode")
         assert handoff.startswith("NVLink" if same_domain(bound, fill, decode) else "NICs")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.floats(0, 1e12)), max_size=60))
+def test_utilisation_windows_hold_what_a_dict_of_windows_would(adds):
+    # Windows come in time order: each add is to the last window or a later one.
+    from workers.kv_links import _Windows
+
+    kept, as_dict, window = _Windows(), {}, 0
+    for step, moved in adds:
+        window += step
+        kept.add(window, moved)
+        as_dict[window] = as_dict.get(window, 0.0) + moved
+    assert list(kept.index) == list(as_dict)
+    assert [x.hex() for x in kept.carried] == [x.hex() for x in as_dict.values()]
