@@ -128,6 +128,7 @@ class KvLinks:
         self._landing: dict[Location, dict[Transfer, set[int]]] = {}
         # (source, destination) -> (the copy's path, its `path_kind`), kept once worked out.
         self._routes: dict[tuple[Location, Location], tuple[tuple[str, ...], str]] = {}
+        self._wake = self._on_timer  # bound once: the timer is armed at almost every finish
 
     def rack_cache(self, spec: WorkerSpec) -> Location | None:
         """The cache of the worker's rack, when the rack has one."""
@@ -236,30 +237,47 @@ class KvLinks:
         return now_s
 
     def _finished(self, finished: list[tuple[int, float]]) -> None:
+        flows = self._flows
         for fid, end_s in finished:
-            self._one_done(self._flows.pop(fid), end_s)
+            self._one_done(flows.pop(fid), end_s)
         self._after_change()
 
     def _after_change(self) -> None:
-        self._loads = self.fabric.loads()
-        next_s = self.fabric.next_finish_s()
+        """The fabric changed (a start, a finish): its loads from now on, and its one timer
+        at its next finish, kept when that did not move."""
+        fabric = self.fabric
+        self._loads = fabric.loads()
+        next_s = fabric.next_finish_s()
         if next_s == self._timer_s:
             return
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self._timer_s = math.inf if next_s is None else next_s
-        if next_s is not None:
-            self._timer = asyncio.get_running_loop().call_at(next_s, self._on_timer, next_s)
+        if next_s is None:
+            self._timer_s = math.inf
+        else:
+            self._timer_s = next_s
+            self._timer = asyncio.get_running_loop().call_at(next_s, self._wake, next_s)
 
     def _on_timer(self, due_s: float) -> None:
+        """The fabric's next finish is due: `_settle` there, then one `_after_change`
+        (the finishes' callbacks may have started copies, which re-armed the timer)."""
         self._timer, self._timer_s = None, math.inf
         # The loop's clock keeps integer nanoseconds: it may stand a rounding before
         # the finish it was woken for.
-        loop_s = asyncio.get_running_loop().time()
-        self._settle(due_s if due_s > loop_s else loop_s)  # max(loop_s, due_s)
-        if self._timer is None:
-            self._after_change()
+        now_s = asyncio.get_running_loop().time()
+        if due_s > now_s:  # max(loop_s, due_s)
+            now_s = due_s
+        fabric = self.fabric
+        if fabric.now_s > now_s:  # never back (as _settle)
+            now_s = fabric.now_s
+        self._integrate(now_s)
+        finished = fabric.advance(now_s)
+        if finished:
+            flows = self._flows
+            for fid, end_s in finished:
+                self._one_done(flows.pop(fid), end_s)
+        self._after_change()
 
     # -- utilisation ------------------------------------------------------------------
     def _integrate(self, now_s: float) -> None:
