@@ -15,6 +15,24 @@ settings.register_profile(
 settings.register_profile("ci", parent=settings.get_profile("default"))
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
+
+def _no_local_constants() -> None:
+    """Derandomised examples that depend on the test alone. Hypothesis also draws numbers
+    found in the source of every project module imported so far (its "local constants"),
+    so a test's examples changed with the tests run before it and with any constant added
+    anywhere in the code: a property held in the whole suite and failed run alone. This
+    keeps that pool empty (Hypothesis 6.x keeps it in a private module; if it moves, the
+    examples simply depend on imports again)."""
+    try:
+        from hypothesis.internal.conjecture import providers
+    except ImportError:
+        return
+    if hasattr(providers, "_get_local_constants") and hasattr(providers, "_local_constants"):
+        providers._get_local_constants = lambda: providers._local_constants
+
+
+_no_local_constants()
+
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
