@@ -27,7 +27,8 @@ from storage.counters import (
     miss_tokens,
     served_hits,
 )
-from storage.placement import Draft, Placement, Stripe
+from storage.draft import Draft, Stripe
+from storage.placement import Placement
 from storage.plans import FetchAction, NoFit, Purpose, Step, StepKind, TransferPlan
 from storage.tiers import Location, StoreLayout, Tier
 
