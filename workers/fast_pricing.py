@@ -246,6 +246,20 @@ class Pricing:
                         network_s(lt, s), lt.latency_s, self.eff)
 
 
+def _by_layer(ctx: np.ndarray, a: AttentionTerms) -> np.ndarray:
+    """`n_full * ctx + n_slide * min(ctx, window)` over the attention layers, in place in
+    `ctx` (returned), with numpy's operations in that order; without sliding layers the
+    second term (+0.0 beside a positive value) is left out."""
+    if a.n_slide:
+        slide = np.minimum(ctx, a.window)
+        slide *= a.n_slide
+        ctx *= a.n_full
+        ctx += slide
+    else:
+        ctx *= a.n_full
+    return ctx
+
+
 class StepTail:
     """(step_time_s, tpot_s) of one worker's steps at a given phase, batch and new
     tokens, as `costmodel.phase.step_times` gives them, for any context."""
@@ -335,14 +349,7 @@ class StepTail:
         context += first
         # flops = a_ctx * (n_full * ctx_mean + n_slide * min(ctx_mean, window)) / tp
         #         + lin_flops
-        flops = context + a.half
-        slide = None
-        if a.n_slide:
-            slide = np.minimum(flops, a.window)
-            slide *= a.n_slide
-        flops *= a.n_full
-        if slide is not None:
-            flops += slide
+        flops = _by_layer(context + a.half, a)
         flops *= a.a_ctx
         if a.tp != 1.0:  # x / 1.0 is x
             flops /= a.tp
@@ -350,14 +357,8 @@ class StepTail:
             flops += a.lin_flops
         # attn_bytes = w_bytes + (kv_seq * (n_full * ctx_end + n_slide * min(ctx_end,
         #              window)) + state) + act_bytes
-        kv = context
-        kv += a.q_tok
-        if a.n_slide:
-            slide = np.minimum(kv, a.window)
-            slide *= a.n_slide
-        kv *= a.n_full
-        if slide is not None:
-            kv += slide
+        context += a.q_tok
+        kv = _by_layer(context, a)
         kv *= a.kv_seq
         if a.state:
             kv += a.state
