@@ -103,6 +103,16 @@ class KVCapacity:
                 + self._slide_per_token * min(c, float(self.window_tokens))
                 + self.state_bytes_per_sequence_per_gpu)
 
+    def sequences_bytes_per_gpu(self, contexts: list) -> list[float]:
+        """`[sequence_bytes_per_gpu(c) for c in contexts]`, the same doubles: the same
+        operations in the same order, without a call per sequence (a decode plan asks
+        for a batch's footprints at every step)."""
+        full, slide = self._full_per_token, self._slide_per_token
+        window, state = float(self.window_tokens), self.state_bytes_per_sequence_per_gpu
+        # `window if window < c else c` is `min(c, window)`: min keeps the first of equals.
+        return [full * c + slide * (window if window < c else c) + state
+                for c in map(float, contexts)]
+
     def sequences_at(self, context_tokens: float) -> int:
         """How many sequences of `context_tokens` the instance holds at once."""
         if not self.fits:

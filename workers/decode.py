@@ -98,6 +98,14 @@ class DecodeWorker:
         """Its KV now plus the reserve for its growth (`kv_budget.GrowthReserve`)."""
         return self.kv.sequence_bytes_per_gpu(req.context_tokens + self._reserve.tokens())
 
+    def _admission_needs(self, reqs) -> list[float]:
+        """`[self._admission_need(r) for r in reqs]`, the same doubles, without three calls
+        a sequence (asked over the held sequences at every step plan)."""
+        reserve = self._reserve.tokens()
+        # Request.context_tokens inline.
+        return self.kv.sequences_bytes_per_gpu([r.input_tokens + r.generated + reserve
+                                                for r in reqs])
+
     def _held(self) -> list[Request]:
         return [*self.running, *self._loading.values(), *self._loaded]
 
@@ -109,8 +117,8 @@ class DecodeWorker:
         Kept until the batch or its sequences' lengths change (`_batch_changed`)."""
         if self._resident is None:
             # _footprint inline (asked at most samples of a busy worker): the same sum.
-            per_gpu = self.kv.sequence_bytes_per_gpu
-            self._resident = sum([per_gpu(r.input_tokens + r.generated) for r in self.running])
+            self._resident = sum(self.kv.sequences_bytes_per_gpu(
+                [r.input_tokens + r.generated for r in self.running]))
         return self._resident
 
     def _batch_changed(self) -> None:
@@ -193,7 +201,7 @@ class DecodeWorker:
     def _admit(self, now_s: float) -> None:
         if not self.accepting or not len(self.ready):
             return
-        used = sum(self._admission_need(r) for r in self._held())
+        used = sum(self._admission_needs(self._held()))
         joined = plan_decode_admission(
             self._occupied(), used, self.ready.peek(), self.spec.batch,
             self.kv.instance_bytes, self._admission_need, target_batch=self.target_batch)
@@ -298,7 +306,9 @@ class DecodeWorker:
                             self._loading_bytes(), admit)
 
     def _loading_bytes(self) -> float:
-        return sum(self._footprint(r) for r in (*self._loading.values(), *self._loaded))
+        # _footprint inline, in one call for the sequences (the same doubles, summed alike).
+        return sum(self.kv.sequences_bytes_per_gpu(
+            [r.input_tokens + r.generated for r in (*self._loading.values(), *self._loaded)]))
 
     def _plan_run(self, now_s: float) -> int:
         """Steps of the next run: to the next retirement (the plant decides when a

@@ -86,9 +86,9 @@ class MixedWorker(DecodeWorker):
         return [*super()._held(), *self._filling.values(), *loading]
 
     def _loading_bytes(self) -> float:
-        return super()._loading_bytes() + sum(
-            self.kv.sequence_bytes_per_gpu(r.prefix_tokens + self.fills.planned.get(r.call_id, 0))
-            for r in self._filling.values())
+        planned = self.fills.planned
+        return super()._loading_bytes() + sum(self.kv.sequences_bytes_per_gpu(
+            [r.prefix_tokens + planned.get(r.call_id, 0) for r in self._filling.values()]))
 
     def _may_start(self, req: Request, starting: list[Request]) -> bool:
         """A slot in the decode batch and KV room (its prompt plus the growth reserve)
@@ -103,7 +103,7 @@ class MixedWorker(DecodeWorker):
         fixed = self._fixed if self._needs is not None else None
         if fixed is None:
             members = [*super()._held(), *self._filling.values()]
-            fixed = (frozenset(map(id, members)), [self._need(r, needs) for r in members])
+            fixed = (frozenset(map(id, members)), self._admission_needs(members))
             if self._needs is not None:
                 self._fixed = fixed
         # A call fetched by this plan is both loading (in `_held()`) and in `starting`:

@@ -65,3 +65,20 @@ def test_array_form_agrees_with_the_scalar_form():
     for i in range(len(tps)):
         one = kv_capacity(m, H200, Layout(tp=int(tps[i]), ep=int(eps[i])))
         assert arr[i] == one.kv_capacity_tokens
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-70b", "gpt-oss-120b", "kimi-k3-like"])
+def test_many_footprints_are_the_one_footprint_doubles(name):
+    """The batch form gives each sequence's double bit for bit: whole token counts, a
+    context plus a fractional growth reserve, both sides of a sliding window."""
+    kv = kv_capacity(load_model(name), H200, Layout(tp=2, ep=2))
+    rng = np.random.default_rng(3)
+    window = kv.window_tokens
+    contexts = [0, 1, window - 1, window, window + 1, 0.5, window + 0.25,
+                *(int(t) for t in rng.integers(0, 300_000, size=200)),
+                *(int(t) + 4096 * r for t, r in zip(rng.integers(0, 300_000, size=200),
+                                                    rng.uniform(0.098, 0.7, size=200),
+                                                    strict=True))]
+    many = kv.sequences_bytes_per_gpu(contexts)
+    assert [x.hex() for x in many] == [kv.sequence_bytes_per_gpu(c).hex() for c in contexts]
+    assert kv.sequences_bytes_per_gpu([]) == []
