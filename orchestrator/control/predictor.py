@@ -114,17 +114,23 @@ class Predictor:
         self.new_tokens += shape_weight * (max(req.computed_tokens, 1) - self.new_tokens)
         self.output_tokens += shape_weight * (max(req.output_tokens, 1) - self.output_tokens)
         fill_s = req.parts_s[LatencyPart.FILL]
+        computed = req.computed_tokens
         worker = rt.fill_workers.get(req.fill_worker) if req.fill_worker else None
-        if worker is not None and fill_s > 0 and req.computed_tokens > 0:
-            phase = Phase.MIDFILL if worker.spec.phase is Phase.MIDFILL else Phase.PREFILL
-            cached = max(req.input_tokens - req.computed_tokens, 0)
-            model = self._model_fill_s(worker.spec.pool, phase, req.computed_tokens, cached)
+        if worker is not None and fill_s > 0 and computed > 0:
+            spec = worker.spec
+            phase = Phase.MIDFILL if spec.phase is Phase.MIDFILL else Phase.PREFILL
+            cached = max(req.input_tokens - computed, 0)
+            model = self._model_fill_rounded_s(spec.pool, phase, round(computed, -2),
+                                               round(cached, -3))
             self.fill_correction += learn * (fill_s / model - self.fill_correction)
         dec = rt.decode_workers.get(req.decode_worker) if req.decode_worker else None
-        if dec is not None and req.itl_s is not None and req.itl_s > 0:
-            context = req.input_tokens + req.output_tokens / 2
-            model = self._model_tpot_s(dec.spec.pool, dec.sequences_running() + 1, context)
-            self.decode_correction += learn * (req.itl_s / model - self.decode_correction)
+        if dec is not None:
+            itl_s = req.itl_s
+            if itl_s is not None and itl_s > 0:
+                context = req.input_tokens + req.output_tokens / 2
+                model = self._model_tpot_rounded_s(dec.spec.pool, dec.sequences_running() + 1,
+                                                   round(context, -3))
+                self.decode_correction += learn * (itl_s / model - self.decode_correction)
 
     def decode_calls_per_s(self, rt: ClusterRuntime) -> float:
         key = tuple((w.spec.pool, w.accepting, w.target_batch) for w in rt.decode_workers.values())

@@ -22,31 +22,34 @@ def observe(rt: ClusterRuntime, now_s: float, counters: dict[str, int], queue_to
     # One pass over the workers: per pool [phase, workers, queued, running, slots, busy, n].
     pools: dict[str, list] = {}
     fill_queue = fill_running = 0
-    for st in fill_states:
-        fill_queue += st.queue_depth
-        fill_running += st.running
     decode_loading = decode_running = decode_slots = 0
-    for st in decode_states:
-        decode_loading += st.queue_depth
-        decode_running += st.running
-        if st.accepting:
-            decode_slots += st.target_batch
-    for st in (*fill_states, *decode_states):
-        p = pools.get(st.pool)
-        if p is None:
-            p = pools[st.pool] = [st.phase, 0, 0, 0, 0, 0.0, 0]
-        p[1] += st.accepting
-        p[2] += st.queue_depth
-        p[3] += st.running
-        if st.phase == "decode" and st.accepting:
-            p[4] += st.target_batch
-        p[5] += busy_fraction.get(st.name, 0.0)
-        p[6] += 1
+    get_busy = busy_fraction.get
+    for decode, states in ((False, fill_states), (True, decode_states)):
+        for st in states:
+            queued, running, accepting = st.queue_depth, st.running, st.accepting
+            if decode:
+                decode_loading += queued
+                decode_running += running
+                if accepting:
+                    decode_slots += st.target_batch
+            else:
+                fill_queue += queued
+                fill_running += running
+            p = pools.get(st.pool)
+            if p is None:
+                p = pools[st.pool] = [st.phase, 0, 0, 0, 0, 0.0, 0]
+            p[1] += accepting
+            p[2] += queued
+            p[3] += running
+            if accepting and st.phase == "decode":
+                p[4] += st.target_batch
+            p[5] += get_busy(st.name, 0.0)
+            p[6] += 1
     if pool_memo is None:
         pool_obs = tuple(PoolObservation(name, p[0], p[1], p[2], p[3], p[4], p[5] / p[6])
                          for name, p in sorted(pools.items()))
     else:
-        pool_obs = tuple(pool_observation(pool_memo, name, p) for name, p in sorted(pools.items()))
+        pool_obs = tuple([pool_observation(pool_memo, name, pools[name]) for name in sorted(pools)])
     return observation(
         time_s=now_s, admission_queue=queue_total,
         admission_queue_interactive=queue_interactive,
@@ -107,18 +110,75 @@ def worker_hbm_per_gpu(worker, weights_per_gpu: float, blob_bytes: float,
     """One worker's HBM per GPU: weights, and its blobs' KV or its running sequences'
     (`resident_bytes`: its running KV, when known; else asked of the worker), or the
     running KV plus `retained_bytes`, blobs kept that no running sequence pins."""
-    # Blobs count logical KV; MLA's latent (and GQA beyond its KV heads) is whole on
-    # every TP rank, so their bytes per GPU follow the worker's capacity figures.
-    kv = worker.spec.blob_bytes_per_gpu(blob_bytes)
     if resident_bytes is None and hasattr(worker, "kv_resident_bytes"):
         resident_bytes = worker.kv_resident_bytes()
+    return _spec_hbm_per_gpu(worker.spec, weights_per_gpu, blob_bytes, resident_bytes,
+                             retained_bytes)
+
+
+def _spec_hbm_per_gpu(spec, weights_per_gpu: float, blob_bytes: float,
+                      resident_bytes: float | None, retained_bytes: float = 0) -> float:
+    # Blobs count logical KV; MLA's latent (and GQA beyond its KV heads) is whole on
+    # every TP rank, so their bytes per GPU follow the worker's capacity figures.
+    kv = spec.blob_bytes_per_gpu(blob_bytes)
     if resident_bytes:
         # Footprints are per GPU of a rank group; sequences balance over the ranks.
-        kv = max(kv, resident_bytes / worker.spec.kv.ranks)
+        kv = max(kv, resident_bytes / spec.kv.ranks)
         if retained_bytes:
-            kv = max(kv, resident_bytes / worker.spec.kv.ranks
-                     + worker.spec.blob_bytes_per_gpu(retained_bytes))
+            kv = max(kv, resident_bytes / spec.kv.ranks
+                     + spec.blob_bytes_per_gpu(retained_bytes))
     return weights_per_gpu + kv
+
+
+class HbmPeak:
+    """The most any worker held per GPU over the samples it was given: the largest
+    `hbm_per_gpu` of them, without pricing every sample. Unless KV stays resident after
+    calls, a worker's HBM per GPU is its weights plus the larger of its blobs' and its
+    running KV's per GPU, each its bytes times or over positive constants, which
+    rounding keeps in order: its largest value over samples is its value at its
+    largest blob bytes and largest running KV, so those are all a sample keeps (per
+    worker and slice: a worker replaced or reshaped starts anew). With `--kv-policy
+    retain` (running KV plus retained blobs, two figures moving apart) every sample is
+    priced, as `hbm_per_gpu`."""
+
+    def __init__(self, weights_per_gpu: dict[str, float]) -> None:
+        self._weights = weights_per_gpu
+        self._tops: dict[str, list] = {}  # name -> [worker, spec, blob bytes, running KV]
+        self._closed = 0.0  # the peak of workers and slices gone
+        self._memo: dict = {}
+
+    def sample(self, rt: ClusterRuntime, fill_states: list, decode_states: list) -> None:
+        """Workers' states just taken, in the runtime's order."""
+        if rt.kv_policy is KVPolicy.RETAIN:
+            states = {st.name: st for st in (*fill_states, *decode_states)}
+            self._closed = max(self._closed, hbm_per_gpu(rt, self._weights, states, self._memo))
+            return
+        used = rt.store.placement.used_bytes
+        tops = self._tops
+        for workers, states in ((rt.fill_workers, fill_states), (rt.decode_workers, decode_states)):
+            for w, st in zip(workers.values(), states, strict=True):
+                blob = used.get(w.hbm, 0)
+                resident = st.kv_resident_bytes
+                if resident is None:
+                    resident = w.kv_resident_bytes() if hasattr(w, "kv_resident_bytes") else 0
+                top = tops.get(w.name)
+                if top is None or top[0] is not w or top[1] is not w.spec:
+                    if top is not None:
+                        self._closed = max(self._closed, self._value(top))
+                    tops[w.name] = [w, w.spec, blob, resident]
+                else:
+                    if blob > top[2]:
+                        top[2] = blob
+                    if resident > top[3]:
+                        top[3] = resident
+
+    def _value(self, top: list) -> float:
+        _, spec, blob, resident = top
+        return _spec_hbm_per_gpu(spec, self._weights[spec.pool], blob, resident)
+
+    @property
+    def peak(self) -> float:
+        return max([self._closed, *(self._value(top) for top in self._tops.values())])
 
 
 def energy_j(rt: ClusterRuntime, end_s: float) -> float:

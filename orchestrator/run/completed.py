@@ -26,6 +26,8 @@ _TIMES = ("arrival_s", "fill_start_s", "fill_end_s", "decode_start_s", "first_to
 _WORKERS = ("fill_worker", "decode_worker")
 _PARTS = len(LatencyPart)
 _get_ints, _get_times, _get_workers = (attrgetter(*names) for names in (_INTS, _TIMES, _WORKERS))
+_INT_AT, _TIME_AT, _WORKER_AT = ({name: i for i, name in enumerate(names)}
+                                 for names in (_INTS, _TIMES, _WORKERS))
 _NAN = math.nan
 
 
@@ -34,40 +36,36 @@ class CompletedCalls(Sequence):
     `DoneCall`."""
 
     def __init__(self) -> None:
-        self._ints = {name: array("q") for name in _INTS}
-        self._times = {name: array("d") for name in _TIMES}
-        self._workers = {name: array("i") for name in _WORKERS}  # index in _names, -1: None
+        # Row-major: a call's ints, times and workers are one `extend` of each array.
+        self._ints = array("q")  # len(_INTS) a call, in _INTS order
+        self._times = array("d")  # len(_TIMES) a call, NaN for None
+        self._workers = array("i")  # len(_WORKERS) a call: index in _names, -1: None
         self._names: list[str] = []
-        self._name_index: dict[str, int] = {}
+        self._name_index: dict[str | None, int] = {None: -1}
         self._session_ids: list[str] = []  # the calls' own (shared) session id strings
         self._interactive = array("b")
         self._parts = array("d")  # _PARTS values a call, in LatencyPart order
-        # The columns' appends, in the order of _INTS, _TIMES and _WORKERS.
-        self._int_appends = tuple(self._ints[name].append for name in _INTS)
-        self._time_appends = tuple(self._times[name].append for name in _TIMES)
-        self._worker_appends = tuple(self._workers[name].append for name in _WORKERS)
 
     def append(self, req: Request) -> None:
         """Keep a completed call's row (its block ids and KV chain are not kept)."""
         if req.state is not RequestState.DONE:
             raise RuntimeError(f"call {req.call_id} kept in state {req.state.name}")
-        for append, value in zip(self._int_appends, _get_ints(req), strict=True):
-            append(value)
-        for append, value in zip(self._time_appends, _get_times(req), strict=True):
-            append(_NAN if value is None else value)
-        for append, name in zip(self._worker_appends, _get_workers(req), strict=True):
-            append(self._worker_index(name))
+        self._ints.extend(_get_ints(req))
+        times = _get_times(req)
+        if None in times:
+            times = [_NAN if value is None else value for value in times]
+        self._times.extend(times)
+        fill, decode = _get_workers(req)
+        index = self._name_index
+        self._workers.extend((index[fill] if fill in index else self._worker_index(fill),
+                              index[decode] if decode in index else self._worker_index(decode)))
         self._session_ids.append(req.session_id)
         self._interactive.append(req.interactive)
         self._parts.extend(req.parts_s)
 
-    def _worker_index(self, name: str | None) -> int:
-        if name is None:
-            return -1
-        index = self._name_index.get(name)
-        if index is None:
-            index = self._name_index[name] = len(self._names)
-            self._names.append(name)
+    def _worker_index(self, name: str) -> int:
+        index = self._name_index[name] = len(self._names)
+        self._names.append(name)
         return index
 
     def __len__(self) -> int:
@@ -89,9 +87,11 @@ class CompletedCalls(Sequence):
 
     def column(self, name: str) -> array:
         """A number field of every call in order: ints, or times with NaN where the
-        request held None. The array itself: read it, do not change it."""
-        column = self._ints.get(name)
-        return column if column is not None else self._times[name]
+        request held None (a copy)."""
+        i = _INT_AT.get(name)
+        if i is not None:
+            return self._ints[i::len(_INTS)]
+        return self._times[_TIME_AT[name]::len(_TIMES)]
 
     def part(self, part: LatencyPart) -> array:
         """`parts_s[part]` of every call, in order."""
@@ -99,16 +99,16 @@ class CompletedCalls(Sequence):
 
     def value(self, name: str, index: int):
         """A field of the call in row `index`, as the request held it."""
-        column = self._ints.get(name)
-        if column is not None:
-            return column[index]
-        column = self._times.get(name)
-        if column is not None:
-            value = column[index]
+        i = _INT_AT.get(name)
+        if i is not None:
+            return self._ints[index * len(_INTS) + i]
+        i = _TIME_AT.get(name)
+        if i is not None:
+            value = self._times[index * len(_TIMES) + i]
             return None if value != value else value  # NaN: not reached
-        column = self._workers.get(name)
-        if column is not None:
-            worker = column[index]
+        i = _WORKER_AT.get(name)
+        if i is not None:
+            worker = self._workers[index * len(_WORKERS) + i]
             return None if worker < 0 else self._names[worker]
         if name == "session_id":
             return self._session_ids[index]

@@ -15,8 +15,10 @@ import asyncio
 
 from orchestrator.control.observe import Observation, observation_at
 from orchestrator.control.policies.base import AdmissionDecision
-from orchestrator.control.snapshot import hbm_per_gpu, observe, pool_observation
+from orchestrator.control.snapshot import observe, pool_observation
 from orchestrator.run.sessions import Pending
+
+_NAN = float("nan")
 
 
 class PolicyError(RuntimeError):
@@ -154,36 +156,43 @@ class FastLoop:
                 f"at {now_s:.3f} s: submitted {c['submitted']} != completed {c['completed']} + "
                 f"rejected {c['rejected']} + in flight {in_flight}")
         s = self.series
+        done = self._period_done
+        queue, ready = obs.admission_queue, obs.ready_depth
         s.time_s.append(now_s)
         s.decode_occupancy.append(obs.decode_occupancy)
         s.decode_running.append(obs.decode_running)
         s.decode_slots.append(obs.decode_slots)
         s.backlog.append(obs.backlog)
-        s.ready_depth.append(obs.ready_depth)
-        s.admission_queue.append(obs.admission_queue)
+        s.ready_depth.append(ready)
+        s.admission_queue.append(queue)
         # Until the decision on this sample (`_decided`): every queued call held back, as
         # at the run's last sample, which has no decision after it.
-        s.held.append(obs.admission_queue)
-        s.upstream_waiting.append(obs.admission_queue + obs.ready_depth)
+        s.held.append(queue)
+        s.upstream_waiting.append(queue + ready)
         s.admitted.append(self._period_admitted)
-        s.completed.append(len(self._period_done))
-        ttfts = [r.ttft_s for r in self._period_done if r.ttft_s is not None]
-        s.ttft_mean_s.append(sum(ttfts) / len(ttfts) if ttfts else float("nan"))
-        s.add_breakdown(self._period_done)
+        s.completed.append(len(done))
+        if done:
+            ttfts = [r.ttft_s for r in done if r.ttft_s is not None]
+            s.ttft_mean_s.append(sum(ttfts) / len(ttfts) if ttfts else _NAN)
+        else:
+            s.ttft_mean_s.append(_NAN)
+        s.add_breakdown(done)
         s.ticks.append(1)
         s.in_flight.append(in_flight)
         s.submitted_total.append(c["submitted"])
         s.completed_total.append(c["completed"])
         s.rejected_total.append(c["rejected"])
-        workers = {p.name: p.workers for p in obs.pools}
-        last = s.workers_by_pool[-1] if s.workers_by_pool else None
-        s.workers_by_pool.append(last if workers == last else workers)  # shared when same
+        pools = obs.pools
+        if pools is not self._pools_recorded:  # shared when the same pools (restamped)
+            self._pools_recorded = pools
+            workers = {p.name: p.workers for p in pools}
+            last = s.workers_by_pool[-1] if s.workers_by_pool else None
+            self._workers_recorded = last if workers == last else workers
+        s.workers_by_pool.append(self._workers_recorded)
         self._period_done = []
         self._period_admitted = 0
         if states is not None and self._same_samples <= 1:  # HBM moves only with calls
-            states = {st.name: st for st in (*states[0], *states[1])}
-            self._peak_hbm_per_gpu = max(self._peak_hbm_per_gpu, hbm_per_gpu(
-                rt, self.weights_per_gpu, states, self._hbm_memo))
+            self._hbm_peak.sample(rt, *states)
         self._notify("on_sample", obs, now_s)
 
     async def _fast_loop(self) -> None:

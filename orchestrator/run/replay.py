@@ -25,7 +25,7 @@ from orchestrator.control.policies.base import AdmissionPolicy
 from orchestrator.control.predictor import Predictor, PredictorSettings
 from orchestrator.control.realloc import Reallocator, ReallocDecision
 from orchestrator.control.router import FillCandidate, PrefixAffinityRouter
-from orchestrator.control.snapshot import energy_j
+from orchestrator.control.snapshot import HbmPeak, energy_j
 from orchestrator.run.completed import CompletedCalls
 from orchestrator.run.fast_loop import ConservationError, FastLoop
 from orchestrator.run.ledger import LedgerListener, held_call_ids
@@ -62,6 +62,10 @@ class Orchestrator(FastLoop):
         # now_s), on_submit/on_done/on_reject(orch, req, now_s), on_decision(orch, decision,
         # now_s) and on_reallocation(orch, decision, now_s). They read; they never steer.
         self.listeners = list(listeners)
+        # Each event's listener methods, looked up once (`_notify`); listeners are only
+        # ever added (a live backend's ledger), which looks them up again.
+        self._hooks: dict[str, list] = {}
+        self._hooks_of = 0
         # The call ledger (orchestrator.run.ledger) measures lost and in-flight calls; a
         # live backend keeps its own, reconciled as its processes stop.
         self.ledger = LedgerListener() if backend is None else None
@@ -112,15 +116,16 @@ class Orchestrator(FastLoop):
         self._period_done: list[Request] = []
         self._period_admitted = 0
         self._busy_last: dict[str, float] = {}
-        self._peak_hbm_per_gpu = 0.0
         # What the samples reuse while workers and pools repeat their figures (snapshot).
         self._pool_memo: dict = {}
         self._candidate_memo: dict = {}  # by worker name: (its figures, its FillCandidate)
-        self._hbm_memo: dict = {}
         # The last observation while restamping it would give the next (fast_loop._sample):
         # it saw no busy time, the loop's callback count then, and whether the decision
         # since changed anything.
         self._restampable = None
+        # The pools of the last sample recorded and its workers by pool (`_record`).
+        self._pools_recorded: tuple | None = None
+        self._workers_recorded: dict[str, int] | None = None
         self._ran_at = 0
         self._touched = False
         # A policy that decides at every event on the cluster as it is (policies.local).
@@ -224,10 +229,16 @@ class Orchestrator(FastLoop):
         return True
 
     def _notify(self, event: str, *args) -> None:
-        for listener in self.listeners:
-            method = getattr(listener, event, None)
-            if method is not None:
-                method(self, *args)
+        if len(self.listeners) != self._hooks_of:  # listeners added: look hooks up again
+            self._hooks.clear()
+            self._hooks_of = len(self.listeners)
+        methods = self._hooks.get(event)
+        if methods is None:
+            methods = self._hooks[event] = [
+                method for method in (getattr(listener, event, None) for listener in self.listeners)
+                if method is not None]
+        for method in methods:
+            method(self, *args)
 
     async def _slow_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -307,6 +318,7 @@ class Orchestrator(FastLoop):
 
         self.weights_per_gpu = {p.name: float(weight_bytes_per_gpu(self.cluster.model, p.layout))
                                 for p in self.cluster.spec.pools}
+        self._hbm_peak = HbmPeak(self.weights_per_gpu)  # the largest HBM per GPU sampled
         self.runtime = ClusterRuntime(self.cluster, self.block_tokens, on_done=self._on_done,
                                       executor=getattr(self.backend, "executor", None),
                                       seed=self.seed, kv_policy=self.kv_policy)
@@ -383,7 +395,7 @@ class Orchestrator(FastLoop):
             requests=self.done, counters=dict(self.counters), series=self.series,
             decisions=self.decisions, reconfigurations=self.reconfigurer.log,
             sessions=getattr(self, "sessions_run", 0), simulated_s=end_s, wall_s=wall_s,
-            events=rt.log.count, energy_j=energy, peak_hbm_bytes_per_gpu=self._peak_hbm_per_gpu,
+            events=rt.log.count, energy_j=energy, peak_hbm_bytes_per_gpu=self._hbm_peak.peak,
             kv_bytes_moved=int(sum(snap.moved_bytes.values())), gpus=self.cluster.spec.gpus,
             store_counters=snap, control=self.control, policy=self.policy.name,
             kv_policy=self.kv_policy.value, kv_bytes_per_token=rt.store.index.kv_bytes_per_token,

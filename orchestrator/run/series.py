@@ -156,7 +156,11 @@ class Series:
             for part, names in _BREAKDOWN_COLUMNS:
                 value = float(parts[part])
                 for name in names:
-                    cols[name].append(value)
+                    col = cols[name]  # SparseColumn.append, inline
+                    if value == value:
+                        col._at.append(col._n)
+                        col._values.append(value)
+                    col._n += 1
             return
         rows = [r.parts_s for r in done]
         for part, names in _BREAKDOWN_COLUMNS:
