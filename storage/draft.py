@@ -38,19 +38,8 @@ class _Run:
     def step(self) -> Step:
         # Built as tuples in C (`_new`): a run always holds a blob, which is all
         # `Step.__new__` checks.
-        sent = self.sent_bytes
-        if not sent:  # a drop or a place: nothing moves
-            sources: tuple[Source, ...] = ()
-        elif len(sent) == 1:
-            ((loc, n),) = sent.items()
-            sources = (_new(Source, (loc, n)),) if n else ()
-        else:
-            items = sorted(sent.items())
-            if 0 in sent.values():
-                items = [item for item in items if item[1]]
-            sources = tuple(map(_new, repeat(Source), items))
-        return _new(Step, (self.kind, tuple(self.blob_ids), self.location, sources,
-                           self.kv_bytes, sum(self.times_s)))
+        return _new(Step, (self.kind, tuple(self.blob_ids), self.location,
+                           sources_of(self.sent_bytes), self.kv_bytes, sum(self.times_s)))
 
 
 class _Shares(dict):
@@ -105,6 +94,38 @@ class Stripe:
             out.append(sum(map(shares.__getitem__, kv_bytes)))
         out[0] = total - sum(out)
         return out
+
+
+def sources_of(sent: dict[Location, int]) -> tuple[Source, ...]:
+    """A step's sources from what each holder sends over it: by holder, those that
+    send bytes."""
+    if not sent:  # a drop or a place: nothing moves
+        return ()
+    if len(sent) == 1:
+        ((loc, n),) = sent.items()
+        return (_new(Source, (loc, n)),) if n else ()
+    items = sorted(sent.items())
+    if 0 in sent.values():
+        items = [item for item in items if item[1]]
+    return tuple(map(_new, repeat(Source), items))
+
+
+def add_sent(sent: dict[Location, int], kv_bytes: Sequence[int],
+             stripes: Sequence[Stripe]) -> None:
+    """Add to ``sent`` (bytes by holder) what each holder sends for copies of these sizes
+    striped as ``stripes`` says (one per copy)."""
+    # A chain's blobs have a few holder sets between them (often one): add up what
+    # each stripe's holders send for its blobs, in C.
+    if not stripes:
+        return
+    if stripes.count(stripes[0]) == len(stripes):
+        groups = {stripes[0]: kv_bytes}
+    else:  # (the sets alternate along a chain: picked out a set at a time)
+        groups = {stripe: list(compress(kv_bytes, map(is_, stripes, repeat(stripe))))
+                  for stripe in dict.fromkeys(stripes)}
+    for stripe, mine in groups.items():
+        for loc, n in zip(stripe.holders, stripe.sent_bytes(mine), strict=True):
+            sent[loc] = sent.get(loc, 0) + n
 
 
 class Draft:
@@ -262,21 +283,9 @@ class Draft:
         """Copy the blobs to ``dst`` in order, each striped across its holders
         (``stripes`` and ``times_s`` as worked out by ``stripes``)."""
         run = self._run(StepKind.COPY, dst)
-        sent = run.sent_bytes
         if len(kv_bytes) != len(stripes):
             raise ValueError(f"{len(kv_bytes)} sizes for {len(stripes)} stripes")
-        # A chain's blobs have a few holder sets between them (often one): add up what
-        # each stripe's holders send for its blobs, in C.
-        if not stripes:
-            groups = {}
-        elif stripes.count(stripes[0]) == len(stripes):
-            groups = {stripes[0]: kv_bytes}
-        else:  # (the sets alternate along a chain: picked out a set at a time)
-            groups = {stripe: list(compress(kv_bytes, map(is_, stripes, repeat(stripe))))
-                      for stripe in dict.fromkeys(stripes)}
-        for stripe, mine in groups.items():
-            for loc, n in zip(stripe.holders, stripe.sent_bytes(mine), strict=True):
-                sent[loc] = sent.get(loc, 0) + n
+        add_sent(run.sent_bytes, kv_bytes, stripes)
         run.times_s += times_s
         self._times_s += times_s
         self._record_adds(run, blob_ids, sum(kv_bytes))

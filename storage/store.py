@@ -27,12 +27,15 @@ from storage.counters import (
     miss_tokens,
     served_hits,
 )
-from storage.draft import Draft, Stripe
+from storage.draft import Draft, Stripe, add_sent, sources_of
 from storage.placement import Placement
 from storage.plans import FetchAction, NoFit, Purpose, Step, StepKind, TransferPlan
 from storage.tiers import Location, StoreLayout, Tier
 
 _rate = attrgetter("rate")
+_new = tuple.__new__
+_id = attrgetter("id")
+_kv_bytes = attrgetter("kv_bytes")
 
 
 def _sorted_ids(blob_ids: Iterable[BlobId]) -> tuple[BlobId, ...]:
@@ -173,12 +176,21 @@ class BlobStore:
         return plan
 
     # -- plans ------------------------------------------------------------
-    def _draft(self, location: Location, now_s: float) -> Draft:
+    def _check(self, location: Location, now_s: float) -> None:
         if location not in self.placement.at:  # (the layout's places, in a dict)
             raise KeyError(f"unknown storage location {location}")
         if now_s != now_s:  # NaN
             raise ValueError(f"now_s must be a number, got {now_s!r}")
+
+    def _draft(self, location: Location, now_s: float) -> Draft:
+        self._check(location, now_s)
         return Draft(self.placement, self.index, self.referenced, self.pinned, now_s)
+
+    def _has_room(self, location: Location, need_bytes: int) -> bool:
+        """``location`` has ``need_bytes`` free as committed: a draft's `make_room` would
+        find the room without evicting anything (plans then need no draft)."""
+        placement = self.placement
+        return placement.capacity_bytes[location] - placement.used_bytes[location] >= need_bytes
 
     def _plan(self, draft: Draft, purpose: Purpose, location: Location,
               steps: tuple[Step, ...] | None = None, **fields) -> TransferPlan:
@@ -203,51 +215,62 @@ class BlobStore:
         A load's hit tokens count at the tiers that sent its bytes, in
         proportion to the bytes each sent (``served_hits``).
         """
-        draft = self._draft(dst, now_s)
+        self._check(dst, now_s)
         match = self.match(block_ids)
-        requested = len(block_ids) * self.index.block_tokens
-        hits, misses, local = lookup_tokens(match, dst, requested, self.placement,
-                                            self.index.block_tokens)
-        common = {
-            "requested_tokens": requested,
-            "local_tokens": local,
-            "prefix_tokens": match.matched_tokens,
-            "chain": match.blob_ids,
-            "hit_tokens": hits,
-            "miss_tokens": misses,
-        }
-        # The draft is still empty: read the committed placement.
-        ids = list(filterfalse(self.placement.at[dst].__contains__, common["chain"]))
+        index = self.index
+        placement = self.placement
+        requested = len(block_ids) * index.block_tokens
+        hits, misses, local = lookup_tokens(match, dst, requested, placement,
+                                            index.block_tokens)
+        chain = match.blob_ids
+        ids = list(filterfalse(placement.at[dst].__contains__, chain))
         if not ids:
             action = FetchAction.HIT if match.chain else FetchAction.MISS
-            return self._plan(draft, Purpose.FETCH, dst, action=action, **common)
-        sizes = list(map(self.index.sizes.__getitem__, ids))
+            return TransferPlan(Purpose.FETCH, dst, now_s, self.version, True, None, (), 0,
+                                action, requested, match.matched_tokens, chain=chain,
+                                hit_tokens=hits, miss_tokens=misses, local_tokens=local)
+        sizes = list(map(index.sizes.__getitem__, ids))
         missing_bytes = sum(sizes)
-        if not draft.make_room(dst, missing_bytes, match.blob_ids):
-            return self._no_fit(Purpose.FETCH, dst, now_s, NoFit.NO_ROOM, **common)
-        stripes = self._known_stripes(ids, dst) if draft.pristine else None
+        # Room as committed (the common case): the steps are built here, without a draft.
+        draft = None if self._has_room(dst, missing_bytes) else self._draft(dst, now_s)
+        if draft is not None and not draft.make_room(dst, missing_bytes, chain):
+            return self._no_fit(Purpose.FETCH, dst, now_s, NoFit.NO_ROOM,
+                                requested_tokens=requested, local_tokens=local,
+                                prefix_tokens=match.matched_tokens, chain=chain,
+                                hit_tokens=hits, miss_tokens=misses)
+        stripes = self._known_stripes(ids, dst) if draft is None or draft.pristine else None
         if stripes is None:
-            stripes = draft.stripes(ids, dst)
+            stripes = (draft or self._draft(dst, now_s)).stripes(ids, dst)
         times_s = list(map(truediv, sizes, map(_rate, stripes)))
         load_time_s = sum(times_s)
         # Exact: every blob holds its tokens x kv_bytes_per_token bytes.
-        missing_tokens = missing_bytes // self.index.kv_bytes_per_token
+        missing_tokens = missing_bytes // index.kv_bytes_per_token
         recompute_time_s = math.inf if recompute_s is None else recompute_s(missing_tokens)
-        common |= {"load_time_s": load_time_s, "recompute_time_s": recompute_time_s}
         if recompute_time_s < load_time_s:
             # The worker charges the compute (it batches recompute_tokens as
             # prefill); time_s stays the transfer time of the evictions.
-            draft.place_run(ids, dst, missing_bytes)
-            return self._plan(
-                draft,
-                Purpose.FETCH,
-                dst,
-                action=FetchAction.RECOMPUTE,
-                recompute_tokens=missing_tokens,
-                **common,
-            )
-        draft.copy_run(ids, sizes, dst, stripes, times_s)
-        steps = draft.steps
+            if draft is None:
+                steps: tuple[Step, ...] = (_new(Step, (StepKind.PLACE, tuple(ids), dst, (),
+                                                       missing_bytes, 0)),)
+                time_s = 0
+            else:
+                draft.place_run(ids, dst, missing_bytes)
+                steps, time_s = draft.steps, draft.time_s
+            return TransferPlan(Purpose.FETCH, dst, now_s, self.version, True, None, steps,
+                                time_s, FetchAction.RECOMPUTE, requested,
+                                match.matched_tokens, missing_tokens, load_time_s,
+                                recompute_time_s, chain, hit_tokens=hits,
+                                miss_tokens=misses, local_tokens=local)
+        if draft is None:
+            sent_by: dict[Location, int] = {}
+            add_sent(sent_by, sizes, stripes)
+            sources = sources_of(sent_by)
+            time_s = sum(times_s)  # (a draft adds the copies' times up in the same order)
+            steps = (_new(Step, (StepKind.COPY, tuple(ids), dst, sources, missing_bytes,
+                                 time_s)),)
+        else:
+            draft.copy_run(ids, sizes, dst, stripes, times_s)
+            steps, time_s = draft.steps, draft.time_s
         sent: dict[Tier, int] = {}
         for step in steps:
             if step.kind is StepKind.COPY and step.location == dst:  # the load, not evictions
@@ -255,9 +278,11 @@ class BlobStore:
                     tier = source.location.tier
                     sent[tier] = sent.get(tier, 0) + source.kv_bytes
         served = served_hits(hits, local, dst.tier, sent)
-        common |= {"hit_tokens": served,
-                   "miss_tokens": miss_tokens(served, requested - match.matched_tokens)}
-        return self._plan(draft, Purpose.FETCH, dst, steps, action=FetchAction.LOAD, **common)
+        return TransferPlan(Purpose.FETCH, dst, now_s, self.version, True, None, steps,
+                            time_s, FetchAction.LOAD, requested, match.matched_tokens, 0,
+                            load_time_s, recompute_time_s, chain, hit_tokens=served,
+                            miss_tokens=miss_tokens(served, requested - match.matched_tokens),
+                            local_tokens=local)
 
     def _known_stripes(self, ids: list[BlobId], dst: Location) -> list[Stripe] | None:
         """The striping of a copy of each blob to ``dst`` when every one was worked out
@@ -282,17 +307,26 @@ class BlobStore:
         prefix whose every copy was dropped is placed at ``dst`` again: its KV
         was just computed there.
         """
-        draft = self._draft(dst, now_s)
+        self._check(dst, now_s)
         match, new = self.index.describe(block_ids, segment_ends)
-        chain = (*match.blob_ids, *(b.id for b in new))
+        new_ids = tuple(map(_id, new))
+        chain = match.blob_ids + new_ids
         lost = list(filterfalse(self.placement.copies.__contains__, match.blob_ids))
         lost_bytes = sum(map(self.index.sizes.__getitem__, lost))
-        need = sum(b.kv_bytes for b in new)
+        need = sum(map(_kv_bytes, new))
+        if self._has_room(dst, need + lost_bytes):
+            # One step places both (a draft records consecutive places at one place as one).
+            placed = (*lost, *new_ids) if lost else new_ids
+            steps = (_new(Step, (StepKind.PLACE, placed, dst, (), lost_bytes + need, 0)),
+                     ) if placed else ()
+            return TransferPlan(Purpose.WRITE, dst, now_s, self.version, True, None, steps, 0,
+                                chain=chain, new_blobs=new)
+        draft = self._draft(dst, now_s)
         if not draft.make_room(dst, need + lost_bytes, match.blob_ids):
             return self._no_fit(Purpose.WRITE, dst, now_s, NoFit.NO_ROOM, chain=chain)
         draft.place_run(lost, dst, lost_bytes)
         # Not in the index until applied, so their sizes are given.
-        draft.place_run([b.id for b in new], dst, need)
+        draft.place_run(new_ids, dst, need)
         return self._plan(draft, Purpose.WRITE, dst, chain=chain, new_blobs=new)
 
     def plan_offload(self, blob_ids: Iterable[BlobId], src: Location, now_s: float) -> TransferPlan:
@@ -301,12 +335,12 @@ class BlobStore:
         A copy that also exists in a lower tier is dropped; otherwise it moves
         one tier down. Pinned copies stay.
         """
-        draft = self._draft(src, now_s)
+        self._check(src, now_s)
         ids = chain = _sorted_ids(blob_ids)
         protect = ids  # (make_room makes a set of them only when it must evict)
         # Plain drops are gathered into one run; anything else records them first,
         # so the steps keep the order a blob-by-blob walk would give them. Until
-        # then the draft is the committed placement, read directly.
+        # then there is no draft: the committed placement is read directly.
         here = self.placement.at[src]
         copies = self.placement.copies
         pins = self._pins.get(src, {})
@@ -323,8 +357,9 @@ class BlobStore:
                    default=len(present))
         drops: list[BlobId] = present[:lead]
         ids = ids[ids.index(present[lead]):] if lead < len(present) else ()
+        draft: Draft | None = None
         for blob_id in ids:
-            if draft.pristine:
+            if draft is None or draft.pristine:
                 if blob_id not in here or blob_id in pins:
                     continue
                 if slowest[copies[blob_id]] > src.tier:  # a slower copy exists
@@ -337,12 +372,20 @@ class BlobStore:
                 if len(held) > 1 and max(held).tier > src.tier:  # a slower copy exists
                     drops.append(blob_id)
                     continue
+            if draft is None:
+                draft = self._draft(src, now_s)
             draft.drop_run(drops, src)
             drops.clear()
             if not draft.demote(blob_id, src, protect):
                 if self.referenced(blob_id) and len(draft.holder_set(blob_id)) == 1:
                     return self._no_fit(Purpose.OFFLOAD, src, now_s, NoFit.NO_ROOM_BELOW)
                 draft.drop(blob_id, src)
+        if draft is None:  # plain drops alone: one step
+            steps = (_new(Step, (StepKind.DROP, tuple(drops), src, (),
+                                 sum(map(self.index.sizes.__getitem__, drops)), 0)),
+                     ) if drops else ()
+            return TransferPlan(Purpose.OFFLOAD, src, now_s, self.version, True, None, steps,
+                                0, chain=chain)
         draft.drop_run(drops, src)
         return self._plan(draft, Purpose.OFFLOAD, src, chain=chain)
 
