@@ -357,9 +357,14 @@ class BlobStore:
                    default=len(present))
         drops: list[BlobId] = present[:lead]
         ids = ids[ids.index(present[lead]):] if lead < len(present) else ()
-        draft: Draft | None = None
+        plain = self._plain_offload(ids, drops, src)
+        if plain is not None:
+            steps, time_s = plain
+            return TransferPlan(Purpose.OFFLOAD, src, now_s, self.version, True, None, steps,
+                                time_s, chain=chain)
+        draft = self._draft(src, now_s)
         for blob_id in ids:
-            if draft is None or draft.pristine:
+            if draft.pristine:
                 if blob_id not in here or blob_id in pins:
                     continue
                 if slowest[copies[blob_id]] > src.tier:  # a slower copy exists
@@ -372,22 +377,73 @@ class BlobStore:
                 if len(held) > 1 and max(held).tier > src.tier:  # a slower copy exists
                     drops.append(blob_id)
                     continue
-            if draft is None:
-                draft = self._draft(src, now_s)
             draft.drop_run(drops, src)
             drops.clear()
             if not draft.demote(blob_id, src, protect):
                 if self.referenced(blob_id) and len(draft.holder_set(blob_id)) == 1:
                     return self._no_fit(Purpose.OFFLOAD, src, now_s, NoFit.NO_ROOM_BELOW)
                 draft.drop(blob_id, src)
-        if draft is None:  # plain drops alone: one step
-            steps = (_new(Step, (StepKind.DROP, tuple(drops), src, (),
-                                 sum(map(self.index.sizes.__getitem__, drops)), 0)),
-                     ) if drops else ()
-            return TransferPlan(Purpose.OFFLOAD, src, now_s, self.version, True, None, steps,
-                                0, chain=chain)
         draft.drop_run(drops, src)
         return self._plan(draft, Purpose.OFFLOAD, src, chain=chain)
+
+    def _plain_offload(self, ids: Sequence[BlobId], drops: list[BlobId], src: Location
+                       ) -> tuple[tuple[Step, ...], float] | None:
+        """The steps and time of an offload that drops ``drops`` and then walks ``ids``,
+        when each copy it demotes (one with no slower copy) finds room one tier down as
+        committed: the steps a draft would record, built without one. None when a
+        demotion would have to make room (the draft decides then)."""
+        placement = self.placement
+        here = placement.at[src]
+        copies = placement.copies
+        pins = self._pins.get(src, ())
+        slowest = placement.slowest_tier
+        tier = src.tier
+        # The drops before each demoted copy. Nothing the walk passes is changed before
+        # it gets there, so the committed placement answers for the draft's view.
+        before: list[list[BlobId]] = []
+        demoted: list[BlobId] = []
+        pending = list(drops)
+        for blob_id in ids:
+            if blob_id not in here or blob_id in pins:
+                continue
+            if slowest[copies[blob_id]] > tier:  # a slower copy exists
+                pending.append(blob_id)
+                continue
+            before.append(pending)
+            demoted.append(blob_id)
+            pending = []
+        sizes = self.index.sizes
+        if not demoted:  # plain drops alone: one step
+            return ((_new(Step, (StepKind.DROP, tuple(pending), src, (),
+                                 sum(map(sizes.__getitem__, pending)), 0)),)
+                    if pending else ()), 0
+        lower = self.layout.lower(src)
+        if lower is None or not self._has_room(lower, sum(map(sizes.__getitem__, demoted))):
+            return None
+        known = placement.stripes.setdefault(lower, {})
+        steps: list[Step] = []
+        if before[0]:
+            steps.append(_new(Step, (StepKind.DROP, tuple(before[0]), src, (),
+                                     sum(map(sizes.__getitem__, before[0])), 0)))
+        times_s = []
+        # Each demotion copies one tier down, then drops the copy here along with the
+        # plain drops up to the next demotion (one run of drops).
+        for blob_id, after in zip(demoted, (*before[1:], pending), strict=True):
+            kv_bytes = sizes[blob_id]
+            held = copies[blob_id]
+            stripe = known.get(held)
+            if stripe is None:
+                stripe = known[held] = Stripe.to(self.layout, lower, held)
+            time_s = kv_bytes / stripe.rate
+            times_s.append(time_s)
+            sent: dict[Location, int] = {}
+            add_sent(sent, (kv_bytes,), (stripe,))
+            steps.append(_new(Step, (StepKind.COPY, (blob_id,), lower, sources_of(sent),
+                                     kv_bytes, time_s)))
+            dropped = (blob_id, *after)
+            steps.append(_new(Step, (StepKind.DROP, dropped, src, (),
+                                     sum(map(sizes.__getitem__, dropped)), 0)))
+        return tuple(steps), sum(times_s)
 
     def plan_evict(self, location: Location, need_bytes: int, now_s: float) -> TransferPlan:
         """Make ``need_bytes`` free at ``location`` (LRU, demoting down the tiers)."""

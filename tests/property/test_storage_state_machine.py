@@ -5,7 +5,8 @@ every blob ever written, which sessions are live and what they reference,
 which copies are pinned, the tokens looked up and the bytes planned to move.
 Sessions also grow chains call by call (each call resends the last one and
 adds a few blocks, or backs up and branches), and every prefix match is
-checked against a block-by-block walk of the model's blobs. Calls also end
+checked against a block-by-block walk of the model's blobs, and every fetch,
+write and offload plan against the one a draft makes. Calls also end
 as the retain policy ends them (workers.kv_policy: resident in HBM, written
 through) and workers trim what they retain: every fetch's hits name a tier
 that holds the blob they count, at the tier a walk of the placement gives.
@@ -35,7 +36,7 @@ PFS = Location(Tier.PFS, "pfs")
 ALL = (*HBMS, DRAM, RACK, PFS)
 
 
-def small_layout() -> StoreLayout:
+def small_layout(dram_blocks: int = 8) -> StoreLayout:
     def spec(tier, blocks, bytes_per_s):
         return TierSpec(tier, blocks * BLOCK_BYTES, bytes_per_s, bytes_per_s)
 
@@ -43,7 +44,7 @@ def small_layout() -> StoreLayout:
         [
             (HBMS[0], spec(Tier.HBM, 7, 4000.0), DRAM),
             (HBMS[1], spec(Tier.HBM, 7, 4000.0), DRAM),
-            (DRAM, spec(Tier.DRAM, 8, 1000.0), PFS),
+            (DRAM, spec(Tier.DRAM, dram_blocks, 1000.0), PFS),
             (RACK, spec(Tier.RACK, 4, 800.0), PFS),
             (PFS, spec(Tier.PFS, 12, 100.0), None),
         ]
@@ -58,9 +59,11 @@ now_steps = st.floats(0.0, 5.0, allow_nan=False)
 
 
 class BlobStoreMachine(RuleBasedStateMachine):
+    dram_blocks = 8  # host memory fills up: offloads and evictions demote further down
+
     def __init__(self) -> None:
         super().__init__()
-        self.store = BlobStore(small_layout(), BLOCK_TOKENS, KV_BYTES_PER_TOKEN)
+        self.store = BlobStore(small_layout(self.dram_blocks), BLOCK_TOKENS, KV_BYTES_PER_TOKEN)
         self.now_s = 0.0
         self.contents: dict[int, tuple] = {}
         self.refs: dict[str, set[int]] = {}
@@ -79,6 +82,28 @@ class BlobStoreMachine(RuleBasedStateMachine):
                                           blob.kv_bytes)
 
         self.store.apply = applied
+        for name in ("plan_fetch", "plan_write", "plan_offload"):
+            setattr(self.store, name, self._drafted_twin(getattr(self.store, name)))
+
+    def _drafted_twin(self, plan_):
+        """``plan_`` checked against the plan a draft makes: the store builds a plan
+        without a draft when nothing must be evicted (a fetch or a write with room as
+        committed, an offload whose demotions find room below); the same plan made with
+        those paths shut must be the same value, down to each float's bits."""
+        store = self.store
+
+        def planned(*args, **kwargs):
+            plan = plan_(*args, **kwargs)
+            store._has_room = lambda location, need_bytes: False
+            store._plain_offload = lambda ids, drops, src: None
+            try:
+                twin = plan_(*args, **kwargs)
+            finally:
+                del store._has_room, store._plain_offload
+            assert repr(plan) == repr(twin)
+            return plan
+
+        return planned
 
     def _apply(self, plan) -> None:
         if not plan.fits:
@@ -231,6 +256,13 @@ class BlobStoreMachine(RuleBasedStateMachine):
         plan = self.store.plan_offload(self.store.session_blobs(session), where, self._tick(dt))
         self._apply(plan)
 
+    @precondition(lambda self: self.written)
+    @rule(data=st.data(), where=hbms, dt=now_steps)
+    def offload_written(self, data, where, dt):
+        """A call's end under the offload policy: the chain it wrote leaves HBM."""
+        chain = self.store.match(data.draw(st.sampled_from(self.written))).blob_ids
+        self._apply(self.store.plan_offload(chain, where, self._tick(dt)))
+
     @rule(where=st.sampled_from(ALL), blocks=st.integers(0, 12), dt=now_steps)
     def evict(self, where, blocks, dt):
         self._apply(self.store.plan_evict(where, blocks * BLOCK_BYTES, self._tick(dt)))
@@ -338,7 +370,18 @@ class BlobStoreMachine(RuleBasedStateMachine):
         assert sum(self.store.snapshot().moved_bytes.values()) == self.moved_bytes
 
 
+class RoomyBlobStoreMachine(BlobStoreMachine):
+    """Host memory with room to spare: offloads demote copies to it without evicting
+    (the plans a store builds without a draft)."""
+
+    dram_blocks = 64
+
+
 class TestBlobStoreMachine(BlobStoreMachine.TestCase):
+    settings = settings(max_examples=60, stateful_step_count=40)
+
+
+class TestRoomyBlobStoreMachine(RoomyBlobStoreMachine.TestCase):
     settings = settings(max_examples=60, stateful_step_count=40)
 
 

@@ -80,6 +80,39 @@ def test_offload_drops_a_run_then_demotes_in_blob_order():
     assert store.snapshot().dropped_blobs == 5
 
 
+def drafted(store, plan_, *args):
+    """The plan ``plan_`` makes with the store's paths without a draft shut."""
+    store._has_room = lambda location, need_bytes: False
+    store._plain_offload = lambda ids, drops, src: None
+    try:
+        return plan_(*args)
+    finally:
+        del store._has_room, store._plain_offload
+
+
+def test_an_offload_demoting_between_drops_is_the_plan_a_draft_makes():
+    store = make_store()
+    blocks = [1, 2, 3, 4]
+    for end, where in ((1, DRAM0), (2, HBM), (3, DRAM1), (4, HBM)):
+        write(store, blocks[:end], where, float(end))
+    store.apply(store.plan_fetch(blocks, HBM, 5.0))  # blobs 0 and 2 join 1 and 3 in HBM
+    plan = store.plan_offload(range(4), HBM, 6.0)
+    assert [(s.kind, s.blob_ids, s.location) for s in plan.steps] == [
+        (StepKind.DROP, (0,), HBM),
+        (StepKind.COPY, (1,), DRAM0),
+        (StepKind.DROP, (1, 2), HBM),
+        (StepKind.COPY, (3,), DRAM0),
+        (StepKind.DROP, (3,), HBM),
+    ]
+    assert repr(plan) == repr(drafted(store, store.plan_offload, range(4), HBM, 6.0))
+    fetch = store.plan_fetch(blocks, HBM, 6.0)
+    assert repr(fetch) == repr(drafted(store, store.plan_fetch, blocks, HBM, 6.0))
+    write_ = store.plan_write([*blocks, 5], HBM, 6.0)
+    assert repr(write_) == repr(drafted(store, store.plan_write, [*blocks, 5], HBM, 6.0))
+    store.apply(plan)
+    assert store.placement.used_bytes[HBM] == 0
+
+
 def test_a_step_names_at_least_one_blob():
     with pytest.raises(ValueError, match="blob_ids"):
         Step(StepKind.DROP, (), HBM)
