@@ -133,7 +133,8 @@ class Predictor:
                 self.decode_correction += learn * (itl_s / model - self.decode_correction)
 
     def decode_calls_per_s(self, rt: ClusterRuntime) -> float:
-        key = tuple((w.spec.pool, w.accepting, w.target_batch) for w in rt.decode_workers.values())
+        key = tuple([(w.spec.pool, w.accepting, w.target_batch)
+                     for w in rt.decode_workers.values()])
         if self._rates is not None and self._rates[0] == key:
             return self._rates[1]
         context = round(self.input_tokens + self.output_tokens / 2, -3)
@@ -146,7 +147,7 @@ class Predictor:
         return total
 
     def fill_latency_s(self, rt: ClusterRuntime) -> float:
-        key = tuple(w.spec.pool for w in rt.fill_workers.values())
+        key = tuple([w.spec.pool for w in rt.fill_workers.values()])
         if self._fill is not None and self._fill[0] == key:
             return self._fill[1]
         new_tokens = round(self.new_tokens, -2)

@@ -54,8 +54,9 @@ class FastLoop:
         if decision.reject_ttft_above_s is not None:
             self._reject_predicted_misses(decision, now_s)
         budget, background = decision.admit, decision.background_limit
-        if self.queue and budget > 0:
-            self._touched = True  # the next sample must look again
+        if not self.queue or budget <= 0:
+            return
+        self._touched = True  # the next sample must look again
         released: list[Pending] = []
         for pending in list(self.queue):
             if budget <= 0:
@@ -128,9 +129,11 @@ class FastLoop:
         fill_states = [w.state() for w in rt.fill_workers.values()]
         decode_states = [w.state() for w in rt.decode_workers.values()]
         busy_last = self._busy_last
-        for st in (*fill_states, *decode_states):
-            busy[st.name] = min(1.0, (st.busy_s - busy_last.get(st.name, 0.0)) / period)
-            busy_last[st.name] = st.busy_s
+        for states in (fill_states, decode_states):
+            for st in states:
+                name, busy_s = st.name, st.busy_s
+                busy[name] = min(1.0, (busy_s - busy_last.get(name, 0.0)) / period)
+                busy_last[name] = busy_s
         interactive = sum(p.interactive for p in self.queue) if self.queue else 0
         obs = observe(rt, now_s, self.counters, len(self.queue), interactive, self.predictor, busy,
                       fill_states, decode_states, self._pool_memo)
@@ -231,13 +234,16 @@ class FastLoop:
             s.held[-1] = held
             s.upstream_waiting[-1] = held + s.ready_depth[-1]
             self._notify("on_decision", decision, now_s)
-        key = (decision.admit, reason, decision.decode_target_batch)
-        if not self.decisions or self.decisions[-1][1] != reason:
-            self.decisions.append((now_s, reason, ticks))
+        decisions = self.decisions
+        if not decisions or decisions[-1][1] != reason:
+            decisions.append((now_s, reason, ticks))
         else:
-            t, r, n = self.decisions[-1]
-            self.decisions[-1] = (t, r, n + ticks)
-        if self.logger is not None and key != self._last_logged:
+            t, r, n = decisions[-1]
+            decisions[-1] = (t, r, n + ticks)
+        if self.logger is None:
+            return
+        key = (decision.admit, reason, decision.decode_target_batch)
+        if key != self._last_logged:
             self._last_logged = key
             self.logger.info("admission", t_s=round(now_s, 6), controller=self.policy.name,
                              admit=decision.admit, reason=reason,

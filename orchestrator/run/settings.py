@@ -12,7 +12,7 @@ from orchestrator.control.config import ControlConfig
 from orchestrator.control.policies import make_policy
 from orchestrator.control.predictor import PredictorSettings
 from orchestrator.plugins import load as load_plugin
-from orchestrator.run.replay import Orchestrator, ReplayResult
+from orchestrator.run.replay import Orchestrator, ReplayResult, fewer_young_collections
 from orchestrator.run.summary import summarize
 from traces import read_sessions
 from traces.model import Session
@@ -94,9 +94,11 @@ def run_replay(prepared: Prepared, settings: RunSettings,
                         backend=backend, skip_idle=settings.skip_idle,
                         predictor=settings.predictor, kv_policy=KVPolicy(settings.kv_policy))
     result = make_clock(settings.clock, settings.speed).run(orch.run())
-    summary = summarize(result, settings.control.ttft_target_s, settings.control.tpot_target_s,
-                        run=f"{settings.controller}-seed{settings.seed}",
-                        controller=settings.controller)
+    with fewer_young_collections():
+        summary = summarize(result, settings.control.ttft_target_s,
+                            settings.control.tpot_target_s,
+                            run=f"{settings.controller}-seed{settings.seed}",
+                            controller=settings.controller)
     if backend is not None:
         summary["live"] = {**backend.summary(), "interrupted": orch.interrupted}
         ledger = summary["live"].get("ledger")

@@ -117,12 +117,13 @@ def pipeline_s(result: ReplayResult) -> float:
     """Mean time from a fill's start to the call's KV loaded in decode (fill plus transfer)
     over the completed calls: the delay an admission takes to reach decode, measured."""
     calls = result.requests
-    done = [(fill, transfer) for fill, transfer, done_s in
-            zip(calls.part(LatencyPart.FILL), calls.part(LatencyPart.TRANSFER),
-                calls.column("done_s"), strict=True) if done_s == done_s]  # NaN: not done
+    done_s = calls.column("done_s")
+    done = sum(1 for t in done_s if t == t)  # NaN: not done
     if not done:
         return 0.0
-    return sum(fill + transfer for fill, transfer in done) / len(done)
+    return sum(fill + transfer for fill, transfer, t in
+               zip(calls.part(LatencyPart.FILL), calls.part(LatencyPart.TRANSFER), done_s,
+                   strict=True) if t == t) / done
 
 
 def loop_model(result: ReplayResult) -> dict[str, float | None]:
