@@ -37,6 +37,9 @@ from costmodel.precision import BYTES_PER_ELEMENT
 KV_SHARE_OF_FREE_HBM = 0.85
 
 
+EXACT_INTEGERS = 2**53  # every integer below it is a double
+
+
 @dataclass(frozen=True)
 class KVCapacity:
     """What one instance can hold. `fits` is False when the weights alone overflow HBM
@@ -112,6 +115,20 @@ class KVCapacity:
         # `window if window < c else c` is `min(c, window)`: min keeps the first of equals.
         return [full * c + slide * (window if window < c else c) + state
                 for c in map(float, contexts)]
+
+    def sequences_bytes_sum(self, contexts: list) -> float:
+        """`sum(self.sequences_bytes_per_gpu(contexts))`, the same number. Whole token
+        counts and whole-byte terms (`integer_footprints`) make every footprint and
+        every partial sum an integer below 2**53 while the total is: each float
+        addition is exact, and the sum is the integer total."""
+        exact = self.integer_footprints
+        if exact is not None and contexts:
+            tokens = sum(contexts)
+            if type(tokens) is int and min(contexts) >= 0:
+                total = exact[0] * tokens + exact[1] * len(contexts)
+                if total < EXACT_INTEGERS:
+                    return float(total)
+        return sum(self.sequences_bytes_per_gpu(contexts))
 
     def sequences_at(self, context_tokens: float) -> int:
         """How many sequences of `context_tokens` the instance holds at once."""

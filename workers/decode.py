@@ -79,8 +79,9 @@ class DecodeWorker:
         self.preempted = 0  # sequences this worker preempted
         self.recomputed_tokens = 0  # tokens it recomputed resuming sequences
         self._interrupt: asyncio.Event | None = None
-        # The run's wait for a poke: (future, its timeout's timer), while one is armed.
-        self._waiter: tuple[asyncio.Future, asyncio.TimerHandle] | None = None
+        # The run's wait, while one is armed: (future, its timer, the run's step ends)
+        # until a poke, then (future, the timer of the step in progress's end, None).
+        self._waiter: tuple[asyncio.Future, asyncio.TimerHandle, object] | None = None
         self._requeueing = False
         self._replan = False
         self.accepting = True
@@ -117,8 +118,8 @@ class DecodeWorker:
         Kept until the batch or its sequences' lengths change (`_batch_changed`)."""
         if self._resident is None:
             # _footprint inline (asked at most samples of a busy worker): the same sum.
-            self._resident = sum(self.kv.sequences_bytes_per_gpu(
-                [r.input_tokens + r.generated for r in self.running]))
+            self._resident = self.kv.sequences_bytes_sum(
+                [r.input_tokens + r.generated for r in self.running])
         return self._resident
 
     def _batch_changed(self) -> None:
@@ -153,33 +154,55 @@ class DecodeWorker:
     def _poke(self) -> None:
         if self._interrupt is not None:
             self._interrupt.set()
-        if self._waiter is not None:
-            fut, timer = self._waiter
-            self._waiter = None
+        waiter = self._waiter
+        if waiter is not None and waiter[2] is not None:  # a run waiting, not yet poked
+            fut, timer, ends = waiter
             timer.cancel()
-            if not fut.done():
-                fut.set_result(True)
+            if fut.done():
+                self._waiter = None
+            else:
+                self._step_end(fut, fut.get_loop(), ends)
+
+    def _step_end(self, fut: asyncio.Future, loop: asyncio.AbstractEventLoop,
+                  ends: list[float] | np.ndarray) -> None:
+        """A poke: `fut` is the index of the step in progress, at that step's end. Its
+        timer is set here, as the run's own sleep to that end was set when the poke woke
+        it (the same delay from the same instant: the clock does not move while a woken
+        task waits for its turn), one wake-up and one future sooner."""
+        t = loop.time()
+        j = min(bisect_left(ends, t), len(ends) - 1)
+        if ends[j] > t:
+            self._waiter = (fut, loop.call_later(ends[j] - t, self._stepped, fut, j), None)
+        else:
+            self._waiter = None
+            fut.set_result(j)
 
     def _poked_or_timeout(self, loop: asyncio.AbstractEventLoop,
-                          timeout_s: float) -> asyncio.Future:
-        """A future that is True at the next poke (at once if poked already) and False
-        once `timeout_s` has passed without one: `wait_for(self._interrupt.wait(),
-        timeout_s)` told apart by its result, with one future and one timer instead of a
-        task, a wrapper future and a cancellation, each costing event-loop turns."""
+                          ends: list[float] | np.ndarray) -> asyncio.Future:
+        """A future that is, at the end of the step in progress at the next poke (at once
+        if poked already), that step's index in `ends`; None at the run's end
+        (`ends[-1]`) without a poke: `wait_for(self._interrupt.wait(), timeout)` and a
+        sleep to the step's end, told apart by the result, with one future and one
+        timer instead of a task, a wrapper future and a cancellation, each costing
+        event-loop turns."""
         fut = loop.create_future()
+        timeout_s = ends[-1] - loop.time()
         if timeout_s <= 0:
-            fut.set_result(False)
+            fut.set_result(None)
         elif self._interrupt.is_set():
-            fut.set_result(True)
+            self._step_end(fut, loop, ends)
         else:
-            self._waiter = (fut, loop.call_later(timeout_s, self._timed_out, fut))
+            self._waiter = (fut, loop.call_later(timeout_s, self._timed_out, fut), ends)
         return fut
 
     def _timed_out(self, fut: asyncio.Future) -> None:
+        self._stepped(fut, None)
+
+    def _stepped(self, fut: asyncio.Future, result: int | None) -> None:
         if self._waiter is not None and self._waiter[0] is fut:
             self._waiter = None
         if not fut.done():
-            fut.set_result(False)
+            fut.set_result(result)
 
     def _forget_waiter(self) -> None:
         """A run ended (or was cancelled) while its wait was still armed."""
@@ -306,9 +329,11 @@ class DecodeWorker:
                             self._loading_bytes(), admit)
 
     def _loading_bytes(self) -> float:
-        # _footprint inline, in one call for the sequences (the same doubles, summed alike).
-        return sum(self.kv.sequences_bytes_per_gpu(
-            [r.input_tokens + r.generated for r in (*self._loading.values(), *self._loaded)]))
+        if not self._loading and not self._loaded:
+            return 0  # sum() of nothing
+        # _footprint inline, in one call for the sequences (the same number, summed alike).
+        return self.kv.sequences_bytes_sum(
+            [r.input_tokens + r.generated for r in (*self._loading.values(), *self._loaded)])
 
     def _plan_run(self, now_s: float) -> int:
         """Steps of the next run: to the next retirement (the plant decides when a
@@ -384,12 +409,9 @@ class DecodeWorker:
         loop = asyncio.get_running_loop()
         try:
             while True:
-                if not await self._poked_or_timeout(loop, ends[-1] - loop.time()):
+                j = await self._poked_or_timeout(loop, ends)
+                if j is None:
                     return len(ends)
-                t = loop.time()
-                j = min(bisect_left(ends, t), len(ends) - 1)
-                if ends[j] > t:
-                    await asyncio.sleep(ends[j] - t)
                 if (self._loaded or self._replan or self.target_batch < len(self.running)
                         or j == len(ends) - 1):
                     return j + 1

@@ -71,7 +71,7 @@ class ChunkedFills:
         stays in order, so the first refused request ends the plan. `skip_loading`: a
         request whose prefix is still on its way waits for a later step instead of
         holding this one (its fill starts with the load)."""
-        if len({id(r) for r in self.queue}) != len(self.queue):
+        if len(set(map(id, self.queue))) != len(self.queue):
             # A lost step's requests were handed back to the queue's front (live mode).
             unique = list(dict.fromkeys(self.queue))
             self.queue.clear()

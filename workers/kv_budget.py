@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodel.capacity import KVCapacity
+from costmodel.capacity import EXACT_INTEGERS, KVCapacity
 from workers.fast_batch import pairwise_sum
 
 INIT_NEW_TOKEN_RATIO = 0.7
@@ -80,7 +80,6 @@ def footprints(kv: KVCapacity, contexts: np.ndarray) -> np.ndarray:
 # operations instead of five: Python stays cheaper up to twice as many sequences.
 SCALAR_SEQUENCES = 16
 SCALAR_SEQUENCES_FULL = 32
-_EXACT_INTEGERS = 2**53  # every integer below it is a double
 
 
 def footprints_sum(kv: KVCapacity, contexts: np.ndarray | list) -> float:
@@ -95,7 +94,7 @@ def footprints_sum(kv: KVCapacity, contexts: np.ndarray | list) -> float:
         tokens = sum(contexts)
         if type(tokens) is int and min(contexts) >= 0:
             total = exact[0] * tokens + exact[1] * len(contexts)
-            if total < _EXACT_INTEGERS:
+            if total < EXACT_INTEGERS:
                 return float(total)
     per_token, slide, state, window = kv.footprint_terms
     if len(contexts) > (SCALAR_SEQUENCES if slide else SCALAR_SEQUENCES_FULL):

@@ -87,8 +87,8 @@ class MixedWorker(DecodeWorker):
 
     def _loading_bytes(self) -> float:
         planned = self.fills.planned
-        return super()._loading_bytes() + sum(self.kv.sequences_bytes_per_gpu(
-            [r.prefix_tokens + planned.get(r.call_id, 0) for r in self._filling.values()]))
+        return super()._loading_bytes() + self.kv.sequences_bytes_sum(
+            [r.prefix_tokens + planned.get(r.call_id, 0) for r in self._filling.values()])
 
     def _may_start(self, req: Request, starting: list[Request]) -> bool:
         """A slot in the decode batch and KV room (its prompt plus the growth reserve)

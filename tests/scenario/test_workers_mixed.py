@@ -186,12 +186,26 @@ def test_an_arrival_marks_the_decode_run_for_replanning_and_wakes_it():
         worker = rt.decode_workers["mixed-0"]
         loop = asyncio.get_running_loop()
         worker._interrupt = asyncio.Event()
-        wait = worker._poked_or_timeout(loop, 10.0)
+        ends = [1.0, 2.0, 3.0]  # a run of three steps, from 0
+        wait = worker._poked_or_timeout(loop, ends)
         assert not worker._replan and not wait.done()
-        worker.submit(Request(1, "s1", input_tokens=1_000, output_tokens=2), 0.0)
-        # The run's wait ends now (a poke), and the run stops at its step's end (replan).
-        assert worker._replan and wait.done() and wait.result() is True
+        await asyncio.sleep(1.5)
+        worker.submit(Request(1, "s1", input_tokens=1_000, output_tokens=2), loop.time())
+        # A poke: the run is to stop (replan) at the end of its step in progress, the
+        # second; the wait ends there, not before, and a second poke changes nothing.
+        assert worker._replan and not wait.done()
+        worker.set_target_batch(worker.target_batch)
+        await asyncio.sleep(0.49)
+        assert not wait.done()
+        assert await wait == 1 and loop.time() == 2.0
         assert worker._waiter is None
+        # Poked already, at a step's end: the wait is over at once, at that step.
+        assert worker._interrupt.is_set()
+        assert worker._poked_or_timeout(loop, [2.0, 3.0]).result() == 0
+        # No poke: None at the run's end.
+        worker._interrupt.clear()
+        wait = worker._poked_or_timeout(loop, [2.5, 3.0])
+        assert await wait is None and loop.time() == 3.0 and worker._waiter is None
 
     VirtualClock().run(main())
 

@@ -82,3 +82,19 @@ def test_many_footprints_are_the_one_footprint_doubles(name):
     many = kv.sequences_bytes_per_gpu(contexts)
     assert [x.hex() for x in many] == [kv.sequence_bytes_per_gpu(c).hex() for c in contexts]
     assert kv.sequences_bytes_per_gpu([]) == []
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-70b", "gpt-oss-120b", "kimi-k3-like"])
+def test_summed_footprints_are_the_sum_of_the_footprints(name):
+    """The shortcut in integers gives `sum()`'s double: whole token counts (exact), past
+    2**53 bytes in all, fractional contexts and sliding windows (summed as floats)."""
+    kv = kv_capacity(load_model(name), H200, Layout(tp=2, ep=2))
+    assert (kv.integer_footprints is None) == (name == "gpt-oss-120b")
+    rng = np.random.default_rng(4)
+    batches = [[int(t) for t in rng.integers(0, 400_000, size=n)] for n in (1, 2, 17, 300)]
+    batches += [[2**53 // 1000] * 2000, [1000, 2000.5, 3000], [0], []]
+    for contexts in batches:
+        got = kv.sequences_bytes_sum(contexts)
+        want = sum(kv.sequences_bytes_per_gpu(contexts))
+        assert type(got) is type(want) and got == want
+        assert float(got).hex() == float(want).hex()
