@@ -196,12 +196,10 @@ class MixedWorker(DecodeWorker):
         if starting:
             self.log.add(now_s, self.name, "fill_start", *(r.call_id for r in starting))
         decodes = len(self.running)
-        latency_s, _ = self.pricer.fill_step_s(
-            [c.tokens for c in chunks] + [1] * decodes,
+        latency_s, _ = self.pricer.mixed_step_s(
+            [c.tokens for c in chunks], [c.cached_tokens for c in chunks],
             # Request.context_tokens inline: this runs per step, over the batch.
-            [c.cached_tokens for c in chunks] + [r.input_tokens + r.generated
-                                                 for r in self.running],
-            [False] * len(chunks) + [True] * decodes)
+            [r.input_tokens + r.generated for r in self.running])
         await asyncio.sleep(now_s + transfer_s + latency_s - loop.time())
         end_s = loop.time()
         self.fills.resume(chunks)
@@ -248,7 +246,6 @@ class MixedWorker(DecodeWorker):
         if self.kv_policy is KVPolicy.RETAIN:
             write_through(self.store, plan, self.host, now_s)
         self.store.ref(req.session_id, plan.chain)
-        here = self.store.placement.at[self.hbm]
-        pinned = tuple(b for b in plan.chain if b in here)
+        pinned = tuple(filter(self.store.placement.at[self.hbm].__contains__, plan.chain))
         self.store.pin(self.hbm, pinned)
         return plan.chain, pinned

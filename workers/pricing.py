@@ -122,6 +122,22 @@ class StepPricer:
         price = self._batch if n <= BATCH_MEMO_REQUESTS else self._batch_uncached
         return price(tuple(map(int, new_tokens)), tuple(map(int, cached_tokens)), flags)
 
+    def mixed_step_s(self, chunk_tokens: list[int], chunk_cached: list[int],
+                     decode_contexts: list[int]) -> tuple[float, float]:
+        """`fill_step_s(chunk_tokens + [1] * d, chunk_cached + decode_contexts,
+        [False] * len(chunk_tokens) + [True] * d)` for d decodes, the same doubles: a
+        mixed worker's step, prefill chunks then decodes, every count an int. Such a step
+        never repeats: priced without the memo (whose hit gives the same doubles) and
+        without converting what is already an int."""
+        decodes = len(decode_contexts)
+        new_tokens = chunk_tokens + [1] * decodes
+        cached_tokens = chunk_cached + decode_contexts
+        decoding = (False,) * len(chunk_tokens) + (True,) * decodes
+        if len(cached_tokens) > SCALAR_BATCH_REQUESTS:
+            return self.fill_step_s(new_tokens, cached_tokens, decoding)
+        step_s = self._batch_tail.step_s(new_tokens, cached_tokens, decoding)
+        return step_s, step_s / self.layout.pp
+
     def fill_core_s(self, phase: Phase, sequences: int, new_tokens: int,
                     cached_tokens: int) -> tuple[float, float]:
         """`fill_s` by the vectorised core, unmemoised: the fast path's reference."""

@@ -71,6 +71,13 @@ def check_batch_step(pricer, requests):
                                               np.array(decoding))
     assert (arrays, arrays / pricer.layout.pp) == expected
     assert pricer.fill_step_s(list(new), list(cached), list(decoding)) == expected
+    # A mixed worker's step: its chunks, then its decodes.
+    chunks = [(t, c) for t, c, d in requests if not d]
+    decodes = [c for _, c, d in requests if d]
+    ordered = [(t, c, False) for t, c in chunks] + [(1, c, True) for c in decodes]
+    new, cached, decoding = (tuple(col) for col in zip(*ordered, strict=True))
+    assert pricer.mixed_step_s([t for t, _ in chunks], [c for _, c in chunks],
+                               decodes) == pricer.batch_core_s(new, cached, decoding)
 
 
 steps_args = dict(pricer=pricers, phase=st.sampled_from(list(Phase)),
