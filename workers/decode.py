@@ -429,20 +429,20 @@ class DecodeWorker:
         if gained is None:
             # Every sequence gains `steps` tokens but those that end: the count of tokens
             # done is brought up to date before each retirement (its listeners may read it).
-            ran = 0  # sequences that went on, not yet counted in `_tokens_done`
+            keep = still.append
+            counted = 0  # of `still`, the sequences already counted in `_tokens_done`
             for req in self.running:
                 remaining = req.output_tokens - req.generated
                 if steps < remaining:
                     req.generated += steps
-                    still.append(req)
-                    ran += 1
+                    keep(req)
                     continue
                 req.generated += remaining
-                self._tokens_done += ran * steps + remaining
-                ran = 0
+                self._tokens_done += (len(still) - counted) * steps + remaining
+                counted = len(still)
                 self._resident = None  # its listeners may ask for the KV held
                 self._retire(req, now_s)
-            self._tokens_done += ran * steps
+            self._tokens_done += (len(still) - counted) * steps
         else:
             for i, req in enumerate(self.running):
                 remaining = req.output_tokens - req.generated
