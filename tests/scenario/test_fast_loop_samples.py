@@ -102,3 +102,22 @@ def test_a_fast_observation_is_the_dataclass_built_field_by_field():
         observation(**{k: v for k, v in values.items() if k != "admission_queue"})
     with pytest.raises(AttributeError):
         fast.time_s = 1.0  # still frozen
+
+
+def test_a_snapshot_of_the_cluster_has_every_field_and_no_other():
+    from dataclasses import fields
+
+    from orchestrator.control.snapshot import observe
+
+    heard = _Heard()
+    control = ControlConfig(realloc_enabled=False)
+    orch = Orchestrator(small_cluster().bind(LLAMA), short_agent_sessions(2, 3, seed=2),
+                        make_policy("buffered", control, 4), control,
+                        LoadOptions(sessions_per_hour=3600, think_scale=0.05), 1,
+                        listeners=[heard])
+    VirtualClock().run(orch.run())
+    names = [f.name for f in fields(Observation)]
+    obs = observe(orch.runtime, 1.0, orch.counters, 0, 0, orch.predictor, {})
+    assert list(vars(obs)) == names
+    assert obs == Observation(**{name: getattr(obs, name) for name in names})
+    assert all(list(vars(o)) == names for _, o in heard.samples)
