@@ -28,6 +28,10 @@ from dataclasses import dataclass
 
 # Sharings kept (per sequence of paths in flight); the table starts over when full.
 SHARINGS_KEPT = 4096
+# The loads with no flow in flight (read, never changed).
+_NO_LOADS: dict[str, float] = {}
+# Finished flows kept before their bytes are added to their links' counts.
+ENDED_KEPT = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,14 +73,20 @@ class Fabric:
                 raise ValueError(f"Fabric: link {link.name!r} is listed twice")
             self._links[link.name] = link
         self._flows: dict[int, _Flow] = {}
+        self._keys: dict[int, int] = {}  # flow id -> its path's number, for the flows in flight
         self._next_id = 0
         self.now_s = 0.0
         # Bytes of the finished flows per link; the flows in flight add what they moved.
+        # The flows that finished since are added in when read (or when there are many).
         self._carried: dict[str, float] = dict.fromkeys(self._links, 0.0)
+        self._ended: list[_Flow] = []
         self._finished: list[tuple[int, float]] = []
-        self._next_s = math.inf  # the earliest flow's finish at today's rates
-        self._due: list[int] = []  # the flows finishing at _next_s, in start order
-        self._loads: dict[str, float] = {}  # bandwidth in use per busy link at today's rates
+        # The earliest flow's finish at today's rates (inf with no flow in flight; read
+        # it, do not change it), and the flows finishing then, in start order.
+        self.next_s = math.inf
+        self._due: list[int] = []
+        # Bandwidth in use per busy link at today's rates (read it, do not change it).
+        self.loads: dict[str, float] = {}
         # A path as given -> (its links, each once; its narrowest bandwidth; per link, the
         # narrowest other link; its number).
         self._paths: dict[tuple[str, ...], tuple[tuple[str, ...], float,
@@ -111,22 +121,25 @@ class Fabric:
                    ) -> list[int]:
         """Several copies `(path, size_bytes)` begin at `now_s` (the links are shared
         out once for all); returns their flow ids."""
-        new: dict[int, _Flow] = {}
-        fid = self._next_id
+        new: list[_Flow] = []
+        first = fid = self._next_id
         for path, size_bytes in flows:
             links, narrowest, others, key = self._path(tuple(path))
             if not (math.isfinite(size_bytes) and size_bytes >= 0):
                 raise ValueError(f"Fabric.start: size_bytes must be finite and >= 0, "
                                  f"got {size_bytes!r}")
             size = float(size_bytes)
-            new[fid] = _Flow(fid, links, key, size, size, narrowest, others)
+            new.append(_Flow(fid, links, key, size, size, narrowest, others))
             fid += 1
-        if now_s != self.now_s or self._next_s <= now_s:
-            self._finished.extend(self._run_to(now_s))
+        if now_s != self.now_s or self.next_s <= now_s:
+            self._finished = self.advance(now_s)
         self._next_id = fid
-        self._flows.update(new)
+        in_flight, keys = self._flows, self._keys
+        for flow in new:
+            in_flight[flow.fid] = flow
+            keys[flow.fid] = flow.path_key
         self._share()
-        return list(new)
+        return list(range(first, fid))
 
     def _path(self, path: tuple[str, ...]
               ) -> tuple[tuple[str, ...], float, dict[str, tuple[float, str]], int]:
@@ -148,24 +161,29 @@ class Fabric:
     def advance(self, now_s: float) -> list[tuple[int, float]]:
         """Progress every flow to `now_s`; returns `(flow id, finish time)` of the flows
         that finished, in finishing order."""
-        if not self._finished:
-            return self._run_to(now_s)
-        done, self._finished = self._finished, []
-        done.extend(self._run_to(now_s))
-        return done
-
-    def _run_to(self, now_s: float) -> list[tuple[int, float]]:
-        done: list[tuple[int, float]] = []
+        done = self._finished
+        if done:
+            self._finished = []
+        else:
+            done = []
         flows = self._flows
-        while flows and self._next_s <= now_s:
-            finish_s = self._next_s
-            self._progress_to(finish_s)
-            carried = self._carried
+        while flows and self.next_s <= now_s:
+            finish_s = self.next_s
+            # _progress_to(finish_s) inline: the finish is never before now_s.
+            dt = finish_s - self.now_s
+            if dt > 0.0:
+                for flow in flows.values():
+                    left = flow.remaining_bytes
+                    moved = flow.rate_bytes_per_s * dt
+                    flow.remaining_bytes = left - (moved if moved < left else left)
+            self.now_s = finish_s
+            keys, ended = self._keys, self._ended
             for fid in self._due:  # the flows whose finish is the earliest
-                flow = flows.pop(fid)
-                for name in flow.path:  # the rounding left over crosses too
-                    carried[name] += flow.size_bytes
+                ended.append(flows.pop(fid))
+                del keys[fid]
                 done.append((fid, finish_s))
+            if len(ended) >= ENDED_KEPT:
+                self._count_ended()
             self._share()
         if now_s != self.now_s:
             self._progress_to(now_s)
@@ -177,7 +195,7 @@ class Fabric:
             return self.now_s
         if not self._flows:
             return None
-        return self._next_s
+        return self.next_s
 
     def rate(self, flow_id: int) -> float:
         return self._flows[flow_id].rate_bytes_per_s
@@ -192,18 +210,22 @@ class Fabric:
         """Bytes that crossed link `name` up to `now_s`: utilisation over a span is the
         difference between two readings over bandwidth x span."""
         self.link(name)
+        self._count_ended()
         return self._carried[name] + sum(f.size_bytes - f.remaining_bytes
                                          for f in self._flows.values() if name in f.path)
+
+    def _count_ended(self) -> None:
+        """Add the finished flows' bytes to their links, in finishing order (the rounding
+        left over crosses too)."""
+        carried = self._carried
+        for flow in self._ended:
+            for name in flow.path:
+                carried[name] += flow.size_bytes
+        self._ended.clear()
 
     def load_bytes_per_s(self, name: str) -> float:
         """Bandwidth in use on link `name` now."""
         return sum(f.rate_bytes_per_s for f in self._flows.values() if name in f.path)
-
-    def loads(self) -> dict[str, float]:
-        """Bandwidth in use now on every link some flow crosses. Worked out when the
-        rates change, and shared by every time the same paths are in flight: read it,
-        do not change it."""
-        return self._loads
 
     def _progress_to(self, now_s: float) -> None:
         if now_s < self.now_s:
@@ -222,11 +244,16 @@ class Fabric:
         start or finish: the flows' finishes move only here), the earliest finish, the
         flows due then and the load on every busy link."""
         flows = self._flows
-        key = tuple([flow.path_key for flow in flows.values()])
+        if not flows:  # the fabric emptied (a fifth of the re-shares on the dev traces)
+            self.loads = _NO_LOADS
+            self.next_s = math.inf
+            self._due = []
+            return
+        key = tuple(self._keys.values())
         sharing = self._sharings.get(key)
         if sharing is None:
             sharing = self._work_out_sharing(key)
-        rates, self._loads = sharing
+        rates, self.loads = sharing
         now_s = self.now_s
         next_s = math.inf
         due: list[int] = []
@@ -246,7 +273,7 @@ class Fabric:
                 due = [flow.fid]
             elif finish_s == next_s:
                 due.append(flow.fid)
-        self._next_s = next_s
+        self.next_s = next_s
         self._due = due
 
     def _work_out_sharing(self, key: tuple[int, ...]

@@ -35,27 +35,39 @@ UTILISATION_WINDOW_S = 1.0
 _COPY = StepKind.COPY  # an enum member read once (a class attribute lookup per step otherwise)
 
 
-class _Windows:
-    """One link's bytes carried per utilisation window, for the windows it carried any:
-    parallel arrays in window order. Windows come in time order, so a window is either
-    the last one kept or a new one after it."""
+class _LinkUse:
+    """One link's bytes carried: in all, and per utilisation window for the windows it
+    carried any. Windows come in time order, so a window is either the open one (its sum
+    a float here) or a new one after it (the open one then goes to the parallel arrays:
+    16 bytes a window, where a dict of them held ~90; a million-call run has ~10^7)."""
 
-    __slots__ = ("carried", "index")
+    __slots__ = ("acc", "carried", "index", "total", "window")
 
-    def __init__(self, first: int | None = None, moved: float = 0.0) -> None:
-        self.index = array("q")
+    def __init__(self) -> None:
+        self.total = 0.0  # bytes carried up to the links' last event
+        self.window = -1  # the open window (-1: none yet)
+        self.acc = 0.0  # bytes carried in the open window
+        self.index = array("q")  # the closed windows, in order
         self.carried = array("d")
-        if first is not None:
-            self.index.append(first)
-            self.carried.append(moved)
 
     def add(self, window: int, moved: float) -> None:
-        index = self.index
-        if index and index[-1] == window:
-            self.carried[-1] += moved
-        else:
-            index.append(window)
-            self.carried.append(0.0 + moved)
+        """`moved` bytes carried in `window` (the open one or a later one)."""
+        if window == self.window:
+            self.acc += moved
+            return
+        if self.window >= 0:
+            self.index.append(self.window)
+            self.carried.append(self.acc)
+        self.window = window
+        self.acc = 0.0 + moved
+
+    def windows(self) -> tuple[array, array]:
+        """The windows it carried bytes in and the bytes, in window order."""
+        index, carried = array("q", self.index), array("d", self.carried)
+        if self.window >= 0:
+            index.append(self.window)
+            carried.append(self.acc)
+        return index, carried
 
 
 class Transfer:
@@ -116,16 +128,16 @@ class KvLinks:
         self._flows: dict[int, Transfer] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_s = math.inf
-        self._loads: dict[str, float] = {}  # bytes per second on busy links since _last_s
         self._last_s = 0.0
-        # Per link, the windows it carried bytes in and the bytes, in window order (time
-        # only moves forward, so only the last window is ever added to): 16 bytes a
-        # window, where a dict of them held ~90 (a million-call run has ~10^7).
-        self._bins: dict[str, _Windows] = {}
-        self._carried: dict[str, float] = {}  # link -> bytes carried up to _last_s
+        self._last_window = 0  # the utilisation window _last_s is in
+        # Per link that carried any (in the order they first did), its bytes up to _last_s.
+        self._use: dict[str, _LinkUse] = {}
+        self._loads: dict[str, float] = {}  # bytes per second on busy links since _last_s
         # Copies still on their way to a place: place -> transfer -> the blobs it is the
-        # latest copy of there (a later copy of a blob to the same place takes it over).
-        self._landing: dict[Location, dict[Transfer, set[int]]] = {}
+        # latest copy of there (a later copy of a blob to the same place takes it over):
+        # the step's tuple of ids as given, made a set the first time another copy reads
+        # from or lands at the place while it is on its way (few do).
+        self._landing: dict[Location, dict[Transfer, tuple | set[int]]] = {}
         # (source, destination) -> (the copy's path, its `path_kind`), kept once worked out.
         self._routes: dict[tuple[Location, Location], tuple[tuple[str, ...], str]] = {}
         self._wake = self._on_timer  # bound once: the timer is armed at almost every finish
@@ -174,6 +186,8 @@ class KvLinks:
                 there = landing.get(src)
                 if there:
                     for earlier, blobs in there.items():
+                        if type(blobs) is tuple:
+                            blobs = there[earlier] = set(blobs)
                         if not blobs.isdisjoint(ids):
                             after[earlier] = None
             landed.append((dst, ids))
@@ -182,24 +196,33 @@ class KvLinks:
         transfer = Transfer()
         transfer.landed = landed
         for location, ids in landed:
-            claimed = set(ids)
             here = landing.get(location)
             if here is None:
                 here = landing[location] = {}
-            for blobs in here.values():
-                if not blobs.isdisjoint(claimed):
-                    blobs -= claimed
+            for earlier, blobs in here.items():  # they are no longer the latest of `ids`
+                if type(blobs) is tuple:
+                    blobs = here[earlier] = set(blobs)
+                blobs.difference_update(ids)
             mine = here.get(transfer)
             if mine is None:
-                here[transfer] = claimed
-            else:  # a second step to the same place
-                mine |= claimed
-        now_s = self._settle(now_s)
+                here[transfer] = ids
+            else:  # a second step to the same place (its own entry is a set by now)
+                mine.update(ids)
+        # The fabric to now_s (never back: a timer may have run it a rounding ahead),
+        # finishing the flows done by then.
+        fabric = self.fabric
+        if fabric.now_s > now_s:
+            now_s = fabric.now_s
+        self._integrate(now_s)
+        finished = fabric.advance(now_s)
+        if finished:
+            self._finished(finished)
         transfer.pending = len(flows) + len(after)
         for earlier in after:
             earlier.add_done_callback(lambda end_s, t=transfer: self._one_done(t, end_s))
-        for flow_id in self.fabric.start_many(now_s, flows.items()):
-            self._flows[flow_id] = transfer
+        in_flight = self._flows
+        for flow_id in fabric.start_many(now_s, flows.items()):
+            in_flight[flow_id] = transfer
         self._after_change()
         return transfer
 
@@ -224,18 +247,6 @@ class KvLinks:
         return self.fabric.in_flight()
 
     # -- events -----------------------------------------------------------------------
-    def _settle(self, now_s: float) -> float:
-        """Bring the fabric to `now_s` (never back: a timer may have run it a rounding
-        ahead), finishing the flows done by then. Returns the time it stands at."""
-        fabric_s = self.fabric.now_s
-        if fabric_s > now_s:
-            now_s = fabric_s
-        self._integrate(now_s)
-        finished = self.fabric.advance(now_s)
-        if finished:
-            self._finished(finished)
-        return now_s
-
     def _finished(self, finished: list[tuple[int, float]]) -> None:
         flows = self._flows
         for fid, end_s in finished:
@@ -246,22 +257,20 @@ class KvLinks:
         """The fabric changed (a start, a finish): its loads from now on, and its one timer
         at its next finish, kept when that did not move."""
         fabric = self.fabric
-        self._loads = fabric.loads()
-        next_s = fabric.next_finish_s()
+        self._loads = fabric.loads
+        next_s = fabric.next_s  # inf with no flow in flight, as _timer_s with no timer
         if next_s == self._timer_s:
             return
         if self._timer is not None:
             self._timer.cancel()
-            self._timer = None
-        if next_s is None:
-            self._timer_s = math.inf
-        else:
-            self._timer_s = next_s
-            self._timer = asyncio.get_running_loop().call_at(next_s, self._wake, next_s)
+        self._timer_s = next_s
+        self._timer = (None if next_s == math.inf else
+                       asyncio.get_running_loop().call_at(next_s, self._wake, next_s))
 
     def _on_timer(self, due_s: float) -> None:
-        """The fabric's next finish is due: `_settle` there, then one `_after_change`
-        (the finishes' callbacks may have started copies, which re-armed the timer)."""
+        """The fabric's next finish is due: the fabric there (as in `copy`), then one
+        `_after_change` (the finishes' callbacks may have started copies, which re-armed
+        the timer)."""
         self._timer, self._timer_s = None, math.inf
         # The loop's clock keeps integer nanoseconds: it may stand a rounding before
         # the finish it was woken for.
@@ -269,7 +278,7 @@ class KvLinks:
         if due_s > now_s:  # max(loop_s, due_s)
             now_s = due_s
         fabric = self.fabric
-        if fabric.now_s > now_s:  # never back (as _settle)
+        if fabric.now_s > now_s:  # never back (as in copy)
             now_s = fabric.now_s
         self._integrate(now_s)
         finished = fabric.advance(now_s)
@@ -288,38 +297,37 @@ class KvLinks:
             return
         self._last_s = now_s
         w = self.window_s
-        first, last = int(t0 // w), int(now_s // w)
+        first = self._last_window  # int(t0 // w), worked out at the last event
+        last = self._last_window = int(now_s // w)
         dt = now_s - t0
-        carried, all_bins = self._carried, self._bins
-        if first == last:  # the common case: within one window
+        uses = self._use
+        if first == last:  # the common case: within one window (_LinkUse.add inline)
             for name, load in self._loads.items():
                 moved = load * dt
-                bins = all_bins.get(name)
-                if bins is None:  # 0.0 + moved, as every later sum starts
-                    carried[name] = moved
-                    all_bins[name] = _Windows(first, moved)
+                use = uses.get(name)
+                if use is None:
+                    use = uses[name] = _LinkUse()
+                use.total += moved
+                if use.window == first:
+                    use.acc += moved
                 else:
-                    carried[name] += moved
-                    bins.add(first, moved)
+                    use.add(first, moved)
             return
         for name, load in self._loads.items():
-            moved = load * dt
-            bins = all_bins.get(name)
-            if bins is None:
-                carried[name] = moved
-                bins = all_bins[name] = _Windows()
-            else:
-                carried[name] += moved
+            use = uses.get(name)
+            if use is None:
+                use = uses[name] = _LinkUse()
+            use.total += load * dt
             for k in range(first, last + 1):
                 span = min(now_s, (k + 1) * w) - max(t0, k * w)
                 if span > 0:
-                    bins.add(k, load * span)
+                    use.add(k, load * span)
 
     def carried_bytes(self, now_s: float) -> dict[str, float]:
         """Bytes every link that carried any has carried up to `now_s` (not before the
         last event: rates are known from there on)."""
         self._integrate(now_s)
-        return self._carried
+        return {name: use.total for name, use in self._use.items()}
 
     def bandwidth(self, name: str) -> float:
         return self.fabric.link(name).bytes_per_s
@@ -337,11 +345,11 @@ class KvLinks:
         spans = np.full(n, w)
         spans[-1] = end_s - (n - 1) * w
         spans = np.maximum(spans, 1e-12)
-        for name in sorted(self._bins):
+        for name in sorted(self._use):
             bw = self.fabric.link(name).bytes_per_s
-            bins = self._bins[name]
-            windows = np.array(bins.index, dtype=np.int64)
-            carried = np.array(bins.carried, dtype=np.float64)
+            index, carried = self._use[name].windows()
+            windows = np.array(index, dtype=np.int64)
+            carried = np.array(carried, dtype=np.float64)
             kept = windows < n
             per = np.zeros(n)
             per[windows[kept]] = carried[kept]

@@ -179,12 +179,13 @@ def test_the_links_per_preset_in_docs_network_md_are_the_presets():
 @given(st.lists(st.tuples(st.integers(0, 3), st.floats(0, 1e12)), max_size=60))
 def test_utilisation_windows_hold_what_a_dict_of_windows_would(adds):
     # Windows come in time order: each add is to the last window or a later one.
-    from workers.kv_links import _Windows
+    from workers.kv_links import _LinkUse
 
-    kept, as_dict, window = _Windows(), {}, 0
+    kept, as_dict, window = _LinkUse(), {}, 0
     for step, moved in adds:
         window += step
         kept.add(window, moved)
         as_dict[window] = as_dict.get(window, 0.0) + moved
-    assert list(kept.index) == list(as_dict)
-    assert [x.hex() for x in kept.carried] == [x.hex() for x in as_dict.values()]
+    index, carried = kept.windows()
+    assert list(index) == list(as_dict)
+    assert [x.hex() for x in carried] == [x.hex() for x in as_dict.values()]
