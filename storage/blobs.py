@@ -238,7 +238,8 @@ class BlobIndex:
             if prev is seq:
                 return tip
             # The last block first: another session sharing the first ones differs there.
-            if end <= n and seq[end - 1] == prev[end - 1] and seq[:end] == prev[:end]:
+            if end <= n and seq[end - 1] == prev[end - 1] and seq[:end] == (
+                    prev if end == len(prev) else prev[:end]):
                 return tip
         return None
 

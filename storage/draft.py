@@ -10,8 +10,7 @@ worked out once per destination and set of holders.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from itertools import compress, repeat
-from operator import is_
+from itertools import repeat
 
 from storage.blobs import BlobId, BlobIndex
 from storage.placement import Placement
@@ -120,9 +119,17 @@ def add_sent(sent: dict[Location, int], kv_bytes: Sequence[int],
         return
     if stripes.count(stripes[0]) == len(stripes):
         groups = {stripes[0]: kv_bytes}
-    else:  # (the sets alternate along a chain: picked out a set at a time)
-        groups = {stripe: list(compress(kv_bytes, map(is_, stripes, repeat(stripe))))
-                  for stripe in dict.fromkeys(stripes)}
+    else:
+        # The sets alternate along a chain, nearly blob by blob (turns written on two
+        # nodes): one pass puts each size in its stripe's list.
+        groups = {}
+        get = groups.get
+        for stripe, kv in zip(stripes, kv_bytes, strict=True):
+            mine = get(stripe)
+            if mine is None:
+                groups[stripe] = [kv]
+            else:
+                mine.append(kv)
     for stripe, mine in groups.items():
         for loc, n in zip(stripe.holders, stripe.sent_bytes(mine), strict=True):
             sent[loc] = sent.get(loc, 0) + n
