@@ -70,10 +70,13 @@ class StoreCounters:
 
 
 def lookup_tokens(
-    match: PrefixMatch, dst: Location, requested_tokens: int, placement: Placement, block_tokens: int
-) -> tuple[dict[Tier, int], dict[Tier, int], int]:
-    """Per-tier hit and miss tokens of a lookup walking the tiers fast to slow, and the
-    hit tokens ``dst`` itself holds.
+    match: PrefixMatch, dst: Location, placement: Placement, block_tokens: int,
+    helds: list[frozenset[Location]] | None = None,
+) -> tuple[dict[Tier, int], int]:
+    """Per-tier hit tokens of a lookup walking the tiers fast to slow, and the hit
+    tokens ``dst`` itself holds (the misses follow from the hits: ``miss_tokens``).
+    ``helds``, the holder sets of the match's blobs in chain order, may be given when
+    ``dst`` holds none of them.
 
     A prefix token is a hit at ``dst``'s tier when ``dst`` holds its blob,
     else at the fastest tier holding a copy, and a miss at every tier before.
@@ -87,8 +90,10 @@ def lookup_tokens(
     fastest = placement.fastest_tier
     chain = match.chain
     ids = match.blob_ids
-    if ids and at_dst.keys().isdisjoint(ids):
-        served_by_all = {fastest[held] for held in set(map(copies.__getitem__, ids))}
+    if ids and (helds is not None or at_dst.keys().isdisjoint(ids)):
+        if helds is None:
+            helds = list(map(copies.__getitem__, ids))
+        served_by_all = {fastest[held] for held in set(helds)}
         if len(served_by_all) == 1:
             # One tier serves the whole chain (the common case): the blobs' used
             # lengths add up to the matched prefix, so no walk over them is needed.
@@ -109,7 +114,7 @@ def lookup_tokens(
         else:
             served = fastest[copies[blob.id]]
         hits[served] = hits.get(served, 0) + tokens
-    return hits, miss_tokens(hits, requested_tokens - match.matched_tokens), local
+    return hits, local
 
 
 def miss_tokens(hits: dict[Tier, int], unmatched_tokens: int) -> dict[Tier, int]:

@@ -220,11 +220,18 @@ class BlobStore:
         index = self.index
         placement = self.placement
         requested = len(block_ids) * index.block_tokens
-        hits, misses, local = lookup_tokens(match, dst, requested, placement,
-                                            index.block_tokens)
         chain = match.blob_ids
-        ids = list(filterfalse(placement.at[dst].__contains__, chain))
+        at_dst = placement.at[dst]
+        if at_dst.keys().isdisjoint(chain):  # (the common case: all of it is missing)
+            ids = list(chain)
+            helds = list(map(placement.copies.__getitem__, ids))
+        else:
+            ids = list(filterfalse(at_dst.__contains__, chain))
+            helds = None
+        hits, local = lookup_tokens(match, dst, placement, index.block_tokens, helds)
+        unmatched = requested - match.matched_tokens
         if not ids:
+            misses = miss_tokens(hits, unmatched)
             action = FetchAction.HIT if match.chain else FetchAction.MISS
             return TransferPlan(Purpose.FETCH, dst, now_s, self.version, True, None, (), 0,
                                 action, requested, match.matched_tokens, chain=chain,
@@ -237,8 +244,9 @@ class BlobStore:
             return self._no_fit(Purpose.FETCH, dst, now_s, NoFit.NO_ROOM,
                                 requested_tokens=requested, local_tokens=local,
                                 prefix_tokens=match.matched_tokens, chain=chain,
-                                hit_tokens=hits, miss_tokens=misses)
-        stripes = self._known_stripes(ids, dst) if draft is None or draft.pristine else None
+                                hit_tokens=hits, miss_tokens=miss_tokens(hits, unmatched))
+        stripes = (self._known_stripes(ids, dst, helds) if draft is None or draft.pristine
+                   else None)
         if stripes is None:
             stripes = (draft or self._draft(dst, now_s)).stripes(ids, dst)
         times_s = list(map(truediv, sizes, map(_rate, stripes)))
@@ -260,7 +268,7 @@ class BlobStore:
                                 time_s, FetchAction.RECOMPUTE, requested,
                                 match.matched_tokens, missing_tokens, load_time_s,
                                 recompute_time_s, chain, hit_tokens=hits,
-                                miss_tokens=misses, local_tokens=local)
+                                miss_tokens=miss_tokens(hits, unmatched), local_tokens=local)
         if draft is None:
             sent_by: dict[Location, int] = {}
             add_sent(sent_by, sizes, stripes)
@@ -281,16 +289,19 @@ class BlobStore:
         return TransferPlan(Purpose.FETCH, dst, now_s, self.version, True, None, steps,
                             time_s, FetchAction.LOAD, requested, match.matched_tokens, 0,
                             load_time_s, recompute_time_s, chain, hit_tokens=served,
-                            miss_tokens=miss_tokens(served, requested - match.matched_tokens),
-                            local_tokens=local)
+                            miss_tokens=miss_tokens(served, unmatched), local_tokens=local)
 
-    def _known_stripes(self, ids: list[BlobId], dst: Location) -> list[Stripe] | None:
+    def _known_stripes(self, ids: list[BlobId], dst: Location,
+                       helds: list[frozenset[Location]] | None = None) -> list[Stripe] | None:
         """The striping of a copy of each blob to ``dst`` when every one was worked out
-        before (a chain's blobs have a few holder sets between them), else None."""
+        before (a chain's blobs have a few holder sets between them), else None.
+        ``helds``: the blobs' holder sets, when known."""
         known = self.placement.stripes.get(dst)
         if known is None:
             return None
-        stripes = list(map(known.get, map(self.placement.copies.__getitem__, ids)))
+        if helds is None:
+            helds = list(map(self.placement.copies.__getitem__, ids))
+        stripes = list(map(known.get, helds))
         return None if None in stripes else stripes
 
     def plan_write(
