@@ -489,43 +489,44 @@ class BlobStore:
             )
         for blob in plan.new_blobs:
             self.index.register(blob)
-        for step in plan.steps:
-            self._apply_step(step, plan.now_s)
+        now_s = plan.now_s
+        placement = self.placement
+        counters = self.counters
+        steps = plan.steps
+        for step in steps:  # (one loop, no call a step: ~9 steps a call)
+            location = step.location
+            if step.kind is StepKind.DROP:
+                pins = self._pins.get(location)
+                for blob_id in filter(pins.__contains__, step.blob_ids) if pins else ():
+                    raise ValueError(f"plan drops pinned blob {blob_id} at {location}")
+                placement.remove_run(step.blob_ids, location, step.kv_bytes)
+                for blob_id in filterfalse(placement.copies.__contains__, step.blob_ids):
+                    if self.referenced(blob_id):
+                        raise AssertionError(f"plan dropped the last copy of live blob {blob_id}")
+                counters.dropped_blobs += len(step.blob_ids)
+                continue
+            # Bytes at a place only grow along a run, so one check covers every blob.
+            placement.add_run(step.blob_ids, location, step.kv_bytes, now_s)
+            if placement.used_bytes[location] > placement.capacity_bytes[location]:
+                raise AssertionError(f"plan overfills {location}")
+            for source in step.sources:
+                counters.moved_bytes[(source.location.tier, location.tier)] += source.kv_bytes
         chain = plan.chain
-        last = plan.steps[-1] if plan.steps else None
+        last = steps[-1] if steps else None
         if not (chain and last is not None and last.kind is not StepKind.DROP
                 and last.location == plan.location and last.blob_ids[-len(chain):] == chain):
             # (When the last step added the whole chain there, in order, just now, it is
             # already the most recently used, in chain order: touching it changes nothing.)
-            self.placement.touch_run(chain, plan.location, plan.now_s)
+            placement.touch_run(chain, plan.location, now_s)
         if plan.purpose is Purpose.FETCH:
-            counters = self.counters
-            for totals, tokens in ((counters.hit_tokens, plan.hit_tokens),
-                                   (counters.miss_tokens, plan.miss_tokens)):
-                for tier, n in tokens.items():  # Counter.update, without its type checks
-                    totals[tier] += n
-            self.counters.requested_tokens += plan.requested_tokens
-            self.counters.recomputed_tokens += plan.recompute_tokens
-            self.counters.local_hit_tokens += plan.local_tokens
+            totals = counters.hit_tokens
+            for tier, n in plan.hit_tokens.items():  # Counter.update, without its type checks
+                totals[tier] += n
+            totals = counters.miss_tokens
+            for tier, n in plan.miss_tokens.items():
+                totals[tier] += n
+            counters.requested_tokens += plan.requested_tokens
+            counters.recomputed_tokens += plan.recompute_tokens
+            counters.local_hit_tokens += plan.local_tokens
         self.version += 1
         return None if self.on_apply is None else self.on_apply(plan)
-
-    def _apply_step(self, step: Step, now_s: float) -> None:
-        location = step.location
-        if step.kind is StepKind.DROP:
-            pins = self._pins.get(location)
-            for blob_id in filter(pins.__contains__, step.blob_ids) if pins else ():
-                if blob_id in pins:
-                    raise ValueError(f"plan drops pinned blob {blob_id} at {location}")
-            self.placement.remove_run(step.blob_ids, location, step.kv_bytes)
-            for blob_id in filterfalse(self.placement.copies.__contains__, step.blob_ids):
-                if self.referenced(blob_id):
-                    raise AssertionError(f"plan dropped the last copy of live blob {blob_id}")
-            self.counters.dropped_blobs += len(step.blob_ids)
-            return
-        # Bytes at a place only grow along a run, so one check covers every blob.
-        self.placement.add_run(step.blob_ids, location, step.kv_bytes, now_s)
-        if self.placement.used_bytes[location] > self.placement.capacity_bytes[location]:
-            raise AssertionError(f"plan overfills {location}")
-        for source in step.sources:
-            self.counters.moved_bytes[(source.location.tier, location.tier)] += source.kv_bytes
