@@ -272,7 +272,20 @@ class FastLoop:
 
     def _next_idle_obs(self, next_s: float) -> Observation:
         """The sample at `next_s` of a cluster that stays as it is: this one with no busy
-        time in its period (nothing runs) and the same figures otherwise."""
+        time in its period (nothing runs) and the same figures otherwise. Called right
+        after this period's sample and decision: when the decision changed nothing
+        (`_touched`), the cluster is the one that sample saw (no callback ran since, and a
+        quiet cluster has no call queued), so its observation is restamped with idle pools
+        instead of asking every worker and the predictor again."""
+        last = self._restampable
+        if last is not None and not self._touched:
+            pools = last.pools
+            if any(p.busy_fraction for p in pools):
+                memo = self._pool_memo
+                pools = tuple(pool_observation(memo, p.name, [p.phase, p.workers, p.queue_depth,
+                                                              p.running, p.slots, 0.0, 1])
+                              for p in pools)
+            return observation_at(last, next_s, pools)
         rt = self.runtime
         fill_states = [w.state() for w in rt.fill_workers.values()]
         decode_states = [w.state() for w in rt.decode_workers.values()]

@@ -14,6 +14,7 @@ from costmodel.model import load_model
 from orchestrator.control.config import ControlConfig
 from orchestrator.control.observe import Observation
 from orchestrator.control.policies import make_policy
+from orchestrator.run import fast_loop
 from orchestrator.run.replay import Orchestrator
 from orchestrator.run.summary import summarize
 from tests.factories import short_agent_sessions, small_cluster
@@ -24,10 +25,18 @@ LLAMA = load_model("llama-3.1-70b")
 
 
 class _Looks(Orchestrator):
-    """Looks at the cluster at every sample (the restamp never taken)."""
+    """Looks at the cluster at every sample and at every idle span's first sample (the
+    restamps never taken)."""
 
     def _sample(self, now_s, loop=None):
         super()._sample(now_s, None)
+
+    def _next_idle_obs(self, next_s):
+        touched, self._touched = self._touched, True  # as if the decision moved something
+        try:
+            return super()._next_idle_obs(next_s)
+        finally:
+            self._touched = touched
 
 
 class _Heard:
@@ -58,11 +67,21 @@ def test_restamped_samples_are_the_samples_of_looking(controller, monkeypatch):
         return original(self, time_s, pools)
 
     monkeypatch.setattr(Observation, "restamped", counted)
+    idle = []
+    original_at = fast_loop.observation_at
+
+    def counted_at(obs, time_s, pools=None):
+        idle.append(time_s)
+        return original_at(obs, time_s, pools)
+
+    monkeypatch.setattr(fast_loop, "observation_at", counted_at)
     result, summary, heard = _run(Orchestrator, controller)
     assert len(restamps) > 20  # the unchanged cluster was restamped, not looked at
-    looked = len(restamps)
+    looked, idle_restamps = len(restamps), len(idle)
     l_result, l_summary, l_heard = _run(_Looks, controller)
     assert len(restamps) == looked  # looking every time restamps nothing
+    # An idle span's first sample was restamped too (the lead samples' copies aside).
+    assert idle_restamps - (len(idle) - idle_restamps) > 5
     assert heard.samples == l_heard.samples
     assert result.decisions == l_result.decisions
     for name in ("decode_occupancy", "backlog", "in_flight", "admitted", "time_s"):
