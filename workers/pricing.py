@@ -190,10 +190,13 @@ class StepPricer:
         list of Python floats (numpy's cumsum adds in order, as `itertools.accumulate`),
         a long run's as numpy's array (a list of hundreds of floats costs more to make
         than the run's few look-ups in it save)."""
-        if self._fast_decode and steps <= SCALAR_STEPS:
-            tail = self._tail(Phase.DECODE, self.per_rank(sequences), 1)
+        if not self._fast_decode:
+            return start_s + self.decode_steps_core_s(sequences, mean_context, steps).cumsum()
+        # decode_steps_s's tail, looked up once.
+        tail = self._tail(Phase.DECODE, self.per_rank(sequences), 1)
+        if steps <= SCALAR_STEPS:
             return [start_s + t for t in accumulate(tail.tpots_s(mean_context, steps))]
-        return start_s + self.decode_steps_s(sequences, mean_context, steps).cumsum()
+        return start_s + tail.tpots_array_s(mean_context, steps).cumsum()
 
     def decode_steps_core_s(self, sequences: int, mean_context: float,
                             steps: int) -> np.ndarray:
