@@ -15,7 +15,7 @@ Typical worker use::
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from itertools import filterfalse, islice
 from operator import attrgetter, lt, truediv
 
@@ -27,7 +27,7 @@ from storage.counters import (
     miss_tokens,
     served_hits,
 )
-from storage.draft import Draft, Stripe, add_sent, sources_of
+from storage.draft import Draft, StepLog, Stripe, add_sent, sources_of
 from storage.placement import Placement
 from storage.plans import FetchAction, NoFit, Purpose, Step, StepKind, TransferPlan
 from storage.tiers import Location, StoreLayout, Tier
@@ -368,7 +368,7 @@ class BlobStore:
                    default=len(present))
         drops: list[BlobId] = present[:lead]
         ids = ids[ids.index(present[lead]):] if lead < len(present) else ()
-        plain = self._plain_offload(ids, drops, src)
+        plain = self._plain_offload(ids, drops, src, protect)
         if plain is not None:
             steps, time_s = plain
             return TransferPlan(Purpose.OFFLOAD, src, now_s, self.version, True, None, steps,
@@ -397,12 +397,13 @@ class BlobStore:
         draft.drop_run(drops, src)
         return self._plan(draft, Purpose.OFFLOAD, src, chain=chain)
 
-    def _plain_offload(self, ids: Sequence[BlobId], drops: list[BlobId], src: Location
-                       ) -> tuple[tuple[Step, ...], float] | None:
+    def _plain_offload(self, ids: Sequence[BlobId], drops: list[BlobId], src: Location,
+                       protect: Collection[BlobId]) -> tuple[tuple[Step, ...], float] | None:
         """The steps and time of an offload that drops ``drops`` and then walks ``ids``,
         when each copy it demotes (one with no slower copy) finds room one tier down as
-        committed: the steps a draft would record, built without one. None when a
-        demotion would have to make room (the draft decides then)."""
+        committed, or once least recently used copies there are dropped or moved a tier
+        further down (`_evicting_offload`): the steps a draft would record, built
+        without one. None otherwise (the draft decides then)."""
         placement = self.placement
         here = placement.at[src]
         copies = placement.copies
@@ -429,8 +430,10 @@ class BlobStore:
                                  sum(map(sizes.__getitem__, pending)), 0)),)
                     if pending else ()), 0
         lower = self.layout.lower(src)
-        if lower is None or not self._has_room(lower, sum(map(sizes.__getitem__, demoted))):
+        if lower is None:
             return None
+        if not self._has_room(lower, sum(map(sizes.__getitem__, demoted))):
+            return self._evicting_offload(before, demoted, pending, src, lower, protect)
         known = placement.stripes.setdefault(lower, {})
         steps: list[Step] = []
         if before[0]:
@@ -455,6 +458,68 @@ class BlobStore:
             steps.append(_new(Step, (StepKind.DROP, dropped, src, (),
                                      sum(map(sizes.__getitem__, dropped)), 0)))
         return tuple(steps), sum(times_s)
+
+    def _evicting_offload(self, before: list[list[BlobId]], demoted: list[BlobId],
+                          after: list[BlobId], src: Location, lower: Location,
+                          protect: Collection[BlobId]
+                          ) -> tuple[tuple[Step, ...], float] | None:
+        """`_plain_offload`'s steps when ``lower`` must make room for the copies it
+        demotes: as a draft's `make_room` would, least recently used first (pinned and
+        ``protect``ed copies stay), a copy held elsewhere too is dropped and any other
+        moved a tier down, where there is room as committed. None when that does not
+        free enough, or a copy cannot move down so (the draft decides then)."""
+        placement = self.placement
+        copies = placement.copies
+        sizes = self.index.sizes
+        layout = self.layout
+        log = StepLog()
+        sizes_of = sizes.__getitem__
+        log.drop(before[0], sum(map(sizes_of, before[0])), src)
+        capacity = placement.capacity_bytes[lower]
+        free = capacity - placement.used_bytes[lower]
+        resident = placement.at[lower]
+        pins = self._pins.get(lower, ())
+        evicted: set[BlobId] = set()
+        protected: frozenset[BlobId] | None = None
+        below = layout.lower(lower)
+        free_below = 0 if below is None else (placement.capacity_bytes[below]
+                                              - placement.used_bytes[below])
+        for blob_id, drops in zip(demoted, (*before[1:], after), strict=True):
+            kv_bytes = sizes[blob_id]
+            if kv_bytes > capacity:
+                return None
+            if free < kv_bytes:
+                if protected is None:
+                    protected = frozenset(protect)
+                for victim in resident:  # (oldest use first; this plan's copies come last)
+                    if free >= kv_bytes:
+                        break
+                    if victim in evicted or victim in protected or victim in pins:
+                        continue
+                    held = copies[victim]
+                    size = sizes[victim]
+                    if len(held) == 1:  # the only copy: moved down
+                        if free_below < size:
+                            return None
+                        free_below -= size
+                        log.copy(victim, size, below, self._stripe(below, held))
+                    log.drop((victim,), size, lower)
+                    evicted.add(victim)
+                    free += size
+                if free < kv_bytes:
+                    return None
+            free -= kv_bytes
+            log.copy(blob_id, kv_bytes, lower, self._stripe(lower, copies[blob_id]))
+            log.drop((blob_id, *drops), sum(map(sizes_of, (blob_id, *drops))), src)
+        return log.steps, sum(log.times_s)
+
+    def _stripe(self, dst: Location, held: frozenset[Location]) -> Stripe:
+        """The striping of a copy to ``dst`` from the holders ``held``."""
+        known = self.placement.stripes.setdefault(dst, {})
+        stripe = known.get(held)
+        if stripe is None:
+            stripe = known[held] = Stripe.to(self.layout, dst, held)
+        return stripe
 
     def plan_evict(self, location: Location, need_bytes: int, now_s: float) -> TransferPlan:
         """Make ``need_bytes`` free at ``location`` (LRU, demoting down the tiers)."""

@@ -95,7 +95,7 @@ class BlobStoreMachine(RuleBasedStateMachine):
         def planned(*args, **kwargs):
             plan = plan_(*args, **kwargs)
             store._has_room = lambda location, need_bytes: False
-            store._plain_offload = lambda ids, drops, src: None
+            store._plain_offload = lambda ids, drops, src, protect: None
             try:
                 twin = plan_(*args, **kwargs)
             finally:

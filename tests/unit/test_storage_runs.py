@@ -83,7 +83,7 @@ def test_offload_drops_a_run_then_demotes_in_blob_order():
 def drafted(store, plan_, *args):
     """The plan ``plan_`` makes with the store's paths without a draft shut."""
     store._has_room = lambda location, need_bytes: False
-    store._plain_offload = lambda ids, drops, src: None
+    store._plain_offload = lambda ids, drops, src, protect: None
     try:
         return plan_(*args)
     finally:
@@ -111,6 +111,34 @@ def test_an_offload_demoting_between_drops_is_the_plan_a_draft_makes():
     assert repr(write_) == repr(drafted(store, store.plan_write, [*blocks, 5], HBM, 6.0))
     store.apply(plan)
     assert store.placement.used_bytes[HBM] == 0
+
+
+def test_an_offload_making_room_below_is_the_plan_a_draft_makes():
+    block = 64 * 1_000_000
+    layout = StoreLayout.build(
+        [
+            (HBM, TierSpec(Tier.HBM, 10 * block, 3000 * GB, 400 * GB), DRAM0),
+            (DRAM0, TierSpec(Tier.DRAM, 4 * block, 50 * GB, 50 * GB), PFS),
+            (PFS, TierSpec(Tier.PFS, 1000 * GB, 10 * GB, 10 * GB), None),
+        ]
+    )
+    store = BlobStore(layout, block_tokens=64, kv_bytes_per_token=1_000_000)
+    a, b, c, d = (write(store, [first], DRAM0, 1.0).chain[0] for first in (10, 20, 30, 40))
+    store.pin(DRAM0, [b])
+    store.apply(store.plan_promote([c], PFS, 2.0))  # c is held below too
+    (e,) = write(store, [50, 51], HBM, 3.0).chain
+    # Host memory is full: the oldest copies go, a is moved down to the file system, b
+    # is pinned, c is dropped (held below); then the room is made and d stays.
+    plan = store.plan_offload([e], HBM, 4.0)
+    assert [(s.kind, s.blob_ids, s.location) for s in plan.steps] == [
+        (StepKind.COPY, (a,), PFS),
+        (StepKind.DROP, (a, c), DRAM0),
+        (StepKind.COPY, (e,), DRAM0),
+        (StepKind.DROP, (e,), HBM),
+    ]
+    assert repr(plan) == repr(drafted(store, store.plan_offload, [e], HBM, 4.0))
+    store.apply(plan)
+    assert list(store.placement.at[DRAM0]) == [b, d, e]
 
 
 def test_a_step_names_at_least_one_blob():
