@@ -75,9 +75,10 @@ class Transfer:
 
     __slots__ = ("_callbacks", "done_s", "landed", "pending")
 
-    def __init__(self) -> None:
-        self.pending = 0
-        self.landed: list[tuple[Location, tuple]] = []  # (place, blob ids) it writes
+    def __init__(self, landed: list[tuple[Location, tuple]] | None = None,
+                 pending: int = 0) -> None:
+        self.pending = pending  # flows and earlier copies it still waits for
+        self.landed = [] if landed is None else landed  # (place, blob ids) it writes
         self.done_s: float | None = None
         self._callbacks: list[Callable[[float], None]] = []
 
@@ -163,7 +164,9 @@ class KvLinks:
         is done only when that one is too (its bytes follow the others' in a pipeline)."""
         flows: dict[tuple[str, ...], int] = {}  # one flow per path: its steps run in turn
         landed: list[tuple[Location, tuple]] = []
-        after: dict[Transfer, None] = {}  # ordered: callbacks registered in a fixed order
+        # The copies it waits for, ordered (callbacks registered in a fixed order); few
+        # copies wait for any.
+        after: dict[Transfer, None] | None = None
         routes = self._routes
         by_path = self.bytes_by_path
         landing = self._landing
@@ -189,20 +192,22 @@ class KvLinks:
                         if type(blobs) is tuple:
                             blobs = there[earlier] = set(blobs)
                         if not blobs.isdisjoint(ids):
+                            if after is None:
+                                after = {}
                             after[earlier] = None
             landed.append((dst, ids))
         if not flows:
             return None
-        transfer = Transfer()
-        transfer.landed = landed
+        transfer = Transfer(landed, len(flows) if after is None else len(flows) + len(after))
         for location, ids in landed:
             here = landing.get(location)
             if here is None:
                 here = landing[location] = {}
-            for earlier, blobs in here.items():  # they are no longer the latest of `ids`
-                if type(blobs) is tuple:
-                    blobs = here[earlier] = set(blobs)
-                blobs.difference_update(ids)
+            elif here:
+                for earlier, blobs in here.items():  # no longer the latest of `ids`
+                    if type(blobs) is tuple:
+                        blobs = here[earlier] = set(blobs)
+                    blobs.difference_update(ids)
             mine = here.get(transfer)
             if mine is None:
                 here[transfer] = ids
@@ -217,9 +222,9 @@ class KvLinks:
         finished = fabric.advance(now_s)
         if finished:
             self._finished(finished)
-        transfer.pending = len(flows) + len(after)
-        for earlier in after:
-            earlier.add_done_callback(lambda end_s, t=transfer: self._one_done(t, end_s))
+        if after is not None:
+            for earlier in after:
+                earlier.add_done_callback(lambda end_s, t=transfer: self._one_done(t, end_s))
         in_flight = self._flows
         for flow_id in fabric.start_many(now_s, flows.items()):
             in_flight[flow_id] = transfer
@@ -265,12 +270,13 @@ class KvLinks:
             self._timer.cancel()
         self._timer_s = next_s
         self._timer = (None if next_s == math.inf else
-                       asyncio.get_running_loop().call_at(next_s, self._wake, next_s))
+                       asyncio.get_running_loop().call_at(next_s, self._wake))
 
-    def _on_timer(self, due_s: float) -> None:
-        """The fabric's next finish is due: the fabric there (as in `copy`), then one
-        `_after_change` (the finishes' callbacks may have started copies, which re-armed
-        the timer)."""
+    def _on_timer(self) -> None:
+        """The fabric's next finish (`_timer_s`: the timer is cancelled whenever that
+        moves) is due: the fabric there (as in `copy`), then one `_after_change` (the
+        finishes' callbacks may have started copies, which re-armed the timer)."""
+        due_s = self._timer_s
         self._timer, self._timer_s = None, math.inf
         # The loop's clock keeps integer nanoseconds: it may stand a rounding before
         # the finish it was woken for.
