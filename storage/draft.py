@@ -131,7 +131,12 @@ def add_sent(sent: dict[Location, int], kv_bytes: Sequence[int],
             else:
                 mine.append(kv)
     for stripe, mine in groups.items():
-        for loc, n in zip(stripe.holders, stripe.sent_bytes(mine), strict=True):
+        holders = stripe.holders
+        if len(holders) == 1:  # (one holder sends it all: `sent_bytes` is the sum)
+            loc = holders[0]
+            sent[loc] = sent.get(loc, 0) + sum(mine)
+            continue
+        for loc, n in zip(holders, stripe.sent_bytes(mine), strict=True):
             sent[loc] = sent.get(loc, 0) + n
 
 
