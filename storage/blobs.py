@@ -253,7 +253,16 @@ class BlobIndex:
         New ids follow the index's current size; ``register`` them unchanged.
         """
         match = self.match(block_ids)
-        cuts = sorted({end for end in segment_ends if match.matched_blocks < end < len(block_ids)})
+        start, n = match.matched_blocks, len(block_ids)
+        if not segment_ends:  # (the workers' writes: no cuts, one new blob or none)
+            if start == n:
+                return match, ()
+            rest = tuple(block_ids[start + 1:])
+            blob = Blob(BlobId(len(self._blobs)), match.chain[-1].id if match.chain else None,
+                        start, block_ids[start], self._contents.get(rest, rest),
+                        (n - start) * self.block_tokens * self.kv_bytes_per_token)
+            return match, (blob,)
+        cuts = sorted({end for end in segment_ends if start < end < n})
         bounds = [match.matched_blocks, *cuts, len(block_ids)]
         parent = match.chain[-1].id if match.chain else None
         new: list[Blob] = []

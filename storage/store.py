@@ -29,7 +29,7 @@ from storage.counters import (
 )
 from storage.draft import Draft, StepLog, Stripe, add_sent, sources_of
 from storage.placement import Placement
-from storage.plans import FetchAction, NoFit, Purpose, Step, StepKind, TransferPlan
+from storage.plans import FetchAction, NoFit, Purpose, Source, Step, StepKind, TransferPlan
 from storage.tiers import Location, StoreLayout, Tier
 
 _rate = attrgetter("rate")
@@ -73,8 +73,9 @@ class BlobStore:
         """Mark blobs as needed by a live session (with their ancestors)."""
         held = self._refs.setdefault(session_id, set())
         counts = self._ref_count
-        if len(counts) < len(self.index):
-            counts.extend([0] * (len(self.index) - len(counts)))
+        known = len(self.index.sizes)  # (one size a blob: a list's len, in C)
+        if len(counts) < known:
+            counts.extend([0] * (known - len(counts)))
         copies = self.placement.copies
         for blob_id in list(filterfalse(held.__contains__, blob_ids)):  # most are held
             # Walk up to the first ancestor already held: a chain is referenced once.
@@ -364,8 +365,11 @@ class BlobStore:
         # A chain's blobs share a few holder sets: the lead ends at the first blob
         # whose set has no copy slower than src.
         helds = list(map(copies.__getitem__, present))
-        lead = min((helds.index(held) for held in set(helds) if slowest[held] <= src.tier),
-                   default=len(present))
+        if helds and slowest[helds[0]] <= src.tier:  # (a chain just written: the first)
+            lead = 0
+        else:
+            lead = min((helds.index(held) for held in set(helds) if slowest[held] <= src.tier),
+                       default=len(present))
         drops: list[BlobId] = present[:lead]
         ids = ids[ids.index(present[lead]):] if lead < len(present) else ()
         plain = self._plain_offload(ids, drops, src, protect)
@@ -450,10 +454,15 @@ class BlobStore:
                 stripe = known[held] = Stripe.to(self.layout, lower, held)
             time_s = kv_bytes / stripe.rate
             times_s.append(time_s)
-            sent: dict[Location, int] = {}
-            add_sent(sent, (kv_bytes,), (stripe,))
-            steps.append(_new(Step, (StepKind.COPY, (blob_id,), lower, sources_of(sent),
-                                     kv_bytes, time_s)))
+            holders = stripe.holders
+            if len(holders) == 1:  # (one holder sends it all, as add_sent would find)
+                sources = (_new(Source, (holders[0], kv_bytes)),) if kv_bytes else ()
+            else:
+                sent: dict[Location, int] = {}
+                add_sent(sent, (kv_bytes,), (stripe,))
+                sources = sources_of(sent)
+            steps.append(_new(Step, (StepKind.COPY, (blob_id,), lower, sources, kv_bytes,
+                                     time_s)))
             dropped = (blob_id, *after)
             steps.append(_new(Step, (StepKind.DROP, dropped, src, (),
                                      sum(map(sizes.__getitem__, dropped)), 0)))

@@ -5,7 +5,8 @@ every blob ever written, which sessions are live and what they reference,
 which copies are pinned, the tokens looked up and the bytes planned to move.
 Sessions also grow chains call by call (each call resends the last one and
 adds a few blocks, or backs up and branches), and every prefix match is
-checked against a block-by-block walk of the model's blobs, and every fetch,
+checked against a block-by-block walk of the model's blobs (a write's new blobs
+without cuts against the general path's), and every fetch,
 write and offload plan against the one a draft makes. Calls also end
 as the retain policy ends them (workers.kv_policy: resident in HBM, written
 through) and workers trim what they retain: every fetch's hits name a tier
@@ -164,6 +165,18 @@ class BlobStoreMachine(RuleBasedStateMachine):
             match = self.store.match(blocks)
             assert (match.blob_ids, match.matched_blocks) == self.reference_match(blocks)
             assert match.matched_tokens == match.matched_blocks * BLOCK_TOKENS
+
+    @precondition(lambda self: self.written)
+    @rule(data=st.data(), more=st.lists(st.integers(0, 9), max_size=3))
+    def describe_without_cuts_is_the_general_path(self, data, more):
+        """A write without segment ends (the workers') describes its new blob directly;
+        a cut at the sequence's end, which the general path drops, must give the same."""
+        earlier = data.draw(st.sampled_from(self.written))
+        keep = data.draw(st.integers(0, len(earlier)))
+        blocks = (*earlier[:keep], *more)
+        if blocks:
+            index = self.store.index
+            assert repr(index.describe(blocks)) == repr(index.describe(blocks, (len(blocks),)))
 
     def reference_hits(self, blocks, where) -> tuple[dict, int]:
         """Tokens of the cached prefix by the tier holding each blob (``where`` when it
