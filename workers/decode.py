@@ -367,6 +367,27 @@ class DecodeWorker:
             trim_retained(self.store, self.hbm, held / self.kv.instance_bytes, now_s)
         return steps
 
+    def _plan_step(self, now_s: float) -> list[int]:
+        """`_plan_run` for one step whose count of steps nobody reads (a mixed step): the
+        same preemption, from the same check (whether even one step fits does not depend
+        on the horizon, at least one step for a running sequence), without the run's
+        horizon (the batch's least remaining output, the ready head's admission). Returns
+        the running sequences' context tokens. A worker that trims retained blobs to the
+        run's growth plans the whole run."""
+        if self.kv_policy is KVPolicy.RETAIN:
+            self._plan_run(now_s)
+            return [r.input_tokens + r.generated for r in self.running]
+        self._replan = False
+        # Request.context_tokens inline: this runs per step, over the batch.
+        contexts = [r.input_tokens + r.generated for r in self.running]
+        other = self._loading_bytes()
+        if steps_that_fit(self.kv, contexts, other, 1) == 0 and len(self.running) > 1:
+            drop = preemption_count(self.kv, contexts, other)
+            self._preempt(self.running[len(self.running) - drop:], now_s)
+            self._reserve.after_preemption([r.generated for r in self.running])
+            contexts = contexts[:len(self.running)]
+        return contexts
+
     def _steps_until_admission(self, contexts: list[int], horizon: int) -> int:
         """The run also ends where the ready buffer's head, held back for KV, would be
         admitted as the growth reserve decays (a worker checking every step would)."""

@@ -71,7 +71,10 @@ class ChunkedFills:
         stays in order, so the first refused request ends the plan. `skip_loading`: a
         request whose prefix is still on its way waits for a later step instead of
         holding this one (its fill starts with the load)."""
-        if len(set(map(id, self.queue))) != len(self.queue):
+        queue = self.queue
+        if not queue:
+            return []
+        if len(queue) > 1 and len(set(map(id, queue))) != len(queue):
             # A lost step's requests were handed back to the queue's front (live mode).
             unique = list(dict.fromkeys(self.queue))
             self.queue.clear()
@@ -159,6 +162,8 @@ class ChunkedFills:
 
     def next_load_s(self, now_s: float) -> float | None:
         """When the next prefix still on its way reaches HBM, or None."""
+        if not self.loaded_at:
+            return None
         times = [t for t in self.loaded_at.values() if now_s + CLOCK_TICK_S < t < math.inf]
         return min(times) if times else None
 

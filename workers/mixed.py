@@ -86,6 +86,8 @@ class MixedWorker(DecodeWorker):
         return [*super()._held(), *self._filling.values(), *loading]
 
     def _loading_bytes(self) -> float:
+        if not self._filling:
+            return super()._loading_bytes()  # + 0: sum() of nothing
         planned = self.fills.planned
         return super()._loading_bytes() + self.kv.sequences_bytes_sum(
             [r.prefix_tokens + planned.get(r.call_id, 0) for r in self._filling.values()])
@@ -170,7 +172,7 @@ class MixedWorker(DecodeWorker):
     def _arrived(self) -> None:
         """A call arrived or a prefix reached HBM: a decode run in progress ends at the
         end of its step in progress (the call's first chunk rides in the next step). The
-        run's plan is stale (`_replan`, cleared by the next `_plan_run`) and the poke
+        run's plan is stale (`_replan`, cleared by the next plan) and the poke
         wakes its wait: `DecodeWorker._run_steps` then stops at that step's end."""
         self._replan = True
         self._poke()
@@ -187,8 +189,8 @@ class MixedWorker(DecodeWorker):
         """One step: the running decodes (one token each) and the chunks, priced together.
         Chunks join only once their call's cached prefix is in HBM."""
         loop = asyncio.get_running_loop()
-        if self.running:
-            self._plan_run(now_s)  # preempts first if the decodes' KV would overflow
+        # Preempts first if the decodes' KV would overflow.
+        contexts = self._plan_step(now_s) if self.running else []
         transfer_s, starting = self.fills.begin(chunks, now_s)
         for req in starting:
             self._filling[req.call_id] = req
@@ -197,9 +199,7 @@ class MixedWorker(DecodeWorker):
             self.log.add(now_s, self.name, "fill_start", *(r.call_id for r in starting))
         decodes = len(self.running)
         latency_s, _ = self.pricer.mixed_step_s(
-            [c.tokens for c in chunks], [c.cached_tokens for c in chunks],
-            # Request.context_tokens inline: this runs per step, over the batch.
-            [r.input_tokens + r.generated for r in self.running])
+            [c.tokens for c in chunks], [c.cached_tokens for c in chunks], contexts)
         await asyncio.sleep(now_s + transfer_s + latency_s - loop.time())
         end_s = loop.time()
         self.fills.resume(chunks)

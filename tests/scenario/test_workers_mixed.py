@@ -230,3 +230,34 @@ def test_calls_arriving_together_fill_together_up_to_the_batch():
     VirtualClock().run(main())
     assert reqs[0].fill_start_s == reqs[1].fill_start_s == 0.0
     assert reqs[0].fill_end_s == reqs[1].fill_end_s
+
+
+@pytest.mark.parametrize("overflow", [False, True])
+def test_a_mixed_step_plans_and_preempts_as_a_decode_run_plan_does(overflow):
+    """A mixed step's plan (`_plan_step`: one step, no run horizon) preempts the same
+    sequences as the decode run's (`_plan_run`) from the same state, and returns the
+    kept sequences' context tokens."""
+    from workers.kv_io import FetchResult
+
+    async def main():
+        rt = ClusterRuntime(mixed_cluster().bind(LLAMA), block_tokens=64)
+        step, run = rt.decode_workers["mixed-0"], rt.decode_workers["mixed-1"]
+        share = step.kv.kv_capacity_tokens // (3 if overflow else 8)
+        for worker in (step, run):
+            worker.running = [Request(i, f"s{i}", input_tokens=share + 100 * i,
+                                      output_tokens=50) for i in range(4)]
+            for req in worker.running:
+                req.generated = 1
+                worker._fetches[req.call_id] = FetchResult(req.input_tokens, 0, 0.0, ())
+        contexts = step._plan_step(0.0)
+        run._plan_run(0.0)
+        kept = [r.call_id for r in step.running]
+        assert kept == [r.call_id for r in run.running] == ([0, 1] if overflow else [0, 1, 2, 3])
+        assert contexts == [r.context_tokens for r in step.running]
+        assert step.preempted == run.preempted == (2 if overflow else 0)
+        assert ([r.call_id for r in step.ready.peek()]
+                == [r.call_id for r in run.ready.peek()])
+        assert step._reserve.tokens() == run._reserve.tokens()
+        assert not step._replan and not run._replan
+
+    VirtualClock().run(main())
