@@ -85,9 +85,11 @@ class PrefixMatch:
         return match
 
 
-# A walk as kept: (seq, chain, its ids, pos, parent).
-_Walk = tuple[tuple[int, ...], tuple[Blob, ...], tuple[BlobId, ...], int, BlobId | None]
+# A walk as kept: (seq, chain, its ids, pos, parent, its match).
+_Walk = tuple[tuple[int, ...], tuple[Blob, ...], tuple[BlobId, ...], int, BlobId | None,
+              PrefixMatch]
 _ForkKey = tuple[BlobId | None, int, int]  # (parent, position, first block id)
+_NO_MATCH = PrefixMatch.of((), 0, 0, ())  # (immutable: one serves every empty match)
 _WALKS_KEPT = 64
 _TIPS_KEPT = 256  # first block ids with walks to resume
 _TIPS_PER_FIRST = 64  # walks kept to resume per first block id, latest first
@@ -163,16 +165,17 @@ class BlobIndex:
     def match(self, block_ids: Sequence[int]) -> PrefixMatch:
         """The longest prefix of ``block_ids`` that existing blobs cover."""
         seq = block_ids if isinstance(block_ids, tuple) else tuple(block_ids)
-        walk = self._walks.pop(id(seq), None)
+        key = id(seq)
+        walk = self._walks.pop(key, None)
         resumed: _Walk | None = None
         if walk is not None and walk[0] is seq:
-            _, found, found_ids, pos, parent = walk
+            _, found, found_ids, pos, parent, match = walk
         else:
             resumed = self._resume(seq)
             if resumed is None:
-                found, found_ids, pos, parent = (), (), 0, None
+                found, found_ids, pos, parent, match = (), (), 0, None, _NO_MATCH
             else:
-                _, found, found_ids, pos, parent = resumed
+                _, found, found_ids, pos, parent, match = resumed
         children = self._children
         blobs = self._blobs
         n = len(seq)
@@ -193,17 +196,18 @@ class BlobIndex:
                 pos += _common_blocks(seq, pos, rest, min(len(rest) + 1, n - pos))
                 # The request leaves this blob midway: a branch may fork here.
             parent = child
-        if passed:
+        if passed:  # (else the walk it went on from ended here: its match is this one)
             found += tuple(passed)
             found_ids += tuple(map(_blob_id, passed))
-        walk = (seq, found, found_ids, pos, parent)
+            match = PrefixMatch.of(found, pos, pos * self.block_tokens, found_ids)
+        walk = (seq, found, found_ids, pos, parent, match)
         if seq is block_ids:  # a caller's tuple, likely matched again
             if len(self._walks) >= _WALKS_KEPT:
                 del self._walks[next(iter(self._walks))]
-            self._walks[id(seq)] = walk
+            self._walks[key] = walk
         if found and pos == found[-1].end_block:
             self._keep_tip(walk, resumed)
-        return PrefixMatch.of(found, pos, pos * self.block_tokens, found_ids)
+        return match
 
     def _keep_tip(self, walk: _Walk, resumed: _Walk | None) -> None:
         """Keep a walk that ended at a blob's end to resume from, in place of the one

@@ -36,6 +36,7 @@ _rate = attrgetter("rate")
 _new = tuple.__new__
 _id = attrgetter("id")
 _kv_bytes = attrgetter("kv_bytes")
+_TIERS = tuple(Tier)  # (in order, as miss_tokens gives them)
 
 
 def _sorted_ids(blob_ids: Iterable[BlobId]) -> tuple[BlobId, ...]:
@@ -47,6 +48,10 @@ def _sorted_ids(blob_ids: Iterable[BlobId]) -> tuple[BlobId, ...]:
 
 
 class BlobStore:
+    # A fetch of which nothing is cached builds its plan without the lookup's walk of
+    # the tiers (the state machine in tests/ shuts this to compare the two).
+    _miss_directly = True
+
     def __init__(self, layout: StoreLayout, block_tokens: int, kv_bytes_per_token: int) -> None:
         self.layout = layout
         self.index = BlobIndex(block_tokens, kv_bytes_per_token)
@@ -222,6 +227,10 @@ class BlobStore:
         placement = self.placement
         requested = len(block_ids) * index.block_tokens
         chain = match.blob_ids
+        if not chain and self._miss_directly:  # nothing cached: no hits, all misses
+            return TransferPlan(Purpose.FETCH, dst, now_s, self.version, True, None, (), 0,
+                                FetchAction.MISS, requested, 0, chain=chain, hit_tokens={},
+                                miss_tokens=dict.fromkeys(_TIERS, requested), local_tokens=0)
         at_dst = placement.at[dst]
         if at_dst.keys().isdisjoint(chain):  # (the common case: all of it is missing)
             ids = list(chain)
@@ -587,7 +596,7 @@ class BlobStore:
                 counters.moved_bytes[(source.location.tier, location.tier)] += source.kv_bytes
         chain = plan.chain
         last = steps[-1] if steps else None
-        if not (chain and last is not None and last.kind is not StepKind.DROP
+        if chain and not (last is not None and last.kind is not StepKind.DROP
                 and last.location == plan.location and last.blob_ids[-len(chain):] == chain):
             # (When the last step added the whole chain there, in order, just now, it is
             # already the most recently used, in chain order: touching it changes nothing.)

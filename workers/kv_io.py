@@ -45,7 +45,8 @@ def fetch(store: BlobStore, block_ids: tuple[int, ...], hbm: Location, now_s: fl
         # No room at this HBM for the prefix: compute it all from text.
         return FetchResult(0, 0, 0.0, ())
     transfer = store.apply(plan)
-    store.pin(hbm, plan.chain)
+    if plan.chain:  # (nothing to pin on a miss)
+        store.pin(hbm, plan.chain)
     recompute = plan.recompute_tokens if plan.action is FetchAction.RECOMPUTE else 0
     if store.on_apply is not None and transfer is None:
         return FetchResult(plan.prefix_tokens, recompute, 0.0, plan.chain)  # nothing moves

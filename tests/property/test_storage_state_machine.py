@@ -89,18 +89,20 @@ class BlobStoreMachine(RuleBasedStateMachine):
     def _drafted_twin(self, plan_):
         """``plan_`` checked against the plan a draft makes: the store builds a plan
         without a draft when nothing must be evicted (a fetch or a write with room as
-        committed, an offload whose demotions find room below); the same plan made with
-        those paths shut must be the same value, down to each float's bits."""
+        committed, an offload whose demotions find room below), and a fetch of which
+        nothing is cached without the lookup's walk; the same plan made with those
+        paths shut must be the same value, down to each float's bits."""
         store = self.store
 
         def planned(*args, **kwargs):
             plan = plan_(*args, **kwargs)
             store._has_room = lambda location, need_bytes: False
             store._plain_offload = lambda ids, drops, src, protect: None
+            store._miss_directly = False
             try:
                 twin = plan_(*args, **kwargs)
             finally:
-                del store._has_room, store._plain_offload
+                del store._has_room, store._plain_offload, store._miss_directly
             assert repr(plan) == repr(twin)
             return plan
 
