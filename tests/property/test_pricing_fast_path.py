@@ -16,7 +16,7 @@ from costmodel.phase import Phase, step_times
 from costmodel.precision import Precision
 from workers.fast_batch import pairwise_sum
 from workers.fast_pricing import StepTail
-from workers.pricing import SCALAR_STEPS, StepPricer
+from workers.pricing import SCALAR_RUN_STEPS, SCALAR_STEPS, StepPricer
 
 MODELS = {n: load_model(n) for n in model_names()}
 HARDWARE = {n: load_hardware(n) for n in ("h100", "h200", "b200", "gb200", "gb300", "mi355x")}
@@ -87,7 +87,8 @@ fill_args = dict(pricer=pricers, phase=st.sampled_from(list(Phase)),
                  sequences=st.integers(1, 4096), new_tokens=st.integers(1, 131_072),
                  cached_tokens=st.integers(0, 300_000))
 runs_args = dict(pricer=pricers, sequences=st.integers(1, 2048), context=contexts,
-                 steps=st.sampled_from([1, 2, SCALAR_STEPS, SCALAR_STEPS + 1, 200]))
+                 steps=st.sampled_from([1, 2, SCALAR_STEPS, SCALAR_STEPS + 1,
+                                         SCALAR_RUN_STEPS, SCALAR_RUN_STEPS + 1, 200]))
 batch_args = dict(pricer=pricers, requests=st.lists(
     st.tuples(st.integers(1, 32_768), st.integers(0, 250_000), st.booleans()),
     min_size=1, max_size=40))
