@@ -25,6 +25,8 @@ from storage.store import BlobStore
 from storage.tiers import Location, Tier
 from workers.kv_links import Transfer
 
+_new = tuple.__new__
+
 
 class FetchResult(NamedTuple):
     """What a fetch brought to HBM (a named tuple: two are built a call, in C)."""
@@ -48,9 +50,10 @@ def fetch(store: BlobStore, block_ids: tuple[int, ...], hbm: Location, now_s: fl
     if plan.chain:  # (nothing to pin on a miss)
         store.pin(hbm, plan.chain)
     recompute = plan.recompute_tokens if plan.action is FetchAction.RECOMPUTE else 0
-    if store.on_apply is not None and transfer is None:
-        return FetchResult(plan.prefix_tokens, recompute, 0.0, plan.chain)  # nothing moves
-    return FetchResult(plan.prefix_tokens, recompute, plan.time_s, plan.chain, transfer)
+    # (Built by tuple.__new__, every field given: a named tuple's __new__ is a Python call.)
+    if store.on_apply is not None and transfer is None:  # nothing moves
+        return _new(FetchResult, (plan.prefix_tokens, recompute, 0.0, plan.chain, None))
+    return _new(FetchResult, (plan.prefix_tokens, recompute, plan.time_s, plan.chain, transfer))
 
 
 def release_fetch(store: BlobStore, hbm: Location, result: FetchResult) -> None:
