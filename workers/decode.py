@@ -192,11 +192,8 @@ class DecodeWorker:
         elif self._interrupt.is_set():
             self._step_end(fut, loop, ends)
         else:
-            self._waiter = (fut, loop.call_later(timeout_s, self._timed_out, fut), ends)
+            self._waiter = (fut, loop.call_later(timeout_s, self._stepped, fut, None), ends)
         return fut
-
-    def _timed_out(self, fut: asyncio.Future) -> None:
-        self._stepped(fut, None)
 
     def _stepped(self, fut: asyncio.Future, result: int | None) -> None:
         if self._waiter is not None and self._waiter[0] is fut:

@@ -279,15 +279,15 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
                     or len(scheduled) > _MIN_SCHEDULED_TIMER_HANDLES):
                 self._drop_cancelled_timers()
                 scheduled = self._scheduled
-            idle = not ready and not self._stopping
-            timeout = None if idle and not scheduled else 0
             self._polls_skipped += 1
-            # `_watching_io` inline where the selector's registrations can be counted.
-            if (timeout is None or self._polls_skipped >= _POLL_EVERY
-                    or (len(fd_keys) > 1 if fd_keys is not None else self._watching_io())
-                    or signal_handlers):
+            # Polled when idle with no timer (blocking: timeout None), every _POLL_EVERY
+            # iterations, or while anything is watched (`_watching_io` inline where the
+            # selector's registrations can be counted); the cheap checks first.
+            idle = not ready and not scheduled and not self._stopping
+            if (idle or self._polls_skipped >= _POLL_EVERY or signal_handlers
+                    or (len(fd_keys) > 1 if fd_keys is not None else self._watching_io())):
                 self._polls_skipped = 0
-                event_list = self._selector.select(timeout)
+                event_list = self._selector.select(None if idle else 0)
                 self._process_events(event_list)
                 event_list = None  # break reference cycles on exceptions, as asyncio does
 
