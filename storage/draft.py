@@ -140,6 +140,18 @@ def add_sent(sent: dict[Location, int], kv_bytes: Sequence[int],
             sent[loc] = sent.get(loc, 0) + n
 
 
+def _joined_run(runs: list[_Run], kind: StepKind, location: Location) -> _Run:
+    """The run a step of ``kind`` at ``location`` joins: the last one when it is of the
+    same kind and place (a plan's consecutive changes there are one step), else a new one."""
+    if runs:
+        last = runs[-1]
+        if last.kind is kind and last.location == location:
+            return last
+    run = _Run(kind, location)
+    runs.append(run)
+    return run
+
+
 class StepLog:
     """Steps recorded as a draft records them (a change of the kind and place of the last
     step joins it), for a plan that needs no view of its own changes."""
@@ -151,14 +163,7 @@ class StepLog:
         self.times_s: list[float] = []  # of the copies, in step order
 
     def _run(self, kind: StepKind, location: Location) -> _Run:
-        runs = self.runs
-        if runs:
-            last = runs[-1]
-            if last.kind is kind and last.location == location:
-                return last
-        run = _Run(kind, location)
-        runs.append(run)
-        return run
+        return _joined_run(self.runs, kind, location)
 
     def copy(self, blob_id: BlobId, kv_bytes: int, dst: Location, stripe: Stripe) -> None:
         """A copy of the blob to ``dst``, striped as ``stripe`` says (`Draft.copy`)."""
@@ -279,14 +284,7 @@ class Draft:
 
     # -- steps ------------------------------------------------------------
     def _run(self, kind: StepKind, location: Location) -> _Run:
-        runs = self._runs
-        if runs:
-            last = runs[-1]
-            if last.kind is kind and last.location == location:
-                return last
-        run = _Run(kind, location)
-        runs.append(run)
-        return run
+        return _joined_run(self._runs, kind, location)
 
     def _record_adds(self, run: _Run, blob_ids: Sequence[BlobId], kv_bytes: int) -> None:
         added, removed = self._changes(run.location)
