@@ -40,6 +40,19 @@ def seconds_to_ns(seconds: float) -> int:
     return round(seconds * NS_PER_S)
 
 
+def _set_handle_fields(handle: asyncio.Handle, callback: Callable[..., object],
+                       args: tuple[Any, ...], loop: asyncio.AbstractEventLoop, context: Any,
+                       source_traceback: Any) -> None:
+    """asyncio.Handle.__init__'s fields, set without its debug-flag lookup."""
+    handle._context = contextvars.copy_context() if context is None else context
+    handle._loop = loop
+    handle._callback = callback
+    handle._args = args
+    handle._cancelled = False
+    handle._repr = None
+    handle._source_traceback = source_traceback
+
+
 class _VirtualTimerHandle(asyncio.TimerHandle):
     """A timer ordered by (integer nanoseconds, scheduling sequence)."""
 
@@ -56,14 +69,9 @@ class _VirtualTimerHandle(asyncio.TimerHandle):
     ) -> None:
         # TimerHandle's and Handle's fields set here, on the per-timer path, rather than
         # through their __init__ chain (which also asks the loop for its debug flag).
-        self._context = contextvars.copy_context() if context is None else context
-        self._loop = loop
-        self._callback = callback
-        self._args = args
-        self._cancelled = False
-        self._repr = None
-        self._source_traceback = (format_helpers.extract_stack(sys._getframe(1))
-                                  if loop._debug else None)
+        _set_handle_fields(self, callback, args, loop, context,
+                           format_helpers.extract_stack(sys._getframe(1)) if loop._debug
+                           else None)
         self._when = when_ns / NS_PER_S
         self._scheduled = False
         self._when_ns = when_ns
@@ -131,14 +139,7 @@ class _ReadyHandle(asyncio.Handle):
         loop: VirtualEventLoop,
         context: Any = None,
     ) -> None:
-        # Handle.__init__'s fields, inline (one call less per callback).
-        self._context = contextvars.copy_context() if context is None else context
-        self._loop = loop
-        self._callback = callback
-        self._args = args
-        self._cancelled = False
-        self._repr = None
-        self._source_traceback = None
+        _set_handle_fields(self, callback, args, loop, context, None)
 
 
 class VirtualEventLoop(asyncio.SelectorEventLoop):
