@@ -1,0 +1,154 @@
+"""An offload's steps built straight from the committed placement, without a draft.
+
+Between turns a session's copies leave HBM (`BlobStore.plan_offload`): a copy that also
+exists in a slower tier is dropped, any other moves one tier down. When each copy moved
+down finds room there as committed, or once least recently used copies there are dropped
+or moved a tier further down, the steps are the ones a `storage.draft.Draft` would
+record, in the same order with the same sums; they are built here without one (a draft
+keeps a view of its own changes that such a plan never reads). Anything else returns
+None and the store's draft decides. The store's state machine test compares the two on
+every offload it makes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from storage.blobs import BlobId
+from storage.draft import StepLog, Stripe, add_sent, sources_of
+from storage.placement import Placement
+from storage.plans import Source, Step, StepKind
+from storage.tiers import Location
+
+_new = tuple.__new__  # (steps built with every field in order, as the store builds them)
+
+
+def direct_offload(placement: Placement, sizes: list[int],
+                   pins: dict[Location, dict[BlobId, int]], ids: Sequence[BlobId],
+                   drops: list[BlobId], src: Location, protect: Collection[BlobId]
+                   ) -> tuple[tuple[Step, ...], float] | None:
+    """The steps and time of an offload that drops ``drops`` and then walks ``ids``,
+    when each copy it demotes (one with no slower copy) finds room one tier down as
+    committed, or once least recently used copies there are dropped or moved a tier
+    further down (`_evicting_offload`): the steps a draft would record, built
+    without one. None otherwise (the draft decides then)."""
+    here = placement.at[src]
+    copies = placement.copies
+    pinned = pins.get(src, ())
+    slowest = placement.slowest_tier
+    tier = src.tier
+    # The drops before each demoted copy. Nothing the walk passes is changed before
+    # it gets there, so the committed placement answers for the draft's view.
+    before: list[list[BlobId]] = []
+    demoted: list[BlobId] = []
+    pending = list(drops)
+    for blob_id in ids:
+        if blob_id not in here or blob_id in pinned:
+            continue
+        if slowest[copies[blob_id]] > tier:  # a slower copy exists
+            pending.append(blob_id)
+            continue
+        before.append(pending)
+        demoted.append(blob_id)
+        pending = []
+    if not demoted:  # plain drops alone: one step
+        return ((_new(Step, (StepKind.DROP, tuple(pending), src, (),
+                             sum(map(sizes.__getitem__, pending)), 0)),)
+                if pending else ()), 0
+    lower = placement.layout.lower(src)
+    if lower is None:
+        return None
+    if (placement.capacity_bytes[lower] - placement.used_bytes[lower]
+            < sum(map(sizes.__getitem__, demoted))):
+        return _evicting_offload(placement, sizes, pins, before, demoted, pending, src,
+                                 lower, protect)
+    known = placement.stripes.setdefault(lower, {})
+    steps: list[Step] = []
+    if before[0]:
+        steps.append(_new(Step, (StepKind.DROP, tuple(before[0]), src, (),
+                                 sum(map(sizes.__getitem__, before[0])), 0)))
+    times_s = []
+    # Each demotion copies one tier down, then drops the copy here along with the
+    # plain drops up to the next demotion (one run of drops).
+    for blob_id, after in zip(demoted, (*before[1:], pending), strict=True):
+        kv_bytes = sizes[blob_id]
+        held = copies[blob_id]
+        stripe = known.get(held)
+        if stripe is None:
+            stripe = known[held] = Stripe.to(placement.layout, lower, held)
+        time_s = kv_bytes / stripe.rate
+        times_s.append(time_s)
+        holders = stripe.holders
+        if len(holders) == 1:  # (one holder sends it all, as add_sent would find)
+            sources = (_new(Source, (holders[0], kv_bytes)),) if kv_bytes else ()
+        else:
+            sent: dict[Location, int] = {}
+            add_sent(sent, (kv_bytes,), (stripe,))
+            sources = sources_of(sent)
+        steps.append(_new(Step, (StepKind.COPY, (blob_id,), lower, sources, kv_bytes,
+                                 time_s)))
+        dropped = (blob_id, *after)
+        steps.append(_new(Step, (StepKind.DROP, dropped, src, (),
+                                 sum(map(sizes.__getitem__, dropped)), 0)))
+    return tuple(steps), sum(times_s)
+
+def _evicting_offload(placement: Placement, sizes: list[int],
+                      pins: dict[Location, dict[BlobId, int]], before: list[list[BlobId]],
+                      demoted: list[BlobId], after: list[BlobId], src: Location,
+                      lower: Location, protect: Collection[BlobId]
+                      ) -> tuple[tuple[Step, ...], float] | None:
+    """`_plain_offload`'s steps when ``lower`` must make room for the copies it
+    demotes: as a draft's `make_room` would, least recently used first (pinned and
+    ``protect``ed copies stay), a copy held elsewhere too is dropped and any other
+    moved a tier down, where there is room as committed. None when that does not
+    free enough, or a copy cannot move down so (the draft decides then)."""
+    copies = placement.copies
+    layout = placement.layout
+    log = StepLog()
+    sizes_of = sizes.__getitem__
+    log.drop(before[0], sum(map(sizes_of, before[0])), src)
+    capacity = placement.capacity_bytes[lower]
+    free = capacity - placement.used_bytes[lower]
+    resident = placement.at[lower]
+    pinned = pins.get(lower, ())
+    evicted: set[BlobId] = set()
+    protected: frozenset[BlobId] | None = None
+    below = layout.lower(lower)
+    free_below = 0 if below is None else (placement.capacity_bytes[below]
+                                          - placement.used_bytes[below])
+    for blob_id, drops in zip(demoted, (*before[1:], after), strict=True):
+        kv_bytes = sizes[blob_id]
+        if kv_bytes > capacity:
+            return None
+        if free < kv_bytes:
+            if protected is None:
+                protected = frozenset(protect)
+            for victim in resident:  # (oldest use first; this plan's copies come last)
+                if free >= kv_bytes:
+                    break
+                if victim in evicted or victim in protected or victim in pinned:
+                    continue
+                held = copies[victim]
+                size = sizes[victim]
+                if len(held) == 1:  # the only copy: moved down
+                    if free_below < size:
+                        return None
+                    free_below -= size
+                    log.copy(victim, size, below, _stripe(placement, below, held))
+                log.drop((victim,), size, lower)
+                evicted.add(victim)
+                free += size
+            if free < kv_bytes:
+                return None
+        free -= kv_bytes
+        log.copy(blob_id, kv_bytes, lower, _stripe(placement, lower, copies[blob_id]))
+        log.drop((blob_id, *drops), sum(map(sizes_of, (blob_id, *drops))), src)
+    return log.steps, sum(log.times_s)
+
+def _stripe(placement: Placement, dst: Location, held: frozenset[Location]) -> Stripe:
+    """The striping of a copy to ``dst`` from the holders ``held``."""
+    known = placement.stripes.setdefault(dst, {})
+    stripe = known.get(held)
+    if stripe is None:
+        stripe = known[held] = Stripe.to(placement.layout, dst, held)
+    return stripe
