@@ -57,24 +57,24 @@ def _run(cls, controller):
     return result, summarize(result, control.ttft_target_s, control.tpot_target_s), heard
 
 
+def _count_calls(monkeypatch, owner, name: str) -> list[float]:
+    """Replace `owner.name(obs, time_s, pools=None)` by a wrapper that also records each
+    call's time_s; the list it records into."""
+    times: list[float] = []
+    original = getattr(owner, name)
+
+    def counted(obs, time_s, pools=None):
+        times.append(time_s)
+        return original(obs, time_s, pools)
+
+    monkeypatch.setattr(owner, name, counted)
+    return times
+
+
 @pytest.mark.parametrize("controller", ["retire", "buffered"])
 def test_restamped_samples_are_the_samples_of_looking(controller, monkeypatch):
-    restamps = []
-    original = Observation.restamped
-
-    def counted(self, time_s, pools=None):
-        restamps.append(time_s)
-        return original(self, time_s, pools)
-
-    monkeypatch.setattr(Observation, "restamped", counted)
-    idle = []
-    original_at = fast_loop.observation_at
-
-    def counted_at(obs, time_s, pools=None):
-        idle.append(time_s)
-        return original_at(obs, time_s, pools)
-
-    monkeypatch.setattr(fast_loop, "observation_at", counted_at)
+    restamps = _count_calls(monkeypatch, Observation, "restamped")
+    idle = _count_calls(monkeypatch, fast_loop, "observation_at")
     result, summary, heard = _run(Orchestrator, controller)
     assert len(restamps) > 20  # the unchanged cluster was restamped, not looked at
     looked, idle_restamps = len(restamps), len(idle)
