@@ -345,11 +345,8 @@ class DecodeWorker:
         other = self._loading_bytes()
         fit = steps_that_fit(self.kv, contexts, other, until_retire)
         if fit == 0 and len(self.running) > 1:
-            drop = preemption_count(self.kv, contexts, other)
-            self._preempt(self.running[len(self.running) - drop:], now_s)
-            self._reserve.after_preemption([r.generated for r in self.running])
+            contexts = self._preempt_to_fit(contexts, other, now_s)
             until_retire = min(r.remaining for r in self.running) if self.jump else 1
-            contexts = contexts[:len(self.running)]
             fit = steps_that_fit(self.kv, contexts, other, until_retire)
         # The batch's context tokens, for the run's mean context (an exact int sum).
         self._planned_tokens = sum(contexts)
@@ -379,11 +376,16 @@ class DecodeWorker:
         contexts = [r.input_tokens + r.generated for r in self.running]
         other = self._loading_bytes()
         if steps_that_fit(self.kv, contexts, other, 1) == 0 and len(self.running) > 1:
-            drop = preemption_count(self.kv, contexts, other)
-            self._preempt(self.running[len(self.running) - drop:], now_s)
-            self._reserve.after_preemption([r.generated for r in self.running])
-            contexts = contexts[:len(self.running)]
+            contexts = self._preempt_to_fit(contexts, other, now_s)
         return contexts
+
+    def _preempt_to_fit(self, contexts: list[int], other: float, now_s: float) -> list[int]:
+        """Not even one step fits: the most recently admitted sequences are preempted
+        until one does. The kept sequences' context tokens (a prefix of `contexts`)."""
+        drop = preemption_count(self.kv, contexts, other)
+        self._preempt(self.running[len(self.running) - drop:], now_s)
+        self._reserve.after_preemption([r.generated for r in self.running])
+        return contexts[:len(self.running)]
 
     def _steps_until_admission(self, contexts: list[int], horizon: int) -> int:
         """The run also ends where the ready buffer's head, held back for KV, would be
