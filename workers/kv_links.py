@@ -213,20 +213,12 @@ class KvLinks:
                 here[transfer] = ids
             else:  # a second step to the same place (its own entry is a set by now)
                 mine.update(ids)
-        # The fabric to now_s (never back: a timer may have run it a rounding ahead),
-        # finishing the flows done by then.
-        fabric = self.fabric
-        if fabric.now_s > now_s:
-            now_s = fabric.now_s
-        self._integrate(now_s)
-        finished = fabric.advance(now_s)
-        if finished:
-            self._finished(finished)
+        now_s = self._settle(now_s)
         if after is not None:
             for earlier in after:
                 earlier.add_done_callback(lambda end_s, t=transfer: self._one_done(t, end_s))
         in_flight = self._flows
-        for flow_id in fabric.start_many(now_s, flows.items()):
+        for flow_id in self.fabric.start_many(now_s, flows.items()):
             in_flight[flow_id] = transfer
         self._after_change()
         return transfer
@@ -252,6 +244,18 @@ class KvLinks:
         return self.fabric.in_flight()
 
     # -- events -----------------------------------------------------------------------
+    def _settle(self, now_s: float) -> float:
+        """Bring the fabric to `now_s` (never back: a timer may have run it a rounding
+        ahead), finishing the flows done by then. Returns the time it stands at."""
+        fabric = self.fabric
+        if fabric.now_s > now_s:
+            now_s = fabric.now_s
+        self._integrate(now_s)
+        finished = fabric.advance(now_s)
+        if finished:
+            self._finished(finished)
+        return now_s
+
     def _finished(self, finished: list[tuple[int, float]]) -> None:
         flows = self._flows
         for fid, end_s in finished:
@@ -274,24 +278,14 @@ class KvLinks:
 
     def _on_timer(self) -> None:
         """The fabric's next finish (`_timer_s`: the timer is cancelled whenever that
-        moves) is due: the fabric there (as in `copy`), then one `_after_change` (the
-        finishes' callbacks may have started copies, which re-armed the timer)."""
+        moves) is due: `_settle` there, then `_after_change` (a no-op when the finishes'
+        own `_after_change` armed the timer already; needed when none finished)."""
         due_s = self._timer_s
         self._timer, self._timer_s = None, math.inf
         # The loop's clock keeps integer nanoseconds: it may stand a rounding before
         # the finish it was woken for.
         now_s = asyncio.get_running_loop().time()
-        if due_s > now_s:  # max(loop_s, due_s)
-            now_s = due_s
-        fabric = self.fabric
-        if fabric.now_s > now_s:  # never back (as in copy)
-            now_s = fabric.now_s
-        self._integrate(now_s)
-        finished = fabric.advance(now_s)
-        if finished:
-            flows = self._flows
-            for fid, end_s in finished:
-                self._one_done(flows.pop(fid), end_s)
+        self._settle(due_s if due_s > now_s else now_s)  # max(loop_s, due_s)
         self._after_change()
 
     # -- utilisation ------------------------------------------------------------------
