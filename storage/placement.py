@@ -97,24 +97,29 @@ class Placement:
     def remove(self, blob_id: BlobId, location: Location, kv_bytes: int) -> None:
         self.remove_run((blob_id,), location, kv_bytes)
 
-    def remove_run(self, blob_ids: Iterable[BlobId], location: Location, kv_bytes: int) -> None:
-        """The copies of ``blob_ids`` (``kv_bytes`` in all) at ``location`` are gone."""
+    def remove_run(self, blob_ids: Iterable[BlobId], location: Location,
+                   kv_bytes: int) -> list[BlobId]:
+        """The copies of ``blob_ids`` (``kv_bytes`` in all) at ``location`` are gone.
+        Returns the blobs whose last copy that was (usually none)."""
         here = self.at[location]
+        pop = here.pop
         copies = self.copies
         rest_of = self._minus[location].get
+        gone: list[BlobId] = []
         for blob_id in blob_ids:
-            if blob_id not in here:
+            if pop(blob_id, None) is None:  # (a use time is never None)
                 raise ValueError(f"blob {blob_id} has no copy at {location}")
-            del here[blob_id]
             held = copies[blob_id]
             rest = rest_of(held, _UNKNOWN)
             if rest is _UNKNOWN:
                 rest = self._without(held, location)
             if rest is None:
                 del copies[blob_id]
+                gone.append(blob_id)
             else:
                 copies[blob_id] = rest
         self.used_bytes[location] -= kv_bytes
+        return gone
 
     def touch(self, blob_id: BlobId, location: Location, now_s: float) -> None:
         self.touch_run((blob_id,), location, now_s)
@@ -123,7 +128,9 @@ class Placement:
         """Mark the copies at ``location`` used at ``now_s``, in the order given."""
         here = self.at[location]
         pop = here.pop
-        for blob_id in filter(here.__contains__, blob_ids):  # (those here, found in C)
-            # Re-insert so each location's dict stays in least-recently-used order.
-            last = pop(blob_id)
-            here[blob_id] = now_s if now_s > last else last
+        for blob_id in blob_ids:
+            # Re-insert so each location's dict stays in least-recently-used order
+            # (one lookup a blob: those not here pop nothing; a use time is never None).
+            last = pop(blob_id, None)
+            if last is not None:
+                here[blob_id] = now_s if now_s > last else last

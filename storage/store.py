@@ -128,6 +128,24 @@ class BlobStore:
         ids = blob_ids if type(blob_ids) is tuple else tuple(blob_ids)
         for blob_id in filterfalse(here.__contains__, ids):
             raise ValueError(f"cannot pin blob {blob_id} at {location}: no copy there")
+        self._count_pins(location, ids)
+
+    def pin_fetched(self, plan: TransferPlan) -> None:
+        """Pin the chain of the fetch plan applied last at its destination (what a
+        worker computes on). A fitting fetch leaves its whole chain there once applied:
+        its load copies or places the blobs missing there and its evictions spare the
+        chain; so this pins without ``pin``'s check for a copy of each."""
+        if plan.purpose is not Purpose.FETCH or plan.base_version != self.version - 1:
+            raise ValueError("pin_fetched takes the fetch plan applied last")
+        self._count_pins(plan.location, plan.chain)
+
+    def pin_present(self, location: Location, blob_ids: Iterable[BlobId]) -> tuple[BlobId, ...]:
+        """Pin those of these copies that are at ``location``; returns them, in order."""
+        ids = tuple(filter(self.placement.at[location].__contains__, blob_ids))
+        self._count_pins(location, ids)
+        return ids
+
+    def _count_pins(self, location: Location, ids: Iterable[BlobId]) -> None:
         pins = self._pins.get(location)
         if pins is None:
             pins = self._pins[location] = {}
@@ -138,14 +156,12 @@ class BlobStore:
 
     def unpin(self, location: Location, blob_ids: Iterable[BlobId]) -> None:
         pins = self._pins.get(location, {})
-        get = pins.get
+        pop = pins.pop
         for blob_id in blob_ids:
-            count = get(blob_id, 0)
-            if count <= 0:
-                raise ValueError(f"blob {blob_id} is not pinned at {location}")
-            if count == 1:
-                del pins[blob_id]
-            else:
+            count = pop(blob_id, 0)  # (most are pinned once: one lookup)
+            if count != 1:
+                if count <= 0:
+                    raise ValueError(f"blob {blob_id} is not pinned at {location}")
                 pins[blob_id] = count - 1
         self.version += 1
 
@@ -290,22 +306,25 @@ class BlobStore:
                                 match.matched_tokens, missing_tokens, load_time_s,
                                 recompute_time_s, chain, hit_tokens=hits,
                                 miss_tokens=miss_tokens(hits, unmatched), local_tokens=local)
+        sent: dict[Tier, int] = {}  # the load's bytes by the sending holder's tier
         if draft is None:
             sent_by: dict[Location, int] = {}
             add_sent(sent_by, sizes, stripes)
             sources = sources_of(sent_by)
-            time_s = sum(times_s)  # (a draft adds the copies' times up in the same order)
+            # (A draft adds the copies' times up in the same order: load_time_s.)
+            time_s = load_time_s
             steps = (_new(Step, (StepKind.COPY, tuple(ids), dst, sources, missing_bytes,
                                  time_s)),)
+            for loc, n in sources:
+                sent[loc.tier] = sent.get(loc.tier, 0) + n
         else:
             draft.copy_run(ids, sizes, dst, stripes, times_s)
             steps, time_s = draft.steps, draft.time_s
-        sent: dict[Tier, int] = {}
-        for step in steps:
-            if step.kind is StepKind.COPY and step.location == dst:  # the load, not evictions
-                for source in step.sources:
-                    tier = source.location.tier
-                    sent[tier] = sent.get(tier, 0) + source.kv_bytes
+            for step in steps:
+                if step.kind is StepKind.COPY and step.location == dst:  # not evictions
+                    for source in step.sources:
+                        tier = source.location.tier
+                        sent[tier] = sent.get(tier, 0) + source.kv_bytes
         served = served_hits(hits, local, dst.tier, sent)
         return _new(TransferPlan, (
             Purpose.FETCH, dst, now_s, self.version, True, None, steps, time_s,
@@ -468,13 +487,15 @@ class BlobStore:
             self.index.register(blob)
         placement = self.placement
         counters = self.counters
+        dropped_here = 0  # copies dropped at the plan's own place
         for kind, blob_ids, place, sources, kv_bytes, _ in steps:  # (~9 steps a dev call)
             if kind is StepKind.DROP:
+                if place == location:
+                    dropped_here += len(blob_ids)
                 pins = self._pins.get(place)
                 for blob_id in filter(pins.__contains__, blob_ids) if pins else ():
                     raise ValueError(f"plan drops pinned blob {blob_id} at {place}")
-                placement.remove_run(blob_ids, place, kv_bytes)
-                for blob_id in filterfalse(placement.copies.__contains__, blob_ids):
+                for blob_id in placement.remove_run(blob_ids, place, kv_bytes):  # last copies
                     if self.referenced(blob_id):
                         raise AssertionError(f"plan dropped the last copy of live blob {blob_id}")
                 counters.dropped_blobs += len(blob_ids)
@@ -487,9 +508,12 @@ class BlobStore:
                 counters.moved_bytes[(source.location.tier, place.tier)] += source.kv_bytes
         last = steps[-1] if steps else None
         if chain and not (last is not None and last.kind is not StepKind.DROP
-                and last.location == location and last.blob_ids[-len(chain):] == chain):
+                and last.location == location and last.blob_ids[-len(chain):] == chain) and not (
+                purpose is Purpose.OFFLOAD and dropped_here == len(chain)):
             # (When the last step added the whole chain there, in order, just now, it is
-            # already the most recently used, in chain order: touching it changes nothing.)
+            # already the most recently used, in chain order: touching it changes nothing.
+            # An offload drops only copies of its chain at its place, each once: when it
+            # dropped as many as the chain holds, none is left there to touch.)
             placement.touch_run(chain, location, now_s)
         if purpose is Purpose.FETCH:
             totals = counters.hit_tokens

@@ -48,7 +48,7 @@ def fetch(store: BlobStore, block_ids: tuple[int, ...], hbm: Location, now_s: fl
         return FetchResult(0, 0, 0.0, ())
     transfer = store.apply(plan)
     if plan.chain:  # (nothing to pin on a miss)
-        store.pin(hbm, plan.chain)
+        store.pin_fetched(plan)
     recompute = plan.recompute_tokens if plan.action is FetchAction.RECOMPUTE else 0
     # (Built by tuple.__new__, every field given: a named tuple's __new__ is a Python call.)
     if store.on_apply is not None and transfer is None:  # nothing moves
@@ -121,9 +121,7 @@ def write_for_handoff(store: BlobStore, session_id: str, block_ids: tuple[int, .
         return write_and_offload(store, session_id, block_ids, hbm, host, now_s), None
     store.apply(plan)
     store.ref(session_id, plan.chain)
-    here = store.placement.at[hbm]
-    pinned = tuple(filter(here.__contains__, plan.chain))
-    store.pin(hbm, pinned)
+    pinned = store.pin_present(hbm, plan.chain)
     return plan.chain, Handoff(hbm, pinned)
 
 

@@ -11,6 +11,9 @@ write and offload plan against the one a draft makes. Calls also end
 as the retain policy ends them (workers.kv_policy: resident in HBM, written
 through) and workers trim what they retain: every fetch's hits name a tier
 that holds the blob they count, at the tier a walk of the placement gives.
+Workers fetch and pin a prefix and hand a call's KV off as `workers.kv_io` does
+(a fetch's chain pinned without a check for each copy, a hand-off's copies
+pinned where they are): every copy pinned is there.
 """
 
 import itertools
@@ -21,9 +24,10 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from storage.plans import FetchAction, StepKind
+from storage.plans import FetchAction, Purpose, StepKind
 from storage.store import BlobStore
 from storage.tiers import Location, StoreLayout, Tier, TierSpec
+from workers.kv_io import fetch, release_fetch, release_handoff, write_for_handoff
 from workers.kv_policy import trim_retained, write_and_retain
 
 BLOCK_TOKENS = 4
@@ -77,6 +81,14 @@ class BlobStoreMachine(RuleBasedStateMachine):
 
         def applied(plan):
             apply(plan)
+            if plan.purpose is Purpose.OFFLOAD:
+                # An offload that dropped as many copies at its place as its chain holds
+                # left none of them there (apply then touches none).
+                dropped = sum(len(step.blob_ids) for step in plan.steps
+                              if step.kind is StepKind.DROP and step.location == plan.location)
+                if dropped == len(plan.chain):
+                    at = self.store.placement.at[plan.location]
+                    assert not any(blob_id in at for blob_id in plan.chain)
             self.moved_bytes += plan.moved_bytes
             for blob in plan.new_blobs:
                 self.contents[blob.id] = (blob.parent, blob.first_block, blob.block_ids,
@@ -230,6 +242,38 @@ class BlobStoreMachine(RuleBasedStateMachine):
         if plan.action is FetchAction.RECOMPUTE:
             assert plan.recompute_time_s < plan.load_time_s
         self._apply(plan)
+
+    @rule(blocks=prompts, where=hbms, dt=now_steps, release=st.booleans())
+    def worker_fetch(self, blocks, where, dt, release):
+        """A worker's fetch (`kv_io.fetch`): its chain is pinned where it computes,
+        until `release_fetch` (now or by the unpin rule, copy by copy)."""
+        before = self.store.snapshot().requested_tokens
+        result = fetch(self.store, tuple(blocks), where, self._tick(dt), None)
+        requested = self.store.snapshot().requested_tokens - before
+        assert requested in (0, len(blocks) * BLOCK_TOKENS)
+        self.requested_tokens += requested
+        for blob_id in result.pinned:
+            assert self.store.pinned(blob_id, where)
+        if release:
+            release_fetch(self.store, where, result)
+        else:
+            self.pins.extend((blob_id, where) for blob_id in result.pinned)
+
+    @rule(session=sessions, blocks=prompts, where=hbms, dt=now_steps)
+    def handoff(self, session, blocks, where, dt):
+        """A fill worker's call handed off (`kv_io.write_for_handoff`): its copies at
+        ``where`` pinned until the decode worker has them, then offloaded."""
+        chain, handoff = write_for_handoff(self.store, session, tuple(blocks), where, DRAM,
+                                           self._tick(dt))
+        if chain:
+            self.written.append(tuple(blocks))
+            self.refs.setdefault(session, set()).update(self.store.index.chain_of(chain[-1]))
+        if handoff is not None:
+            at = self.store.placement.at[where]
+            assert handoff.pinned == tuple(b for b in chain if b in at)
+            for blob_id in handoff.pinned:
+                assert self.store.pinned(blob_id, where)
+            release_handoff(self.store, handoff, self._tick(dt))
 
     @rule(session=sessions, blocks=prompts)
     def ref(self, session, blocks):
