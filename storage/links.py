@@ -123,8 +123,11 @@ class Fabric:
         out once for all); returns their flow ids."""
         new: list[_Flow] = []
         first = fid = self._next_id
+        paths = self._paths
         for path, size_bytes in flows:
-            links, narrowest, others, key = self._path(tuple(path))
+            path = tuple(path)
+            known = paths.get(path)
+            links, narrowest, others, key = known if known is not None else self._path(path)
             if not (math.isfinite(size_bytes) and size_bytes >= 0):
                 raise ValueError(f"Fabric.start: size_bytes must be finite and >= 0, "
                                  f"got {size_bytes!r}")
@@ -145,7 +148,8 @@ class Fabric:
               ) -> tuple[tuple[str, ...], float, dict[str, tuple[float, str]], int]:
         """A path's links, each once (a link crossed twice is shared once), its narrowest
         bandwidth, per link the (bandwidth, name) of the narrowest other link, and its
-        number; kept once worked out (links are only ever added)."""
+        number; kept once worked out (links are only ever added; `start_many` looks
+        there first)."""
         known = self._paths.get(path)
         if known is None:
             links = tuple(dict.fromkeys(path))
@@ -169,7 +173,7 @@ class Fabric:
         flows = self._flows
         while flows and self.next_s <= now_s:
             finish_s = self.next_s
-            # _progress_to(finish_s) inline: the finish is never before now_s.
+            # Every flow moves to finish_s (never before the fabric's now_s).
             dt = finish_s - self.now_s
             if dt > 0.0:
                 for flow in flows.values():
@@ -185,8 +189,15 @@ class Fabric:
             if len(ended) >= ENDED_KEPT:
                 self._count_ended()
             self._share()
-        if now_s != self.now_s:
-            self._progress_to(now_s)
+        if now_s != self.now_s:  # every flow moves on to now_s
+            dt = now_s - self.now_s
+            if dt < 0.0:
+                raise ValueError(f"Fabric: time went back from {self.now_s} to {now_s}")
+            for flow in flows.values():
+                left = flow.remaining_bytes
+                moved = flow.rate_bytes_per_s * dt
+                flow.remaining_bytes = left - (moved if moved < left else left)
+            self.now_s = now_s
         return done
 
     def next_finish_s(self) -> float | None:
@@ -226,18 +237,6 @@ class Fabric:
     def load_bytes_per_s(self, name: str) -> float:
         """Bandwidth in use on link `name` now."""
         return sum(f.rate_bytes_per_s for f in self._flows.values() if name in f.path)
-
-    def _progress_to(self, now_s: float) -> None:
-        if now_s < self.now_s:
-            raise ValueError(f"Fabric: time went back from {self.now_s} to {now_s}")
-        dt = now_s - self.now_s
-        if dt > 0.0:
-            for flow in self._flows.values():
-                left = flow.remaining_bytes
-                moved = flow.rate_bytes_per_s * dt
-                # What min(left, moved) gives, without the call.
-                flow.remaining_bytes = left - (moved if moved < left else left)
-        self.now_s = now_s
 
     def _share(self) -> None:
         """Max-min fair rates, then each flow's finish at them (they hold until the next

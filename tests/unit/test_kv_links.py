@@ -189,3 +189,23 @@ def test_utilisation_windows_hold_what_a_dict_of_windows_would(adds):
     index, carried = kept.windows()
     assert list(index) == list(as_dict)
     assert [x.hex() for x in carried] == [x.hex() for x in as_dict.values()]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.integers(1, 3000), st.data())
+def test_the_p99_from_the_busy_windows_is_numpys_over_all_windows(n, data):
+    """`sparse_percentile` gives `np.percentile` of the whole array of windows, idle
+    windows 0, to the last bit."""
+    import numpy as np
+
+    from workers.kv_links import sparse_percentile
+
+    busy = data.draw(st.lists(st.integers(0, n - 1), unique=True, max_size=n))
+    values = data.draw(st.lists(
+        st.one_of(st.just(0.0), st.floats(1e-300, 1e3), st.sampled_from([0.25, 0.5, 1.0])),
+        min_size=len(busy), max_size=len(busy)))
+    q = data.draw(st.sampled_from([99, 50, 0, 100, 99.9, 1]))
+    whole = np.zeros(n)
+    whole[busy] = values
+    got = sparse_percentile(np.array(values, dtype=np.float64), n, q)
+    assert got.hex() == float(np.percentile(whole, q)).hex()
