@@ -51,7 +51,7 @@ def observe(rt: ClusterRuntime, now_s: float, counters: dict[str, int], queue_to
     else:
         pool_obs = tuple([pool_observation(pool_memo, name, pools[name]) for name in sorted(pools)])
     # `observation(...)` without its keyword call and field check: every field is here
-    # (tests/unit/test_control_observe.py checks a snapshot's fields against the class's).
+    # (tests/scenario/test_fast_loop_samples.py checks a snapshot's fields against the class's).
     obs = object.__new__(Observation)
     obs.__dict__.update({
         "time_s": now_s, "admission_queue": queue_total,
@@ -71,10 +71,19 @@ def observe(rt: ClusterRuntime, now_s: float, counters: dict[str, int], queue_to
 def pool_observation(memo: dict, name: str, p: list) -> PoolObservation:
     """The pool's observation from its figures ([phase, workers, queued, running, slots,
     busy sum, workers counted]), the last one again when they repeat."""
-    figures = (p[0], p[1], p[2], p[3], p[4], p[5] / p[6])
+    phase, workers, queued, running, slots = p[0], p[1], p[2], p[3], p[4]
+    busy = p[5] / p[6]
+    figures = (phase, workers, queued, running, slots, busy)
     last = memo.get(name)
     if last is None or last[0] != figures:
-        last = memo[name] = (figures, PoolObservation(name, *figures))
+        # PoolObservation(name, *figures) without the frozen dataclass's per-field
+        # `object.__setattr__` (a busy pool's figures change nearly every sample); every
+        # field is here, in order (tests/scenario/test_fast_loop_samples.py checks it).
+        pool = object.__new__(PoolObservation)
+        pool.__dict__.update({"name": name, "phase": phase, "workers": workers,
+                              "queue_depth": queued, "running": running, "slots": slots,
+                              "busy_fraction": busy})
+        last = memo[name] = (figures, pool)
     return last[1]
 
 

@@ -16,6 +16,7 @@ import asyncio
 from orchestrator.control.observe import Observation, observation_at
 from orchestrator.control.policies.base import AdmissionDecision
 from orchestrator.control.snapshot import observe, pool_observation
+from orchestrator.run.series import Series
 from orchestrator.run.sessions import Pending
 
 _NAN = float("nan")
@@ -40,6 +41,22 @@ class _IdleSpan:
         self.start_ns, self.period_ns, self.lead, self.obs = start_ns, period_ns, lead, obs
         self.next_ns = start_ns + period_ns
         self.taken = 0
+
+
+def _wake_up(future: asyncio.Future) -> None:
+    """The fast loop's sleep over (asyncio.sleep's own callback: a cancelled sleep stays so)."""
+    if not future.cancelled():
+        future.set_result(None)
+
+
+def _series_appends(s: Series) -> tuple:
+    """`s` and its columns' bound appends, in the order `FastLoop._record` fills them (a
+    record's ~20 appends without an attribute and a method lookup each)."""
+    return (s, *(getattr(s, name).append for name in (
+        "time_s", "decode_occupancy", "decode_running", "decode_slots", "backlog",
+        "ready_depth", "admission_queue", "held", "upstream_waiting", "admitted", "completed",
+        "ttft_mean_s", "ticks", "in_flight", "submitted_total", "completed_total",
+        "rejected_total", "workers_by_pool")))
 
 
 class FastLoop:
@@ -118,13 +135,13 @@ class FastLoop:
                     pool_observation(memo, p.name, [p.phase, p.workers, p.queue_depth,
                                                     p.running, p.slots, 0.0, 1])
                     for p in last.pools))
-            obs = last.restamped(now_s)
+            obs = observation_at(last, now_s)
             self.lag.record(obs)
             self._record(obs, now_s, None)
             return
         self._ran_at = ran
         rt = self.runtime
-        period = self.control.fast_period_s
+        period = self._fast_period_s
         busy = {}
         fill_states = [w.state() for w in rt.fill_workers.values()]
         decode_states = [w.state() for w in rt.decode_workers.values()]
@@ -132,7 +149,8 @@ class FastLoop:
         for states in (fill_states, decode_states):
             for st in states:
                 name, busy_s = st.name, st.busy_s
-                busy[name] = min(1.0, (busy_s - busy_last.get(name, 0.0)) / period)
+                fraction = (busy_s - busy_last.get(name, 0.0)) / period
+                busy[name] = fraction if fraction < 1.0 else 1.0  # min(1.0, fraction)
                 busy_last[name] = busy_s
         interactive = sum(p.interactive for p in self.queue) if self.queue else 0
         obs = observe(rt, now_s, self.counters, len(self.queue), interactive, self.predictor, busy,
@@ -154,44 +172,54 @@ class FastLoop:
             self._same_samples = self._same_samples + 1 if content == self._last_obs else 1
             self._last_obs = content
         c = self.counters
-        if c["submitted"] != c["completed"] + c["rejected"] + in_flight:
+        submitted, completed, rejected = c["submitted"], c["completed"], c["rejected"]
+        if submitted != completed + rejected + in_flight:
             raise ConservationError(
-                f"at {now_s:.3f} s: submitted {c['submitted']} != completed {c['completed']} + "
-                f"rejected {c['rejected']} + in flight {in_flight}")
+                f"at {now_s:.3f} s: submitted {submitted} != completed {completed} + "
+                f"rejected {rejected} + in flight {in_flight}")
         s = self.series
+        appends = self._appends
+        if appends is None or appends[0] is not s:
+            appends = self._appends = _series_appends(s)
+        (_, time_s, decode_occupancy, decode_running, decode_slots, backlog, ready_depth,
+         admission_queue, held, upstream_waiting, admitted, completed_n, ttft_mean_s, ticks,
+         in_flight_n, submitted_total, completed_total, rejected_total,
+         workers_by_pool) = appends
         done = self._period_done
         queue, ready = obs.admission_queue, obs.ready_depth
-        s.time_s.append(now_s)
-        s.decode_occupancy.append(obs.decode_occupancy)
-        s.decode_running.append(obs.decode_running)
-        s.decode_slots.append(obs.decode_slots)
-        s.backlog.append(obs.backlog)
-        s.ready_depth.append(ready)
-        s.admission_queue.append(queue)
+        running, slots = obs.decode_running, obs.decode_slots
+        time_s(now_s)
+        # Observation.decode_occupancy and .backlog, inline: the same operations.
+        decode_occupancy(running / slots if slots else 0.0)
+        decode_running(running)
+        decode_slots(slots)
+        backlog(obs.fill_queue + obs.fill_running + ready + obs.decode_loading)
+        ready_depth(ready)
+        admission_queue(queue)
         # Until the decision on this sample (`_decided`): every queued call held back, as
         # at the run's last sample, which has no decision after it.
-        s.held.append(queue)
-        s.upstream_waiting.append(queue + ready)
-        s.admitted.append(self._period_admitted)
-        s.completed.append(len(done))
+        held(queue)
+        upstream_waiting(queue + ready)
+        admitted(self._period_admitted)
+        completed_n(len(done))
         if done:
             ttfts = [r.ttft_s for r in done if r.ttft_s is not None]
-            s.ttft_mean_s.append(sum(ttfts) / len(ttfts) if ttfts else _NAN)
+            ttft_mean_s(sum(ttfts) / len(ttfts) if ttfts else _NAN)
         else:
-            s.ttft_mean_s.append(_NAN)
+            ttft_mean_s(_NAN)
         s.add_breakdown(done)
-        s.ticks.append(1)
-        s.in_flight.append(in_flight)
-        s.submitted_total.append(c["submitted"])
-        s.completed_total.append(c["completed"])
-        s.rejected_total.append(c["rejected"])
+        ticks(1)
+        in_flight_n(in_flight)
+        submitted_total(submitted)
+        completed_total(completed)
+        rejected_total(rejected)
         pools = obs.pools
         if pools is not self._pools_recorded:  # shared when the same pools (restamped)
             self._pools_recorded = pools
             workers = {p.name: p.workers for p in pools}
             last = s.workers_by_pool[-1] if s.workers_by_pool else None
             self._workers_recorded = last if workers == last else workers
-        s.workers_by_pool.append(self._workers_recorded)
+        workers_by_pool(self._workers_recorded)
         self._period_done = []
         self._period_admitted = 0
         if states is not None and self._same_samples <= 1:  # HBM moves only with calls
@@ -212,8 +240,16 @@ class FastLoop:
                 self._decided(decision, now_s, 1)
                 if skips and self._quiet():
                     await self._skip_idle(loop, now_s)
-                else:
-                    await asyncio.sleep(period)
+                    continue
+                # asyncio.sleep(period) (period > 0: ControlConfig) without its coroutine
+                # and the cancel of its fired timer: the same timer and wake-up.
+                woken = loop.create_future()
+                timer = loop.call_later(period, _wake_up, woken)
+                try:
+                    await woken
+                except asyncio.CancelledError:
+                    timer.cancel()
+                    raise
         finally:
             self._skipping_from_s = self._span = None
 
@@ -223,7 +259,7 @@ class FastLoop:
         `queue`: the admission queue it faced and left (an idle sample's: 0), when not the
         queue now. `caught_up`: the decisions of skipped idle periods, whose record
         (`Series.repeat_idle`) holds them already, even when they are one."""
-        reason = decision.reason.value
+        reason = decision.reason._value_  # .value, without the enum property's call
         if not caught_up:
             s = self.series
             s.reason.append(reason)

@@ -74,6 +74,7 @@ class Orchestrator(FastLoop):
                  kv_policy: KVPolicy = DEFAULT_KV_POLICY):
         self.cluster, self.sessions, self.policy = cluster, list(sessions), policy
         self.control, self.load, self.seed = control, load, seed
+        self._fast_period_s = control.fast_period_s  # read every sample (a property)
         self.on_progress = on_progress
         self.logger = logger  # a structlog logger for decisions, or None
         # Observers of the run (metrics, trace events): each may define on_sample(orch, obs,
@@ -144,6 +145,7 @@ class Orchestrator(FastLoop):
         # The pools of the last sample recorded and its workers by pool (`_record`).
         self._pools_recorded: tuple | None = None
         self._workers_recorded: dict[str, int] | None = None
+        self._appends: tuple | None = None  # the series' bound appends (fast_loop._record)
         self._ran_at = 0
         self._touched = False
         # A policy that decides at every event on the cluster as it is (policies.local).

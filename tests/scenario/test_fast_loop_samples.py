@@ -126,6 +126,7 @@ def test_a_fast_observation_is_the_dataclass_built_field_by_field():
 def test_a_snapshot_of_the_cluster_has_every_field_and_no_other():
     from dataclasses import fields
 
+    from orchestrator.control.observe import PoolObservation
     from orchestrator.control.snapshot import observe
 
     heard = _Heard()
@@ -140,3 +141,8 @@ def test_a_snapshot_of_the_cluster_has_every_field_and_no_other():
     assert list(vars(obs)) == names
     assert obs == Observation(**{name: getattr(obs, name) for name in names})
     assert all(list(vars(o)) == names for _, o in heard.samples)
+    # Its pools too: built directly (snapshot.pool_observation), every field, in order.
+    pool_names = [f.name for f in fields(PoolObservation)]
+    pools = [p for _, o in heard.samples for p in o.pools]
+    assert pools and all(list(vars(p)) == pool_names and p == PoolObservation(**vars(p))
+                         and hash(p) == hash(PoolObservation(**vars(p))) for p in pools)

@@ -37,6 +37,7 @@ class BufferedAdmission:
         self._target_batch = base_target_batch
         self._last_batch_change_s = -math.inf
         self._decisions: dict[tuple, AdmissionDecision] = {}
+        self._alphas = (math.nan, 0.0)  # the last (time step, EWMA weight) of `_smooth`
 
     def target_backlog(self, obs: Observation) -> float:
         rate = obs.predicted_decode_calls_per_s
@@ -48,7 +49,12 @@ class BufferedAdmission:
             self._ewma = float(backlog)
         else:
             dt = max(time_s - self._last_time_s, 0.0)
-            alpha = 1.0 - math.exp(-dt / self.config.backlog_ewma_s) if dt else 0.0
+            alphas = self._alphas
+            if alphas[0] == dt:  # nearly every sample is a period after the last
+                alpha = alphas[1]
+            else:
+                alpha = 1.0 - math.exp(-dt / self.config.backlog_ewma_s) if dt else 0.0
+                self._alphas = (dt, alpha)
             self._ewma += alpha * (backlog - self._ewma)
         self._last_time_s = time_s
         return self._ewma
@@ -92,7 +98,7 @@ class BufferedAdmission:
         else:
             reason = AdmissionReason.BACKLOG_LOW if error > 0 else AdmissionReason.BACKLOG_HIGH
         background = int(admit * (1.0 - self.config.interactive_reserve))
-        key = (admit, reason, batch, background)
+        key = (admit, reason._value_, batch, background)  # the value's hash is a str's
         decision = self._decisions.get(key)
         if decision is None:  # decisions are frozen: the same one serves every repeat
             if len(self._decisions) >= 1024:

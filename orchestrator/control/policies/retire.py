@@ -44,11 +44,12 @@ class RetireAdmission:
 
     def _decision(self, admit: int, reason: AdmissionReason) -> AdmissionDecision:
         """Decisions are frozen: the same one serves every period that repeats it."""
-        decision = self._decisions.get((admit, reason))
+        key = (admit, reason._value_)  # the value's hash is a str's, the member's a call
+        decision = self._decisions.get(key)
         if decision is None:
             if len(self._decisions) >= 1024:
                 self._decisions.clear()
-            decision = self._decisions[admit, reason] = AdmissionDecision(admit, reason)
+            decision = self._decisions[key] = AdmissionDecision(admit, reason)
         return decision
 
     def skip_idle(self, obs: Observation, first_s: float, ticks: int) -> AdmissionDecision:
