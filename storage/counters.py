@@ -145,7 +145,12 @@ def served_hits(
     total = sum(sent_bytes.values())
     if loaded <= 0 or total <= 0:
         return hits
-    out: dict[Tier, int] = {}
+    if len(sent_bytes) == 1:  # one tier sent it all (a load from host memory): all its
+        out = dict.fromkeys(sent_bytes, loaded)
+        if local:
+            out[dst_tier] = out.get(dst_tier, 0) + local
+        return out
+    out = {}
     remainders = []
     for tier in sorted(sent_bytes):
         sent = sent_bytes[tier]

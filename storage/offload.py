@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from storage.blobs import BlobId
-from storage.draft import StepLog, Stripe, add_sent, sources_of
+from storage.draft import StepLog, Stripe
 from storage.placement import Placement
 from storage.plans import Source, Step, StepKind
 from storage.tiers import Location
@@ -81,10 +81,10 @@ def direct_offload(placement: Placement, sizes: list[int],
         holders = stripe.holders
         if len(holders) == 1:  # (one holder sends it all, as add_sent would find)
             sources = (_new(Source, (holders[0], kv_bytes)),) if kv_bytes else ()
-        else:
-            sent: dict[Location, int] = {}
-            add_sent(sent, (kv_bytes,), (stripe,))
-            sources = sources_of(sent)
+        else:  # (what add_sent and sources_of give: the holders are in order, distinct)
+            sources = tuple(_new(Source, (loc, n))
+                            for loc, n in zip(holders, stripe.sent_bytes((kv_bytes,)), strict=True)
+                            if n)
         steps.append(_new(Step, (StepKind.COPY, (blob_id,), lower, sources, kv_bytes,
                                  time_s)))
         dropped = (blob_id, *after)

@@ -168,7 +168,10 @@ class BlobStore:
     # -- lookups ----------------------------------------------------------
     def match(self, block_ids: Sequence[int]) -> PrefixMatch:
         """Longest cached prefix whose blobs all still have a copy somewhere."""
-        match = self.index.match(block_ids)
+        return self._reachable(self.index.match(block_ids))
+
+    def _reachable(self, match: PrefixMatch) -> PrefixMatch:
+        """The index's match up to its first blob without a copy left."""
         copies = self.placement.copies
         if all(map(copies.__contains__, match.blob_ids)):  # the common case, in C
             return match
@@ -249,22 +252,33 @@ class BlobStore:
         proportion to the bytes each sent (``served_hits``).
         """
         self._check(dst, now_s)
-        match = self.match(block_ids)
         index = self.index
-        placement = self.placement
-        requested = len(block_ids) * index.block_tokens
+        match = index.match(block_ids)
         chain = match.blob_ids
+        placement = self.placement
+        at_dst = placement.at[dst]
+        helds = None
+        if chain and at_dst.keys().isdisjoint(chain):  # (the common case: all of it is missing)
+            # The holder sets, which also say that every blob has a copy left (a blob's
+            # entry goes with its last copy; a holder set is never empty).
+            helds = list(map(placement.copies.get, chain))
+            if not all(helds):
+                helds = None
+        if helds is None:
+            match = self._reachable(match)
+            chain = match.blob_ids
+        requested = len(block_ids) * index.block_tokens
         if not chain and self._miss_directly:  # nothing cached: no hits, all misses
             return _new(TransferPlan, (
                 Purpose.FETCH, dst, now_s, self.version, True, None, (), 0, FetchAction.MISS,
                 requested, 0, 0, 0.0, 0.0, chain, (), {}, dict.fromkeys(_TIERS, requested), 0))
-        at_dst = placement.at[dst]
-        if at_dst.keys().isdisjoint(chain):  # (the common case: all of it is missing)
+        if helds is not None:
+            ids = list(chain)
+        elif at_dst.keys().isdisjoint(chain):
             ids = list(chain)
             helds = list(map(placement.copies.__getitem__, ids))
         else:
             ids = list(filterfalse(at_dst.__contains__, chain))
-            helds = None
         hits, local = lookup_tokens(match, dst, placement, index.block_tokens, helds)
         unmatched = requested - match.matched_tokens
         if not ids:
@@ -342,7 +356,7 @@ class BlobStore:
         if helds is None:
             helds = list(map(self.placement.copies.__getitem__, ids))
         stripes = list(map(known.get, helds))
-        return None if None in stripes else stripes
+        return stripes if all(stripes) else None  # (a stripe is never false)
 
     def plan_write(
         self,
