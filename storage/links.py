@@ -30,8 +30,6 @@ from dataclasses import dataclass
 SHARINGS_KEPT = 4096
 # The loads with no flow in flight (read, never changed).
 _NO_LOADS: dict[str, float] = {}
-# Finished flows kept before their bytes are added to their links' counts.
-ENDED_KEPT = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,10 +74,9 @@ class Fabric:
         self._keys: dict[int, int] = {}  # flow id -> its path's number, for the flows in flight
         self._next_id = 0
         self.now_s = 0.0
-        # Bytes of the finished flows per link; the flows in flight add what they moved.
-        # The flows that finished since are added in when read (or when there are many).
-        self._carried: dict[str, float] = dict.fromkeys(self._links, 0.0)
-        self._ended: list[_Flow] = []
+        # Bytes of the finished flows per path's number (a link's are its paths' added
+        # up when read); the flows in flight add what they moved.
+        self._ended_bytes: list[float] = []
         self._finished: list[tuple[int, float]] = []
         # The earliest flow's finish at today's rates (inf with no flow in flight; read
         # it, do not change it), and the flows finishing then, in start order.
@@ -110,7 +107,6 @@ class Fabric:
         if link.name in self._links:
             raise ValueError(f"Fabric: link {link.name!r} is listed twice")
         self._links[link.name] = link
-        self._carried[link.name] = 0.0
 
     def start(self, now_s: float, path: Iterable[str], size_bytes: float) -> int:
         """A copy of `size_bytes` over `path` begins at `now_s`; returns its flow id.
@@ -160,6 +156,7 @@ class Fabric:
                       for name in links if len(links) > 1}
             known = self._paths[path] = (links, min(bw for bw, _ in bandwidths), others,
                                          len(self._paths))
+            self._ended_bytes.append(0.0)
         return known
 
     def advance(self, now_s: float) -> list[tuple[int, float]]:
@@ -181,13 +178,12 @@ class Fabric:
                     moved = flow.rate_bytes_per_s * dt
                     flow.remaining_bytes = left - (moved if moved < left else left)
             self.now_s = finish_s
-            keys, ended = self._keys, self._ended
+            keys, ended = self._keys, self._ended_bytes
             for fid in self._due:  # the flows whose finish is the earliest
-                ended.append(flows.pop(fid))
+                flow = flows.pop(fid)
+                ended[flow.path_key] += flow.size_bytes
                 del keys[fid]
                 done.append((fid, finish_s))
-            if len(ended) >= ENDED_KEPT:
-                self._count_ended()
             self._share()
         if now_s != self.now_s:  # every flow moves on to now_s
             dt = now_s - self.now_s
@@ -221,18 +217,10 @@ class Fabric:
         """Bytes that crossed link `name` up to `now_s`: utilisation over a span is the
         difference between two readings over bandwidth x span."""
         self.link(name)
-        self._count_ended()
-        return self._carried[name] + sum(f.size_bytes - f.remaining_bytes
-                                         for f in self._flows.values() if name in f.path)
-
-    def _count_ended(self) -> None:
-        """Add the finished flows' bytes to their links, in finishing order (the rounding
-        left over crosses too)."""
-        carried = self._carried
-        for flow in self._ended:
-            for name in flow.path:
-                carried[name] += flow.size_bytes
-        self._ended.clear()
+        ended = self._ended_bytes
+        return (sum(ended[key] for links, _, _, key in self._paths.values() if name in links)
+                + sum(f.size_bytes - f.remaining_bytes
+                      for f in self._flows.values() if name in f.path))
 
     def load_bytes_per_s(self, name: str) -> float:
         """Bandwidth in use on link `name` now."""

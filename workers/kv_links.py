@@ -310,14 +310,14 @@ class KvLinks:
     def _on_timer(self) -> None:
         """The fabric's next finish (`_timer_s`: the timer is cancelled whenever that
         moves) is due: `_settle` there (a finish arms the timer again; when none did,
-        it is armed here)."""
+        the fabric is as it was and the timer is armed here)."""
         due_s = self._timer_s
         self._timer, self._timer_s = None, math.inf
         # The loop's clock keeps integer nanoseconds: it may stand a rounding before
         # the finish it was woken for.
         now_s = asyncio.get_running_loop().time()
         self._settle(due_s if due_s > now_s else now_s)  # max(loop_s, due_s)
-        if self._timer is None:
+        if self.fabric.next_s != self._timer_s:
             self._after_change()
 
     # -- utilisation ------------------------------------------------------------------
@@ -339,10 +339,14 @@ class KvLinks:
                 use.total += moved
                 if use.window == first:
                     use.acc += moved
-                else:
-                    if use.window < 0:
+                else:  # a later window (a link's event in four): the open one closes
+                    if use.window >= 0:
+                        use.index.append(use.window)
+                        use.carried.append(use.acc)
+                    else:
                         self._use[use.name] = use
-                    use.add(first, moved)
+                    use.window = first
+                    use.acc = 0.0 + moved
             return
         for use, load in self._busy:
             if use.window < 0:
