@@ -149,8 +149,9 @@ class AttentionTerms:
     """A stage's attention roofline (`_Kernels`' first term) as a function of context,
     for one shape whose context-free quantities are frozen."""
 
-    __slots__ = ("a_ctx", "act_bytes", "half", "hbm_bw", "kv_seq", "lin_flops", "n_full",
-                 "n_slide", "peak_attn", "proj_s", "q_tok", "state", "tp", "w_bytes", "window")
+    __slots__ = ("a_ctx", "act_bytes", "half", "hbm_bw", "kv_seq", "lin_flops", "monotone",
+                 "n_full", "n_slide", "peak_attn", "proj_s", "q_tok", "state", "tp", "w_bytes",
+                 "window")
 
     def __init__(self, lt: LayoutTerms, s: Shape):
         m, eff = lt.m, lt.eff
@@ -172,19 +173,32 @@ class AttentionTerms:
         self.act_bytes = (t_rank * lt.d * ACT_BYTES * eff.activation_passes_per_layer
                           * lt.n_layers / tp)
         self.peak_attn, self.hbm_bw = lt.peak_attn, lt.hbm_bw
+        # Every operation of `compute_s` and `memory_s` is then an addition, a product by a
+        # factor >= 0 or a division by a divisor > 0, each non-decreasing in its operand
+        # under IEEE-754 rounding: both sides are non-decreasing in context.
+        self.monotone = (min(self.a_ctx, self.n_full, self.n_slide, self.kv_seq) >= 0.0
+                         and min(self.tp, self.peak_attn, self.hbm_bw) > 0.0)
 
-    def time_s(self, context, mx=max, mn=min):
-        """`_Kernels.t_attn` at `context` (float, or array with np.maximum/np.minimum)."""
+    def compute_s(self, context, mn=min):
+        """The roofline's compute side at `context`: projections and attention FLOPs."""
         ctx_mean = context + self.half
-        ctx_end = context + self.q_tok
         flops = self.a_ctx * (self.n_full * ctx_mean + self.n_slide * mn(ctx_mean, self.window)
                               ) / self.tp
         flops = flops + self.lin_flops
+        return self.proj_s + flops / self.peak_attn
+
+    def memory_s(self, context, mn=min):
+        """The roofline's memory side at `context`: weights, KV and state read, activations."""
+        ctx_end = context + self.q_tok
         kv_read = self.kv_seq * (self.n_full * ctx_end + self.n_slide * mn(ctx_end, self.window))
         kv_read = kv_read + self.state
         attn_bytes = self.w_bytes + kv_read
         attn_bytes = attn_bytes + self.act_bytes
-        return mx(self.proj_s + flops / self.peak_attn, attn_bytes / self.hbm_bw)
+        return attn_bytes / self.hbm_bw
+
+    def time_s(self, context, mx=max, mn=min):
+        """`_Kernels.t_attn` at `context` (float, or array with np.maximum/np.minimum)."""
+        return mx(self.compute_s(context, mn), self.memory_s(context, mn))
 
 
 class PassTail:
@@ -340,21 +354,33 @@ class StepTail:
         the terms that are exactly 0.0 for this tail left out (no sliding or linear
         layer, a zero kernel term, no draft pass): each would add +0.0 to a positive
         value, which leaves it as it is; so are divisions and products by exactly 1.0
-        (tp, pp, one token a step)."""
+        (tp, pp, one token a step).
+
+        Each side of the attention roofline is non-decreasing in context
+        (`AttentionTerms.monotone`), so when the last step's compute side is below the
+        first step's memory side, the memory side is the larger at every step and the
+        compute side is not worked out (a decode run at a small batch); likewise the
+        overlap's `min(t_cm, network_s)` is `network_s` at every step when it is below
+        the first step's `t_cm`."""
         if self.first is not None:  # draft passes: the general path
             return self.tpot_s(self.step_s(first + np.arange(steps, dtype=np.float64),
                                            np.maximum, np.minimum))
         main, a = self.main, self.main.attn
+        monotone = a.monotone
         context = np.arange(steps, dtype=np.float64)
         context += first
-        # flops = a_ctx * (n_full * ctx_mean + n_slide * min(ctx_mean, window)) / tp
-        #         + lin_flops
-        flops = _by_layer(context + a.half, a)
-        flops *= a.a_ctx
-        if a.tp != 1.0:  # x / 1.0 is x
-            flops /= a.tp
-        if a.lin_flops:
-            flops += a.lin_flops
+        flops = None
+        if not (monotone and a.compute_s(first + float(steps - 1)) < a.memory_s(first)):
+            # flops = a_ctx * (n_full * ctx_mean + n_slide * min(ctx_mean, window)) / tp
+            #         + lin_flops
+            flops = _by_layer(context + a.half, a)
+            flops *= a.a_ctx
+            if a.tp != 1.0:  # x / 1.0 is x
+                flops /= a.tp
+            if a.lin_flops:
+                flops += a.lin_flops
+            flops /= a.peak_attn
+            flops += a.proj_s
         # attn_bytes = w_bytes + (kv_seq * (n_full * ctx_end + n_slide * min(ctx_end,
         #              window)) + state) + act_bytes
         context += a.q_tok
@@ -364,20 +390,26 @@ class StepTail:
             kv += a.state
         kv += a.w_bytes
         kv += a.act_bytes
-        # t_cm = max(proj_s + flops / peak_attn, attn_bytes / hbm_bw) + the frozen terms
-        flops /= a.peak_attn
-        flops += a.proj_s
         kv /= a.hbm_bw
-        t_cm = np.maximum(flops, kv, out=flops)
+        # t_cm = max(proj_s + flops / peak_attn, attn_bytes / hbm_bw) + the frozen terms
+        t_cm = kv if flops is None else np.maximum(flops, kv, out=flops)
         for term in main.after:
             if term:
                 t_cm += term
-        stage = t_cm + main.network_s
-        stage += main.latency_s
-        if main.overlap is not None:
-            less = np.minimum(t_cm, main.network_s, out=kv)
-            less *= main.overlap
-            stage -= less
+        network = main.network_s
+        if main.overlap is not None and monotone and network < t_cm[0]:
+            # stage = t_cm + network + latency - overlap * network, in place.
+            stage = t_cm
+            stage += network
+            stage += main.latency_s
+            stage -= main.overlap * network
+        else:
+            stage = t_cm + network
+            stage += main.latency_s
+            if main.overlap is not None:
+                less = np.minimum(t_cm, network, out=t_cm)
+                less *= main.overlap
+                stage -= less
         if self.pp != 1.0:  # x * 1.0 is x
             stage *= self.pp
         stage += self.overhead_s

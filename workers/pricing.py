@@ -201,7 +201,11 @@ class StepPricer:
         tail = self._tail(Phase.DECODE, self.per_rank(sequences), 1)
         if steps <= SCALAR_RUN_STEPS:
             return [start_s + t for t in accumulate(tail.tpots_s(mean_context, steps))]
-        return start_s + tail.tpots_array_s(mean_context, steps).cumsum()
+        # cumsum as the ufunc's accumulate: the same additions in the same order, without
+        # the method's ~1 us of overhead.
+        ends = np.add.accumulate(tail.tpots_array_s(mean_context, steps))
+        ends += start_s
+        return ends
 
     def decode_steps_core_s(self, sequences: int, mean_context: float,
                             steps: int) -> np.ndarray:
