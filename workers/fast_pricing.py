@@ -308,7 +308,10 @@ class StepTail:
     def tpots_s(self, first: float, steps: int) -> list[float]:
         """`[tpot_s(step_s(first + float(i))) for i in range(steps)]`, the same doubles: a
         short decode run's steps, the passes' terms read once and their operations (those
-        of `AttentionTerms.time_s`, `PassTail.time_s` and `step_s`) inline."""
+        of `AttentionTerms.time_s`, `PassTail.time_s` and `step_s`) inline. The compute
+        side is left out where the memory side is the larger at every step, as in
+        `tpots_array_s`; `max` and `min` are comparisons that pick the operand the
+        builtins pick."""
         if self.first is not None:  # draft passes: priced as steps
             return [self.tpot_s(self.step_s(first + float(i))) for i in range(steps)]
         main, a = self.main, self.main.attn
@@ -319,33 +322,41 @@ class StepTail:
         after, network, latency, overlap = main.after, main.network_s, main.latency_s, main.overlap
         pp, overhead = self.pp, self.overhead_s
         accepted = self.accepted if self.decode else None
+        # Two steps or more: the check costs about what the compute side of two steps does.
+        compute = steps < 2 or not (
+            a.monotone and a.compute_s(first + float(steps - 1)) < a.memory_s(first))
+        # The main pass's four kernel terms (dense FFN, shared experts, routed experts, LM
+        # head), added one by one as the core adds them.
+        t_dense, t_always, t_experts, t_head = after
         out = []
-        # Terms that are exactly 0.0 add nothing to the positive values they join (as in
-        # `tpots_array_s`): the zero kernel terms are left out, and so are the sliding
-        # layers' when there are none.
-        after = tuple(term for term in after if term)
+        append = out.append
         for i in range(steps):
             context = first + float(i)
-            ctx_mean = context + half
             ctx_end = context + q_tok
             if n_slide:
-                flops = a_ctx * (n_full * ctx_mean + n_slide * min(ctx_mean, window)) / tp
                 kv_read = kv_seq * (n_full * ctx_end + n_slide * min(ctx_end, window))
             else:
-                flops = a_ctx * (n_full * ctx_mean) / tp
                 kv_read = kv_seq * (n_full * ctx_end)
-            flops = flops + lin_flops
             kv_read = kv_read + state
             attn_bytes = w_bytes + kv_read
             attn_bytes = attn_bytes + act_bytes
-            t_cm = max(proj_s + flops / peak_attn, attn_bytes / hbm_bw)
-            for term in after:
-                t_cm = t_cm + term
+            t_cm = attn_bytes / hbm_bw
+            if compute:
+                ctx_mean = context + half
+                if n_slide:
+                    flops = a_ctx * (n_full * ctx_mean + n_slide * min(ctx_mean, window)) / tp
+                else:
+                    flops = a_ctx * (n_full * ctx_mean) / tp
+                flops = flops + lin_flops
+                flops = proj_s + flops / peak_attn
+                if not t_cm > flops:  # max(flops, t_cm)
+                    t_cm = flops
+            t_cm = t_cm + t_dense + t_always + t_experts + t_head
             stage_s = t_cm + network + latency
-            if overlap is not None:
-                stage_s = stage_s - overlap * min(t_cm, network)
+            if overlap is not None:  # min(t_cm, network)
+                stage_s = stage_s - overlap * (network if network < t_cm else t_cm)
             step_s = pp * stage_s + overhead  # no draft pass: draft_s is 0.0
-            out.append(step_s / accepted if accepted is not None else step_s)
+            append(step_s / accepted if accepted is not None else step_s)
         return out
 
     def tpots_array_s(self, first: float, steps: int) -> np.ndarray:

@@ -146,7 +146,8 @@ def test_the_power_is_raised_as_the_core_raises_it():
 @pytest.mark.parametrize("model, hardware, layout, sequences, context, steps, memory, net", [
     # A small batch: memory-bound at every step (the compute side is not worked out).
     ("llama-3.1-70b", "h100", Layout(tp=8, ep=8), 1, 1000.0, 200, True, False),
-    # A big batch from an empty context: compute-bound, then memory-bound within the run.
+    # A big batch from an empty context: compute-bound, then memory-bound within the run
+    # (and compute-bound through a short run).
     ("llama-3.1-70b", "h100", Layout(tp=8, ep=8), 1024, 0.0, 2000, False, False),
     # The all-to-all slower than the stage's kernels: min(t_cm, network_s) is t_cm.
     ("deepseek-v3", "mi355x", Layout(tp=1, ep=72), 4096, 0.0, 200, True, True),
@@ -160,7 +161,8 @@ def test_long_runs_price_as_the_core_on_each_side_of_the_roofline(
     assert attn.monotone
     assert (attn.compute_s(context + steps - 1) < attn.memory_s(context)) is memory
     assert (tail.main.network_s > attn.time_s(context) + sum(tail.main.after)) is net
-    check_decode_runs(pricer, sequences, context, steps)
+    check_decode_runs(pricer, sequences, context, steps)  # as arrays
+    check_decode_runs(pricer, sequences, context, SCALAR_RUN_STEPS)  # in the Python loop
 
 
 @pytest.mark.slow
