@@ -40,10 +40,13 @@ def seconds_to_ns(seconds: float) -> int:
     return round(seconds * NS_PER_S)
 
 
-def _set_handle_fields(handle: asyncio.Handle, callback: Callable[..., object],
-                       args: tuple[Any, ...], loop: asyncio.AbstractEventLoop, context: Any,
-                       source_traceback: Any) -> None:
-    """asyncio.Handle.__init__'s fields, set without its debug-flag lookup."""
+def _new_handle(cls: type[asyncio.Handle], callback: Callable[..., object],
+                args: tuple[Any, ...], loop: asyncio.AbstractEventLoop, context: Any,
+                source_traceback: Any = None) -> asyncio.Handle:
+    """A new `cls` (asyncio.Handle or a subclass) with asyncio.Handle.__init__'s fields,
+    set without calling it: no debug-flag lookup, and one Python call a callback instead
+    of the subclasses' __init__ chain."""
+    handle = object.__new__(cls)
     handle._context = contextvars.copy_context() if context is None else context
     handle._loop = loop
     handle._callback = callback
@@ -51,31 +54,14 @@ def _set_handle_fields(handle: asyncio.Handle, callback: Callable[..., object],
     handle._cancelled = False
     handle._repr = None
     handle._source_traceback = source_traceback
+    return handle
 
 
 class _VirtualTimerHandle(asyncio.TimerHandle):
-    """A timer ordered by (integer nanoseconds, scheduling sequence)."""
+    """A timer ordered by (integer nanoseconds, scheduling sequence); made by
+    `VirtualEventLoop._call_at_ns`, which sets its fields."""
 
     __slots__ = ("_seq", "_when_ns")
-
-    def __init__(
-        self,
-        when_ns: int,
-        seq: int,
-        callback: Callable[..., object],
-        args: tuple[Any, ...],
-        loop: VirtualEventLoop,
-        context: Any = None,
-    ) -> None:
-        # TimerHandle's and Handle's fields set here, on the per-timer path, rather than
-        # through their __init__ chain (which also asks the loop for its debug flag).
-        _set_handle_fields(self, callback, args, loop, context,
-                           format_helpers.extract_stack(sys._getframe(1)) if loop._debug
-                           else None)
-        self._when = when_ns / NS_PER_S
-        self._scheduled = False
-        self._when_ns = when_ns
-        self._seq = seq
 
     def _key(self) -> tuple[int, int]:
         return (self._when_ns, self._seq)
@@ -126,22 +112,6 @@ class _VirtualTimerHandle(asyncio.TimerHandle):
         return hash(self._key())
 
 
-class _ReadyHandle(asyncio.Handle):
-    """A callback for the ready queue of a virtual loop that is not debugging: Handle's
-    fields set here, without asking the loop for its debug flag again."""
-
-    __slots__ = ()
-
-    def __init__(
-        self,
-        callback: Callable[..., object],
-        args: tuple[Any, ...],
-        loop: VirtualEventLoop,
-        context: Any = None,
-    ) -> None:
-        _set_handle_fields(self, callback, args, loop, context, None)
-
-
 class VirtualEventLoop(asyncio.SelectorEventLoop):
     """A stdlib selector loop whose clock jumps to the next timer when idle.
 
@@ -180,7 +150,7 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
     ) -> asyncio.Handle:
         if self._closed or self._debug:  # the stdlib's checks, messages and tracebacks
             return super().call_soon(callback, *args, context=context)
-        handle = _ReadyHandle(callback, args, self, context)
+        handle = _new_handle(asyncio.Handle, callback, args, self, context)
         self._ready.append(handle)
         return handle
 
@@ -218,13 +188,16 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
             self._check_thread()
             self._check_callback(callback, "call_at")
         seq = self._timer_seq = self._timer_seq + 1
-        timer = _VirtualTimerHandle(when_ns, seq, callback, args, self, context)
-        if timer._source_traceback:
-            del timer._source_traceback[-1]
+        timer = _new_handle(_VirtualTimerHandle, callback, args, self, context,
+                            format_helpers.extract_stack(sys._getframe(1)) if self._debug
+                            else None)
+        timer._when = when_ns / NS_PER_S
+        timer._when_ns = when_ns
+        timer._seq = seq
+        timer._scheduled = True
         # The heap holds (nanoseconds, sequence, timer): compared as tuples of integers,
         # in C, never reaching the timer itself (sequences are unique).
         heapq.heappush(self._scheduled, (when_ns, seq, timer))
-        timer._scheduled = True
         return timer
 
     # -- one iteration ----------------------------------------------------
