@@ -113,10 +113,9 @@ class BatchTail:
     def _step(self, all_decode: bool, n: int, q_sum: float, t_attn: float, decodes: int,
               dec_mean: float) -> float:
         eff = self.pricing.eff
-        terms, net_s = self._token_terms(all_decode, n, q_sum / n)
-        t_cm = t_attn
-        for term in terms:
-            t_cm = t_cm + term
+        (t_dense, t_always, t_experts, t_head), net_s = self._token_terms(all_decode, n,
+                                                                          q_sum / n)
+        t_cm = t_attn + t_dense + t_always + t_experts + t_head  # in the core's order
         stage = t_cm + net_s + self.pricing.main.latency_s
         if eff.overlap == OverlapMode.OVERLAP:
             stage = stage - eff.overlap_fraction * min(t_cm, net_s)
