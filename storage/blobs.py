@@ -205,7 +205,7 @@ class BlobIndex:
             if len(self._walks) >= _WALKS_KEPT:
                 del self._walks[next(iter(self._walks))]
             self._walks[key] = walk
-        if found and pos == found[-1].end_block:
+        if found and pos == found[-1].first_block + 1 + len(found[-1].rest):  # (its end)
             self._keep_tip(walk, resumed)
         return match
 

@@ -73,7 +73,8 @@ def write_chain(store: BlobStore, session_id: str, block_ids: tuple[int, ...],
         if not plan.fits:
             return None
     store.apply(plan)
-    store.ref(session_id, plan.chain)
+    # (The chain's last blob: `ref` marks its ancestors, the rest of the chain, with it.)
+    store.ref(session_id, plan.chain[-1:])
     return plan
 
 
@@ -120,7 +121,7 @@ def write_for_handoff(store: BlobStore, session_id: str, block_ids: tuple[int, .
     if not plan.fits:
         return write_and_offload(store, session_id, block_ids, hbm, host, now_s), None
     store.apply(plan)
-    store.ref(session_id, plan.chain)
+    store.ref(session_id, plan.chain[-1:])  # (with its ancestors: the whole chain)
     pinned = store.pin_present(hbm, plan.chain)
     return plan.chain, Handoff(hbm, pinned)
 
