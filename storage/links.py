@@ -47,18 +47,40 @@ class Link:
                              f"got {self.bytes_per_s!r}")
 
 
+_Route = tuple[tuple[str, ...], float, dict[str, tuple[float, str]], int]
+
+
 @dataclass(slots=True)
 class _Flow:
+    """A copy in flight. What its path gives is kept once per path (`Fabric._path`) and
+    read only when a sharing is worked out: a flow is made with three fields."""
+
     fid: int
-    path: tuple[str, ...]
-    path_key: int  # its path's number: equal paths in the same order share the same way
+    route: _Route  # its path's links, narrowest bandwidth, narrowest others and number
     size_bytes: float
     remaining_bytes: float
-    narrowest_bytes_per_s: float  # its rate while it shares no link
-    # Per link of the path: (bandwidth, name) of the narrowest of the path's other links
-    # (absent for a one-link path): what the flow is offered off a shared link.
-    narrowest_other: dict[str, tuple[float, str]]
     rate_bytes_per_s: float = 0.0
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        """Its links, each once."""
+        return self.route[0]
+
+    @property
+    def narrowest_bytes_per_s(self) -> float:
+        """Its rate while it shares no link."""
+        return self.route[1]
+
+    @property
+    def narrowest_other(self) -> dict[str, tuple[float, str]]:
+        """Per link of the path: (bandwidth, name) of the narrowest of the path's other
+        links (absent for a one-link path): what the flow is offered off a shared link."""
+        return self.route[2]
+
+    @property
+    def path_key(self) -> int:
+        """Its path's number: equal paths in the same order share the same way."""
+        return self.route[3]
 
 
 class Fabric:
@@ -86,8 +108,7 @@ class Fabric:
         self.loads: dict[str, float] = {}
         # A path as given -> (its links, each once; its narrowest bandwidth; per link, the
         # narrowest other link; its number).
-        self._paths: dict[tuple[str, ...], tuple[tuple[str, ...], float,
-                                                 dict[str, tuple[float, str]], int]] = {}
+        self._paths: dict[tuple[str, ...], _Route] = {}
         # The paths' numbers of the flows in flight, in start order -> their rates in that
         # order and the load on every busy link.
         self._sharings: dict[tuple[int, ...], tuple[tuple[float, ...], dict[str, float]]] = {}
@@ -122,13 +143,14 @@ class Fabric:
         paths = self._paths
         for path, size_bytes in flows:
             path = tuple(path)
-            known = paths.get(path)
-            links, narrowest, others, key = known if known is not None else self._path(path)
+            route = paths.get(path)
+            if route is None:
+                route = self._path(path)
             if not (math.isfinite(size_bytes) and size_bytes >= 0):
                 raise ValueError(f"Fabric.start: size_bytes must be finite and >= 0, "
                                  f"got {size_bytes!r}")
             size = float(size_bytes)
-            new.append(_Flow(fid, links, key, size, size, narrowest, others))
+            new.append(_Flow(fid, route, size, size))
             fid += 1
         if now_s != self.now_s or self.next_s <= now_s:
             self._finished = self.advance(now_s)
@@ -136,12 +158,11 @@ class Fabric:
         in_flight, keys = self._flows, self._keys
         for flow in new:
             in_flight[flow.fid] = flow
-            keys[flow.fid] = flow.path_key
+            keys[flow.fid] = flow.route[3]  # its path's number
         self._share()
         return list(range(first, fid))
 
-    def _path(self, path: tuple[str, ...]
-              ) -> tuple[tuple[str, ...], float, dict[str, tuple[float, str]], int]:
+    def _path(self, path: tuple[str, ...]) -> _Route:
         """A path's links, each once (a link crossed twice is shared once), its narrowest
         bandwidth, per link the (bandwidth, name) of the narrowest other link, and its
         number; kept once worked out (links are only ever added; `start_many` looks
@@ -181,7 +202,7 @@ class Fabric:
             keys, ended = self._keys, self._ended_bytes
             for fid in self._due:  # the flows whose finish is the earliest
                 flow = flows.pop(fid)
-                ended[flow.path_key] += flow.size_bytes
+                ended[flow.route[3]] += flow.size_bytes  # by its path's number
                 del keys[fid]
                 done.append((fid, finish_s))
             self._share()

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import math
 from array import array
-from collections import Counter
 from collections.abc import Callable
 
 import numpy as np
@@ -126,7 +125,7 @@ class KvLinks:
         self._racks = {r.name for r in bound.spec.racks if r.cache_bytes}
         self.fabric = Fabric(fabric_links(bound))
         self.window_s = window_s
-        self.bytes_by_path: Counter[str] = Counter()  # bytes started, by `path_kind`
+        self.bytes_by_path: dict[str, int] = {}  # bytes started, by `path_kind`
         self._flows: dict[int, Transfer] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_s = math.inf
@@ -191,7 +190,7 @@ class KvLinks:
                     route = routes[src, dst] = (path, path_kind(src, dst, path))
                 path, kind = route
                 flows[path] = flows.get(path, 0) + kv_bytes
-                by_path[kind] += kv_bytes
+                by_path[kind] = by_path.get(kind, 0) + kv_bytes
                 there = landing.get(src)
                 if there:
                     for earlier, blobs in there.items():
