@@ -51,20 +51,37 @@ class SparseColumn:
     unless a call completed in it), kept as the records that are not and their values:
     16 bytes each of those, none for the rest (a dense column: 8 bytes every record).
     Reads as the dense column would: `len`, indexing, slices and iteration as Python
-    floats, `np.asarray` as float64."""
+    floats, `np.asarray` as float64.
 
-    __slots__ = ("_at", "_n", "_values")
+    `records`: the count of records, a one-element list; by default the column's own.
+    Columns appended to together (a series' latency parts) share one, which their group
+    moves once a record (`Series.add_breakdown`, `put`): a record without a value then
+    costs nothing per column. Such a column is appended to only through its group."""
 
-    def __init__(self) -> None:
+    __slots__ = ("_at", "_records", "_values")
+
+    def __init__(self, records: list[int] | None = None) -> None:
         self._at = array("q")  # the records that hold a value, ascending
         self._values = array("d")
-        self._n = 0
+        self._records = [0] if records is None else records
 
     def append(self, value: float) -> None:
+        """A record of its own (a column that shares its count: `put`)."""
+        records = self._records
         if value == value:  # NaN is what a record without one reads
-            self._at.append(self._n)
+            self._at.append(records[0])
             self._values.append(value)
-        self._n += 1
+        records[0] += 1
+
+    def put(self, value: float) -> None:
+        """The value of the record being added to the group (its count not moved yet)."""
+        if value == value:
+            self._at.append(self._records[0])
+            self._values.append(value)
+
+    @property
+    def _n(self) -> int:
+        return self._records[0]
 
     def __len__(self) -> int:
         return self._n
@@ -117,6 +134,10 @@ class Series:
     ticks: array = field(default_factory=_ints)  # samples each record stands for
     period_s: float = 1.0  # between samples
 
+    def __post_init__(self) -> None:
+        # The latency columns' shared count of records (SparseColumn: one move a record).
+        self._breakdown_records = [0]
+
     # Per-period counts and latencies: 0 and NaN in a skipped idle span.
     _PERIOD_COUNTS = ("admitted", "completed")
 
@@ -132,8 +153,7 @@ class Series:
         for name in self._PERIOD_COUNTS:
             getattr(self, name).append(0)
         self.ttft_mean_s.append(float("nan"))
-        for col in self.latency_breakdown_s.values():
-            col.append(float("nan"))
+        self._breakdown_records[0] += len(self.latency_breakdown_s) > 0  # NaN: nothing kept
         self.time_s.append(first_s)
         self.reason.append(reason)
         self.admit.append(admit)
@@ -143,30 +163,32 @@ class Series:
     def add_breakdown(self, done: list[Request]) -> None:
         """One period's latency parts over the calls `done` in it."""
         cols = self.latency_breakdown_s
+        records = self._breakdown_records
         if not cols:  # from the first record on, a column per part and quantile
             for _, names in _BREAKDOWN_COLUMNS:
                 for name in names:
-                    cols[name] = SparseColumn()
-        if not done:
-            for col in cols.values():  # a record without a value: NaN, nothing stored
-                col._n += 1
+                    cols[name] = SparseColumn(records)
+        if not done:  # a record without a value: NaN, nothing stored
+            records[0] += 1
             return
         if len(done) == 1:  # every percentile of one value is that value
             parts = done[0].parts_s
+            n = records[0]
             for part, names in _BREAKDOWN_COLUMNS:
                 value = float(parts[part])
-                for name in names:
-                    col = cols[name]  # SparseColumn.append, inline
-                    if value == value:
-                        col._at.append(col._n)
+                if value == value:
+                    for name in names:
+                        col = cols[name]  # SparseColumn.put, inline
+                        col._at.append(n)
                         col._values.append(value)
-                    col._n += 1
+            records[0] = n + 1
             return
         rows = [r.parts_s for r in done]
         for part, names in _BREAKDOWN_COLUMNS:
             values = sorted([row[part] for row in rows])
             for q, name in zip(QUANTILES, names, strict=True):
-                cols[name].append(percentile(values, q))
+                cols[name].put(percentile(values, q))
+        records[0] += 1
 
     def array(self, name: str) -> np.ndarray:
         """One value per sample, records expanded."""

@@ -72,3 +72,41 @@ def test_a_periods_breakdown_is_numpys_percentile_of_its_calls(parts, empty_befo
                 assert col[-1] == float(np.percentile([r.parts_s[part] for r in done], q))
             else:
                 assert math.isnan(col[-1])
+
+
+@given(st.lists(st.one_of(st.integers(0, 3), st.integers(-3, -1)), max_size=20))
+def test_a_series_latency_columns_count_every_record(steps):
+    """Records with no call, one, several (add_breakdown) and idle spans (repeat_idle), in
+    any order: every latency column has one value a record, NaN but where calls completed,
+    as appending to each column by itself gives."""
+    s, dense, call_id = Series(), {}, 0
+    s.add_breakdown([])  # the first record makes the columns
+    for name in s.latency_breakdown_s:
+        dense[name] = SparseColumn()
+        dense[name].append(math.nan)
+    for step in steps:
+        if step < 0:  # an idle span after the last record
+            for name in ("decode_occupancy", "decode_running", "decode_slots", "backlog",
+                         "ready_depth", "admission_queue", "held", "upstream_waiting",
+                         "in_flight", "submitted_total", "completed_total",
+                         "rejected_total", "time_s"):
+                getattr(s, name).append(0)
+            s.workers_by_pool.append({})
+            s.repeat_idle(1.0, -step, "hold", 0)
+            for col in dense.values():
+                col.append(math.nan)
+            continue
+        done = [_done(call_id + i, 0.5 * (call_id + i + 1)) for i in range(step)]
+        call_id += step
+        s.add_breakdown(done)
+        fill = sorted(r.parts_s[LatencyPart.FILL] for r in done)
+        for name, col in dense.items():
+            if not done:
+                col.append(math.nan)
+            elif name.startswith("fill_"):
+                col.append(float(np.percentile(fill, int(name.split("_p")[1][:-2]))))
+            else:
+                col.append(0.0)
+    for name, col in s.latency_breakdown_s.items():
+        assert len(col) == len(dense[name]) == 1 + len(steps)
+        assert np.array_equal(np.asarray(col), np.asarray(dense[name]), equal_nan=True)
