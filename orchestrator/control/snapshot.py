@@ -11,45 +11,55 @@ from workers.runtime import ClusterRuntime
 def observe(rt: ClusterRuntime, now_s: float, counters: dict[str, int], queue_total: int,
             queue_interactive: int, predictor, busy_fraction: dict[str, float],
             fill_states: list | None = None, decode_states: list | None = None,
-            pool_memo: dict | None = None) -> Observation:
+            pool_memo: dict | None = None, same_as: Observation | None = None) -> Observation:
     """The cluster now; `fill_states`/`decode_states`: the workers' states, when the
     caller has just taken them. `pool_memo`: a dict the caller keeps between calls, so a
-    pool whose figures did not change gets its last PoolObservation again."""
-    if fill_states is None:
-        fill_states = [w.state() for w in rt.fill_workers.values()]
-    if decode_states is None:
-        decode_states = [w.state() for w in rt.decode_workers.values()]
-    # One pass over the workers: per pool [phase, workers, queued, running, slots, busy, n].
-    pools: dict[str, list] = {}
-    fill_queue = fill_running = 0
-    decode_loading = decode_running = decode_slots = 0
-    get_busy = busy_fraction.get
-    for decode, states in ((False, fill_states), (True, decode_states)):
-        for st in states:
-            queued, running, accepting = st.queue_depth, st.running, st.accepting
-            if decode:
-                decode_loading += queued
-                decode_running += running
-                if accepting:
-                    decode_slots += st.target_batch
-            else:
-                fill_queue += queued
-                fill_running += running
-            p = pools.get(st.pool)
-            if p is None:
-                p = pools[st.pool] = [st.phase, 0, 0, 0, 0, 0.0, 0]
-            p[1] += accepting
-            p[2] += queued
-            p[3] += running
-            if accepting and st.phase == "decode":
-                p[4] += st.target_batch
-            p[5] += get_busy(st.name, 0.0)
-            p[6] += 1
-    if pool_memo is None:
-        pool_obs = tuple(PoolObservation(name, p[0], p[1], p[2], p[3], p[4], p[5] / p[6])
-                         for name, p in sorted(pools.items()))
+    pool whose figures did not change gets its last PoolObservation again. `same_as`: an
+    observation built from these very states (the same objects, so no busy time since):
+    its worker and pool figures are taken, with idle pools, instead of walking the
+    workers again (`busy_fraction` is not read)."""
+    if same_as is not None:
+        fill_queue, fill_running = same_as.fill_queue, same_as.fill_running
+        decode_loading, decode_running = same_as.decode_loading, same_as.decode_running
+        decode_slots = same_as.decode_slots
+        pool_obs = idle_pools(same_as.pools, pool_memo if pool_memo is not None else {})
     else:
-        pool_obs = tuple([pool_observation(pool_memo, name, pools[name]) for name in sorted(pools)])
+        if fill_states is None:
+            fill_states = [w.state() for w in rt.fill_workers.values()]
+        if decode_states is None:
+            decode_states = [w.state() for w in rt.decode_workers.values()]
+        # One pass over the workers: per pool [phase, workers, queued, running, slots, busy, n].
+        pools: dict[str, list] = {}
+        fill_queue = fill_running = 0
+        decode_loading = decode_running = decode_slots = 0
+        get_busy = busy_fraction.get
+        for decode, states in ((False, fill_states), (True, decode_states)):
+            for st in states:
+                queued, running, accepting = st.queue_depth, st.running, st.accepting
+                if decode:
+                    decode_loading += queued
+                    decode_running += running
+                    if accepting:
+                        decode_slots += st.target_batch
+                else:
+                    fill_queue += queued
+                    fill_running += running
+                p = pools.get(st.pool)
+                if p is None:
+                    p = pools[st.pool] = [st.phase, 0, 0, 0, 0, 0.0, 0]
+                p[1] += accepting
+                p[2] += queued
+                p[3] += running
+                if accepting and st.phase == "decode":
+                    p[4] += st.target_batch
+                p[5] += get_busy(st.name, 0.0)
+                p[6] += 1
+        if pool_memo is None:
+            pool_obs = tuple(PoolObservation(name, p[0], p[1], p[2], p[3], p[4], p[5] / p[6])
+                             for name, p in sorted(pools.items()))
+        else:
+            pool_obs = tuple([pool_observation(pool_memo, name, pools[name])
+                              for name in sorted(pools)])
     # `observation(...)` without its keyword call and field check: every field is here
     # (tests/scenario/test_fast_loop_samples.py checks a snapshot's fields against the class's).
     obs = object.__new__(Observation)
@@ -66,6 +76,16 @@ def observe(rt: ClusterRuntime, now_s: float, counters: dict[str, int], queue_to
         "pools": pool_obs,
     })
     return obs
+
+
+def idle_pools(pools: tuple, memo: dict) -> tuple:
+    """`pools` with no busy time in the period (`pool_observation`'s figures with a busy
+    sum of 0.0 over one worker: 0.0, as over any number), the same tuple when none had."""
+    if not any(p.busy_fraction for p in pools):
+        return pools
+    return tuple([pool_observation(memo, p.name, [p.phase, p.workers, p.queue_depth,
+                                                  p.running, p.slots, 0.0, 1])
+                  for p in pools])
 
 
 def pool_observation(memo: dict, name: str, p: list) -> PoolObservation:

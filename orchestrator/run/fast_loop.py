@@ -12,10 +12,11 @@ the cluster is idle and brings the policy up to date on waking
 from __future__ import annotations
 
 import asyncio
+from operator import is_
 
 from orchestrator.control.observe import Observation, observation_at
 from orchestrator.control.policies.base import AdmissionDecision
-from orchestrator.control.snapshot import observe, pool_observation
+from orchestrator.control.snapshot import idle_pools, observe
 from orchestrator.run.series import Series
 from orchestrator.run.sessions import Pending
 
@@ -129,35 +130,50 @@ class FastLoop:
         # Two callbacks since the last sample: this loop's sleep timer and its own wake-up.
         if ran is not None and last is not None and ran - self._ran_at == 2 and not touched:
             self._ran_at = ran
-            if any(p.busy_fraction for p in last.pools):  # none in this period
-                memo = self._pool_memo
-                last = self._restampable = last.restamped(last.time_s, tuple(
-                    pool_observation(memo, p.name, [p.phase, p.workers, p.queue_depth,
-                                                    p.running, p.slots, 0.0, 1])
-                    for p in last.pools))
-            obs = observation_at(last, now_s)
+            pools = idle_pools(last.pools, self._pool_memo)  # no busy time in this period
+            if pools is not last.pools:
+                last = self._restampable = last.restamped(last.time_s, pools)
+            obs = last.restamped(now_s)
             self.lag.record(obs)
             self._record(obs, now_s, None)
             return
         self._ran_at = ran
         rt = self.runtime
-        period = self._fast_period_s
-        busy = {}
         fill_states = [w.state() for w in rt.fill_workers.values()]
         decode_states = [w.state() for w in rt.decode_workers.values()]
-        busy_last = self._busy_last
-        for states in (fill_states, decode_states):
-            for st in states:
-                name, busy_s = st.name, st.busy_s
-                fraction = (busy_s - busy_last.get(name, 0.0)) / period
-                busy[name] = fraction if fraction < 1.0 else 1.0  # min(1.0, fraction)
-                busy_last[name] = busy_s
         interactive = sum(p.interactive for p in self.queue) if self.queue else 0
-        obs = observe(rt, now_s, self.counters, len(self.queue), interactive, self.predictor, busy,
-                      fill_states, decode_states, self._pool_memo)
+        looked = self._looked
+        if looked is not None and self._unchanged(fill_states, decode_states, looked):
+            # Every worker hands out the state it had at the last look: no busy time since
+            # (busy_s as then), and that look's worker and pool figures hold.
+            obs = observe(rt, now_s, self.counters, len(self.queue), interactive,
+                          self.predictor, {}, pool_memo=self._pool_memo, same_as=looked[2])
+        else:
+            period = self._fast_period_s
+            busy = {}
+            busy_last = self._busy_last
+            for states in (fill_states, decode_states):
+                for st in states:
+                    name, busy_s = st.name, st.busy_s
+                    fraction = (busy_s - busy_last.get(name, 0.0)) / period
+                    busy[name] = fraction if fraction < 1.0 else 1.0  # min(1.0, fraction)
+                    busy_last[name] = busy_s
+            obs = observe(rt, now_s, self.counters, len(self.queue), interactive,
+                          self.predictor, busy, fill_states, decode_states, self._pool_memo)
+        self._looked = (fill_states, decode_states, obs)
         self.lag.record(obs)
         self._restampable = obs
         self._record(obs, now_s, (fill_states, decode_states))
+
+    @staticmethod
+    def _unchanged(fill_states: list, decode_states: list, looked: tuple) -> bool:
+        """The workers' states are the very objects of the last look (`looked`: its fill
+        and decode states and observation): a worker hands its last state out again while
+        none of its figures changed (workers.fill, workers.decode)."""
+        fill_then, decode_then = looked[0], looked[1]
+        return (len(fill_states) == len(fill_then) and len(decode_states) == len(decode_then)
+                and all(map(is_, fill_states, fill_then))
+                and all(map(is_, decode_states, decode_then)))
 
     def _record(self, obs: Observation, now_s: float, states: tuple | None) -> None:
         """A sample's bookkeeping: idle repeats, conservation, the series, the HBM peak
@@ -315,13 +331,7 @@ class FastLoop:
         instead of asking every worker and the predictor again."""
         last = self._restampable
         if last is not None and not self._touched:
-            pools = last.pools
-            if any(p.busy_fraction for p in pools):
-                memo = self._pool_memo
-                pools = tuple(pool_observation(memo, p.name, [p.phase, p.workers, p.queue_depth,
-                                                              p.running, p.slots, 0.0, 1])
-                              for p in pools)
-            return observation_at(last, next_s, pools)
+            return observation_at(last, next_s, idle_pools(last.pools, self._pool_memo))
         rt = self.runtime
         fill_states = [w.state() for w in rt.fill_workers.values()]
         decode_states = [w.state() for w in rt.decode_workers.values()]

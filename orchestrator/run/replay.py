@@ -146,6 +146,8 @@ class Orchestrator(FastLoop):
         self._pools_recorded: tuple | None = None
         self._workers_recorded: dict[str, int] | None = None
         self._appends: tuple | None = None  # the series' bound appends (fast_loop._record)
+        # The last look at the workers: their fill and decode states and its observation.
+        self._looked: tuple | None = None
         self._ran_at = 0
         self._touched = False
         # A policy that decides at every event on the cluster as it is (policies.local).

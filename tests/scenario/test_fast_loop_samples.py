@@ -92,6 +92,39 @@ def test_restamped_samples_are_the_samples_of_looking(controller, monkeypatch):
         assert value == other or (isinstance(value, float) and math.isnan(value)), key
 
 
+class _Walks(Orchestrator):
+    """Walks every worker's state at every look (the last look's figures never reused)."""
+
+    @staticmethod
+    def _unchanged(fill_states, decode_states, looked):
+        return False
+
+
+@pytest.mark.parametrize("controller", ["retire", "buffered"])
+def test_a_look_at_unchanged_workers_is_the_look_that_walks_them(controller, monkeypatch):
+    reused = []
+    original = Orchestrator._unchanged
+
+    def counted(fill_states, decode_states, looked):
+        same = original(fill_states, decode_states, looked)
+        reused.append(same)
+        return same
+
+    monkeypatch.setattr(Orchestrator, "_unchanged", staticmethod(counted))
+    result, summary, heard = _run(Orchestrator, controller)
+    assert sum(reused) > 20  # looks that found every worker's state as at the last look
+    w_result, w_summary, w_heard = _run(_Walks, controller)
+    assert heard.samples == w_heard.samples  # every observation, field for field
+    assert result.decisions == w_result.decisions
+    for name in ("decode_occupancy", "backlog", "in_flight", "admitted", "time_s"):
+        assert (result.series.array(name) == w_result.series.array(name)).all(), name
+    assert result.series.workers_by_pool == w_result.series.workers_by_pool
+    flat = {k: v for k, v in summary.items() if k != "sim"}
+    for key, value in flat.items():
+        other = w_summary[key]
+        assert value == other or (isinstance(value, float) and math.isnan(value)), key
+
+
 def test_the_virtual_loop_counts_the_callbacks_it_runs():
     loop = VirtualEventLoop()
     try:
