@@ -62,6 +62,18 @@ class LayoutTerms:
         self.d = float(m.hidden_size)
         self.head_w = m.vocab_size * self.d
         self.disp = 1.0 if int(_f(v.wprec)) >= Precision.FP8 else 2.0
+        # The model's per-layer figures (`ModelSpec` properties) and what the kernels work
+        # out from them that no batch changes: the weights and their read times, with the
+        # core's operations in its order (`kernel_terms`, `AttentionTerms`).
+        tp, wb, hbm_bw = self.tp, self.wb_dense, self.hbm_bw
+        self.dense_w = self.n_dense * m.dense_ffn_params
+        self.dense_read_s = self.dense_w / tp * wb / hbm_bw
+        self.head_read_s = self.head_w / tp * wb / hbm_bw
+        self.ctx_flops_decode = m.attn_flops_per_ctx_token_decode
+        self.ctx_flops_prefill = m.attn_flops_per_ctx_token_prefill
+        self.linear_flops = m.linear_flops_per_token
+        self.attn_w = (self.n_full + self.n_slide) * m.attn_params + self.n_lin * m.linear_params
+        self.attn_bytes = self.attn_w / tp * wb
         # The core's tokens per stage are a numpy scalar when every configuration column is
         # 0-d (the pricer's own configurations): numpy then raises the power with libm's
         # pow, as Python does; over arrays (Configs.make) with its vectorised power.
@@ -74,6 +86,9 @@ class LayoutTerms:
             self.remote_ranks, self.remote_nodes, self.outside = _f(rr), _f(rn), _f(out)
             self.experts_per_rank = _f(np.ceil(m.moe.routed_experts / v.ep))
             self.split = _f(np.maximum(1.0, v.tp / v.ep))
+            self.always_w = self.n_moe * m.moe_always_params
+            self.always_read_s = self.always_w / tp * wb / hbm_bw
+            self.expert_params = m.expert_params
 
 
 class Shape:
@@ -92,16 +107,14 @@ class Shape:
 def kernel_terms(lt: LayoutTerms, s: Shape) -> tuple[float, float, float, float]:
     """`_Kernels`' dense FFN, router and shared experts, routed experts and LM head
     times (`costmodel/kernels.py`, in its order of operations)."""
-    m, tp, hbm_bw, wb = lt.m, lt.tp, lt.hbm_bw, lt.wb_dense
-    dense_w = lt.n_dense * m.dense_ffn_params
-    dense_flops = 2.0 * s.t_rank * dense_w / tp
-    t_dense = max(dense_flops / lt.peak_dense, dense_w / tp * wb / hbm_bw)
+    m, tp, hbm_bw = lt.m, lt.tp, lt.hbm_bw
+    dense_flops = 2.0 * s.t_rank * lt.dense_w / tp
+    t_dense = max(dense_flops / lt.peak_dense, lt.dense_read_s)
     t_always = t_experts = 0.0
     if m.moe is not None:
         mo = m.moe
-        always_w = lt.n_moe * m.moe_always_params
-        always_flops = 2.0 * s.t_rank * always_w / tp
-        t_always = max(always_flops / lt.peak_dense, always_w / tp * wb / hbm_bw)
+        always_flops = 2.0 * s.t_rank * lt.always_w / tp
+        t_always = max(always_flops / lt.peak_dense, lt.always_read_s)
         if lt.array_power:
             # `_distinct(routed, top_k, np.array([t_group]))`: its power, a numpy scalar
             # raised to a one-element array, without its clip and conversions (`miss` is
@@ -111,13 +124,13 @@ def kernel_terms(lt: LayoutTerms, s: Shape) -> tuple[float, float, float, float]
         else:
             hit = mo.routed_experts * (1.0 - lt.miss ** s.t_group)
         touched = hit * lt.experts_per_rank / mo.routed_experts
-        exp_bytes = lt.n_moe * touched * m.expert_params / lt.split * lt.wb_exp
-        exp_flops = 2.0 * lt.n_moe * s.t_group * mo.top_k / lt.ep * m.expert_params / lt.split
+        exp_bytes = lt.n_moe * touched * lt.expert_params / lt.split * lt.wb_exp
+        exp_flops = 2.0 * lt.n_moe * s.t_group * mo.top_k / lt.ep * lt.expert_params / lt.split
         exp_flops = exp_flops * lt.eff.ep_imbalance
         t_experts = max(exp_flops / lt.peak_exp, exp_bytes / hbm_bw)
     head_tok = s.t_rank if s.decode else s.n_seq
     head_flops = 2.0 * head_tok * lt.head_w / tp
-    t_head = max(head_flops / lt.peak_dense, lt.head_w / tp * wb / hbm_bw)
+    t_head = max(head_flops / lt.peak_dense, lt.head_read_s)
     return t_dense, t_always, t_experts, t_head
 
 
@@ -154,30 +167,27 @@ class AttentionTerms:
                  "window")
 
     def __init__(self, lt: LayoutTerms, s: Shape):
-        m, eff = lt.m, lt.eff
         self.tp = tp = lt.tp
         t_rank = s.t_rank
         n_full, n_slide, n_lin = lt.n_full, lt.n_slide, lt.n_lin
         self.q_tok = q_tok = s.q_tok
         self.half = (q_tok + 1.0) / 2.0
-        ctx_flops = m.attn_flops_per_ctx_token_decode if s.decode else (
-            m.attn_flops_per_ctx_token_prefill)
-        self.a_ctx = t_rank * ctx_flops
+        self.a_ctx = t_rank * (lt.ctx_flops_decode if s.decode else lt.ctx_flops_prefill)
         self.n_full, self.n_slide, self.window = n_full, n_slide, lt.window
-        self.lin_flops = t_rank * n_lin * m.linear_flops_per_token / tp
-        attn_w = (n_full + n_slide) * m.attn_params + n_lin * m.linear_params
-        self.proj_s = 2.0 * t_rank * attn_w / tp / lt.peak_dense
+        self.lin_flops = t_rank * n_lin * lt.linear_flops / tp
+        self.proj_s = 2.0 * t_rank * lt.attn_w / tp / lt.peak_dense
         self.kv_seq = s.n_seq * lt.kv_layer
         self.state = 2.0 * s.n_seq * n_lin * lt.state_layer / tp
-        self.w_bytes = attn_w / tp * lt.wb_dense
-        self.act_bytes = (t_rank * lt.d * ACT_BYTES * eff.activation_passes_per_layer
+        self.w_bytes = lt.attn_bytes
+        self.act_bytes = (t_rank * lt.d * ACT_BYTES * lt.eff.activation_passes_per_layer
                           * lt.n_layers / tp)
         self.peak_attn, self.hbm_bw = lt.peak_attn, lt.hbm_bw
         # Every operation of `compute_s` and `memory_s` is then an addition, a product by a
         # factor >= 0 or a division by a divisor > 0, each non-decreasing in its operand
         # under IEEE-754 rounding: both sides are non-decreasing in context.
-        self.monotone = (min(self.a_ctx, self.n_full, self.n_slide, self.kv_seq) >= 0.0
-                         and min(self.tp, self.peak_attn, self.hbm_bw) > 0.0)
+        self.monotone = (self.a_ctx >= 0.0 and n_full >= 0.0 and n_slide >= 0.0
+                         and self.kv_seq >= 0.0 and tp > 0.0 and self.peak_attn > 0.0
+                         and self.hbm_bw > 0.0)
 
     def compute_s(self, context, mn=min):
         """The roofline's compute side at `context`: projections and attention FLOPs."""
@@ -252,7 +262,7 @@ class Pricing:
         t_dense, t_always, t_experts, _ = kernel_terms(lt, s)
         tp, wb, hbm_bw = lt.tp, lt.wb_dense, lt.hbm_bw
         head_flops = 2.0 * s.n_seq * lt.head_w / tp
-        t_head = max(head_flops / lt.peak_dense, lt.head_w / tp * wb / hbm_bw)
+        t_head = max(head_flops / lt.peak_dense, lt.head_read_s)
         proj_w = 2.0 * lt.d * lt.d
         proj_flops = 2.0 * s.t_rank * proj_w / tp
         t_proj = max(proj_flops / lt.peak_dense, proj_w / tp * wb / hbm_bw)
