@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from bisect import bisect_left
 from collections.abc import Callable
 
 import numpy as np
@@ -45,6 +44,7 @@ from workers.kv_policy import DEFAULT_KV_POLICY, KVPolicy, finish_call, trim_ret
 from workers.pricing import StepPricer
 from workers.ready import ReadyBuffer
 from workers.request import LatencyPart, Request, RequestState
+from workers.run_wait import RunWait
 from workers.state import WorkerState, worker_state
 
 
@@ -78,10 +78,8 @@ class DecodeWorker:
         self._busy_s = 0.0
         self.preempted = 0  # sequences this worker preempted
         self.recomputed_tokens = 0  # tokens it recomputed resuming sequences
-        self._interrupt: asyncio.Event | None = None
-        # The run's wait, while one is armed: (future, its timer, the run's step ends)
-        # until a poke, then (future, the timer of the step in progress's end, None).
-        self._waiter: tuple[asyncio.Future, asyncio.TimerHandle, object] | None = None
+        self._interrupt: asyncio.Event | None = None  # poked; set by `run` when it starts
+        self._wait = RunWait()  # a run's, for a poke or its end
         self._requeueing = False
         self._replan = False
         self.accepting = True
@@ -154,58 +152,7 @@ class DecodeWorker:
     def _poke(self) -> None:
         if self._interrupt is not None:
             self._interrupt.set()
-        waiter = self._waiter
-        if waiter is not None and waiter[2] is not None:  # a run waiting, not yet poked
-            fut, timer, ends = waiter
-            timer.cancel()
-            if fut.done():
-                self._waiter = None
-            else:
-                self._step_end(fut, fut.get_loop(), ends)
-
-    def _step_end(self, fut: asyncio.Future, loop: asyncio.AbstractEventLoop,
-                  ends: list[float] | np.ndarray) -> None:
-        """A poke: `fut` is the index of the step in progress, at that step's end. Its
-        timer is set here, as the run's own sleep to that end was set when the poke woke
-        it (the same delay from the same instant: the clock does not move while a woken
-        task waits for its turn), one wake-up and one future sooner."""
-        t = loop.time()
-        j = min(bisect_left(ends, t), len(ends) - 1)
-        if ends[j] > t:
-            self._waiter = (fut, loop.call_later(ends[j] - t, self._stepped, fut, j), None)
-        else:
-            self._waiter = None
-            fut.set_result(j)
-
-    def _poked_or_timeout(self, loop: asyncio.AbstractEventLoop,
-                          ends: list[float] | np.ndarray) -> asyncio.Future:
-        """A future that is, at the end of the step in progress at the next poke (at once
-        if poked already), that step's index in `ends`; None at the run's end
-        (`ends[-1]`) without a poke: `wait_for(self._interrupt.wait(), timeout)` and a
-        sleep to the step's end, told apart by the result, with one future and one
-        timer instead of a task, a wrapper future and a cancellation, each costing
-        event-loop turns."""
-        fut = loop.create_future()
-        timeout_s = ends[-1] - loop.time()
-        if timeout_s <= 0:
-            fut.set_result(None)
-        elif self._interrupt.is_set():
-            self._step_end(fut, loop, ends)
-        else:
-            self._waiter = (fut, loop.call_later(timeout_s, self._stepped, fut, None), ends)
-        return fut
-
-    def _stepped(self, fut: asyncio.Future, result: int | None) -> None:
-        if self._waiter is not None and self._waiter[0] is fut:
-            self._waiter = None
-        if not fut.done():
-            fut.set_result(result)
-
-    def _forget_waiter(self) -> None:
-        """A run ended (or was cancelled) while its wait was still armed."""
-        if self._waiter is not None:
-            self._waiter[1].cancel()
-            self._waiter = None
+        self._wait.poke()
 
     def _on_ready(self) -> None:
         # Start loading at once; the running batch is interrupted only when KV arrives.
@@ -429,7 +376,7 @@ class DecodeWorker:
         loop = asyncio.get_running_loop()
         try:
             while True:
-                j = await self._poked_or_timeout(loop, ends)
+                j = await self._wait.until(loop, ends, self._interrupt.is_set())
                 if j is None:
                     return len(ends)
                 if (self._loaded or self._replan or self.target_batch < len(self.running)
@@ -437,7 +384,7 @@ class DecodeWorker:
                     return j + 1
                 self._interrupt.clear()
         finally:
-            self._forget_waiter()
+            self._wait.forget()
 
     def _advance(self, steps: int, start_s: float, now_s: float,
                  gained: np.ndarray | None = None) -> None:

@@ -187,7 +187,7 @@ def test_an_arrival_marks_the_decode_run_for_replanning_and_wakes_it():
         loop = asyncio.get_running_loop()
         worker._interrupt = asyncio.Event()
         ends = [1.0, 2.0, 3.0]  # a run of three steps, from 0
-        wait = worker._poked_or_timeout(loop, ends)
+        wait = worker._wait.until(loop, ends, worker._interrupt.is_set())
         assert not worker._replan and not wait.done()
         await asyncio.sleep(1.5)
         worker.submit(Request(1, "s1", input_tokens=1_000, output_tokens=2), loop.time())
@@ -198,14 +198,14 @@ def test_an_arrival_marks_the_decode_run_for_replanning_and_wakes_it():
         await asyncio.sleep(0.49)
         assert not wait.done()
         assert await wait == 1 and loop.time() == 2.0
-        assert worker._waiter is None
+        assert not worker._wait.armed
         # Poked already, at a step's end: the wait is over at once, at that step.
         assert worker._interrupt.is_set()
-        assert worker._poked_or_timeout(loop, [2.0, 3.0]).result() == 0
+        assert worker._wait.until(loop, [2.0, 3.0], worker._interrupt.is_set()).result() == 0
         # No poke: None at the run's end.
         worker._interrupt.clear()
-        wait = worker._poked_or_timeout(loop, [2.5, 3.0])
-        assert await wait is None and loop.time() == 3.0 and worker._waiter is None
+        wait = worker._wait.until(loop, [2.5, 3.0], worker._interrupt.is_set())
+        assert await wait is None and loop.time() == 3.0 and not worker._wait.armed
 
     VirtualClock().run(main())
 
