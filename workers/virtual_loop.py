@@ -11,13 +11,14 @@ sequence number). `workers.clock` hands it out as `VirtualClock`.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import heapq
-import math
 import selectors
 import sys
 from asyncio import format_helpers
 from collections.abc import Callable
+from contextvars import copy_context
+from heapq import heappush
+from math import isfinite
 from typing import Any
 
 NS_PER_S = 1_000_000_000
@@ -27,11 +28,12 @@ _POLL_EVERY = 64
 # asyncio's own heuristics for compacting cancelled timers out of the heap.
 _MIN_SCHEDULED_TIMER_HANDLES = 100
 _MIN_CANCELLED_TIMER_HANDLES_FRACTION = 0.5
+_new_object = object.__new__  # read once: a handle is made ~30 times a development call
 
 
 def seconds_to_ns(seconds: float) -> int:
     """Round a duration or instant in seconds to the nearest nanosecond."""
-    if not math.isfinite(seconds):
+    if not isfinite(seconds):
         raise ValueError(f"time in seconds must be finite, got {seconds!r}")
     if type(seconds) is not float and type(seconds) is not int:
         # A numpy float (a priced step's end) as a Python float: the same double, and
@@ -46,8 +48,8 @@ def _new_handle(cls: type[asyncio.Handle], callback: Callable[..., object],
     """A new `cls` (asyncio.Handle or a subclass) with asyncio.Handle.__init__'s fields,
     set without calling it: no debug-flag lookup, and one Python call a callback instead
     of the subclasses' __init__ chain."""
-    handle = object.__new__(cls)
-    handle._context = contextvars.copy_context() if context is None else context
+    handle = _new_object(cls)
+    handle._context = copy_context() if context is None else context
     handle._loop = loop
     handle._callback = callback
     handle._args = args
@@ -163,7 +165,7 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         if type(delay) is not float:
             return self._call_at_ns(self._now_ns + seconds_to_ns(delay), callback, args,
                                     context)
-        if not math.isfinite(delay):
+        if not isfinite(delay):
             seconds_to_ns(delay)  # raises its error
         return self._call_at_ns(self._now_ns + round(delay * NS_PER_S), callback, args,
                                 context)
@@ -172,7 +174,7 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         self, when: float, callback: Callable[..., object], *args: Any, context: Any = None
     ) -> asyncio.TimerHandle:
         # seconds_to_ns inline for a finite float (the links set ~12 timers a call this way).
-        if type(when) is float and math.isfinite(when):
+        if type(when) is float and isfinite(when):
             return self._call_at_ns(round(when * NS_PER_S), callback, args, context)
         return self._call_at_ns(seconds_to_ns(when), callback, args, context)
 
@@ -197,7 +199,7 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         timer._scheduled = True
         # The heap holds (nanoseconds, sequence, timer): compared as tuples of integers,
         # in C, never reaching the timer itself (sequences are unique).
-        heapq.heappush(self._scheduled, (when_ns, seq, timer))
+        heappush(self._scheduled, (when_ns, seq, timer))
         return timer
 
     # -- one iteration ----------------------------------------------------
