@@ -138,6 +138,13 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         self._polls_skipped = 0
         self._fd_keys = getattr(self._selector, "_fd_to_key", None)
 
+    async def shutdown_default_executor(self, timeout: float | None = None) -> None:
+        """Join the default executor's threads without a timeout. The one `asyncio.run`
+        gives (300 s) is in wall seconds, but from Python 3.13 asyncio waits for it with
+        a timer on the loop's clock, which here jumps there at once: the join would be
+        given up and warned of before the threads could finish."""
+        await super().shutdown_default_executor()
+
     # -- time -------------------------------------------------------------
     def time(self) -> float:
         return self._now_ns / NS_PER_S
