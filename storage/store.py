@@ -28,6 +28,7 @@ from storage.counters import (
     served_hits,
 )
 from storage.draft import Draft, Stripe, add_sent, sources_of
+from storage.holds import Holds
 from storage.offload import direct_offload
 from storage.placement import Placement
 from storage.plans import (
@@ -58,7 +59,7 @@ def _sorted_ids(blob_ids: Iterable[BlobId]) -> tuple[BlobId, ...]:
     return tuple(sorted(set(blob_ids)))
 
 
-class BlobStore:
+class BlobStore(Holds):
     # A fetch of which nothing is cached builds its plan without the lookup's walk of
     # the tiers (the state machine in tests/ shuts this to compare the two).
     _miss_directly = True
@@ -69,101 +70,10 @@ class BlobStore:
         self.placement = Placement(layout)
         self.counters = StoreCounters()
         self.version = 0  # bumped by every mutation; a plan applies to its version only
-        self._refs: dict[str, set[BlobId]] = {}
-        self._ref_count: list[int] = []  # live sessions referencing each blob, by blob id
-        self._pins: dict[Location, dict[BlobId, int]] = {}  # pin counts by place, then blob
+        Holds.__init__(self)  # session references and pins
         # Told of every plan applied, once committed; what it returns, `apply` returns (the
         # workers' links shell starts the plan's copies on the cluster's links there).
         self.on_apply: Callable[[TransferPlan], object] | None = None
-
-    # -- sessions and pins ------------------------------------------------
-    def referenced(self, blob_id: BlobId) -> bool:
-        counts = self._ref_count
-        return 0 <= blob_id < len(counts) and counts[blob_id] > 0
-
-    def sessions_referencing(self, blob_id: BlobId) -> int:
-        counts = self._ref_count
-        return counts[blob_id] if 0 <= blob_id < len(counts) else 0
-
-    def ref(self, session_id: str, blob_ids: Iterable[BlobId]) -> None:
-        """Mark blobs as needed by a live session (with their ancestors)."""
-        held = self._refs.setdefault(session_id, set())
-        counts = self._ref_count
-        known = len(self.index.sizes)  # (one size a blob: a list's len, in C)
-        if len(counts) < known:
-            counts.extend([0] * (known - len(counts)))
-        copies = self.placement.copies
-        for blob_id in list(filterfalse(held.__contains__, blob_ids)):  # most are held
-            # Walk up to the first ancestor already held: a chain is referenced once.
-            needed: BlobId | None = blob_id
-            while needed is not None and needed not in held:
-                if needed not in copies:
-                    raise ValueError(f"session {session_id!r}: blob {needed} has no copy left")
-                held.add(needed)
-                counts[needed] += 1
-                needed = self.index[needed].parent
-        self.version += 1
-
-    def release(self, session_id: str) -> None:
-        """The session ended: its blobs become ordinary cache entries."""
-        counts = self._ref_count
-        for blob_id in self._refs.pop(session_id, ()):
-            counts[blob_id] -= 1
-        self.version += 1
-
-    def session_blobs(self, session_id: str) -> frozenset[BlobId]:
-        return frozenset(self._refs.get(session_id, ()))
-
-    def pinned(self, blob_id: BlobId, location: Location) -> bool:
-        pins = self._pins.get(location)
-        return pins is not None and blob_id in pins  # counts that reach zero are deleted
-
-    def pinned_bytes(self, location: Location) -> int:
-        """Bytes of the copies pinned at ``location``."""
-        return sum(map(self.index.sizes.__getitem__, self._pins.get(location, ())))
-
-    def pin(self, location: Location, blob_ids: Iterable[BlobId]) -> None:
-        """A computation at ``location`` uses these copies: never evict them."""
-        here = self.placement.at[location]
-        ids = blob_ids if type(blob_ids) is tuple else tuple(blob_ids)
-        for blob_id in filterfalse(here.__contains__, ids):
-            raise ValueError(f"cannot pin blob {blob_id} at {location}: no copy there")
-        self._count_pins(location, ids)
-
-    def pin_fetched(self, plan: TransferPlan) -> None:
-        """Pin the chain of the fetch plan applied last at its destination (what a
-        worker computes on). A fitting fetch leaves its whole chain there once applied:
-        its load copies or places the blobs missing there and its evictions spare the
-        chain; so this pins without ``pin``'s check for a copy of each."""
-        if plan.purpose is not Purpose.FETCH or plan.base_version != self.version - 1:
-            raise ValueError("pin_fetched takes the fetch plan applied last")
-        self._count_pins(plan.location, plan.chain)
-
-    def pin_present(self, location: Location, blob_ids: Iterable[BlobId]) -> tuple[BlobId, ...]:
-        """Pin those of these copies that are at ``location``; returns them, in order."""
-        ids = tuple(filter(self.placement.at[location].__contains__, blob_ids))
-        self._count_pins(location, ids)
-        return ids
-
-    def _count_pins(self, location: Location, ids: Iterable[BlobId]) -> None:
-        pins = self._pins.get(location)
-        if pins is None:
-            pins = self._pins[location] = {}
-        get = pins.get
-        for blob_id in ids:
-            pins[blob_id] = get(blob_id, 0) + 1
-        self.version += 1
-
-    def unpin(self, location: Location, blob_ids: Iterable[BlobId]) -> None:
-        pins = self._pins.get(location, {})
-        pop = pins.pop
-        for blob_id in blob_ids:
-            count = pop(blob_id, 0)  # (most are pinned once: one lookup)
-            if count != 1:
-                if count <= 0:
-                    raise ValueError(f"blob {blob_id} is not pinned at {location}")
-                pins[blob_id] = count - 1
-        self.version += 1
 
     # -- lookups ----------------------------------------------------------
     def match(self, block_ids: Sequence[int]) -> PrefixMatch:
