@@ -339,13 +339,9 @@ class KvLinks:
                 if use.window == first:
                     use.acc += moved
                 else:  # a later window (a link's event in four): the open one closes
-                    if use.window >= 0:
-                        use.index.append(use.window)
-                        use.carried.append(use.acc)
-                    else:
+                    if use.window < 0:
                         self._use[use.name] = use
-                    use.window = first
-                    use.acc = 0.0 + moved
+                    use.add(first, moved)
             return
         for use, load in self._busy:
             if use.window < 0:
