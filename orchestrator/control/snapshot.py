@@ -24,42 +24,8 @@ def observe(rt: ClusterRuntime, now_s: float, counters: dict[str, int], queue_to
         decode_slots = same_as.decode_slots
         pool_obs = idle_pools(same_as.pools, pool_memo if pool_memo is not None else {})
     else:
-        if fill_states is None:
-            fill_states = [w.state() for w in rt.fill_workers.values()]
-        if decode_states is None:
-            decode_states = [w.state() for w in rt.decode_workers.values()]
-        # One pass over the workers: per pool [phase, workers, queued, running, slots, busy, n].
-        pools: dict[str, list] = {}
-        fill_queue = fill_running = 0
-        decode_loading = decode_running = decode_slots = 0
-        get_busy = busy_fraction.get
-        for decode, states in ((False, fill_states), (True, decode_states)):
-            for st in states:
-                queued, running, accepting = st.queue_depth, st.running, st.accepting
-                if decode:
-                    decode_loading += queued
-                    decode_running += running
-                    if accepting:
-                        decode_slots += st.target_batch
-                else:
-                    fill_queue += queued
-                    fill_running += running
-                p = pools.get(st.pool)
-                if p is None:
-                    p = pools[st.pool] = [st.phase, 0, 0, 0, 0, 0.0, 0]
-                p[1] += accepting
-                p[2] += queued
-                p[3] += running
-                if accepting and st.phase == "decode":
-                    p[4] += st.target_batch
-                p[5] += get_busy(st.name, 0.0)
-                p[6] += 1
-        if pool_memo is None:
-            pool_obs = tuple(PoolObservation(name, p[0], p[1], p[2], p[3], p[4], p[5] / p[6])
-                             for name, p in sorted(pools.items()))
-        else:
-            pool_obs = tuple([pool_observation(pool_memo, name, pools[name])
-                              for name in sorted(pools)])
+        (fill_queue, fill_running, decode_loading, decode_running, decode_slots,
+         pool_obs) = _worker_totals(rt, busy_fraction, fill_states, decode_states, pool_memo)
     # `observation(...)` without its keyword call and field check: every field is here
     # (tests/scenario/test_fast_loop_samples.py checks a snapshot's fields against the class's).
     obs = object.__new__(Observation)
@@ -76,6 +42,51 @@ def observe(rt: ClusterRuntime, now_s: float, counters: dict[str, int], queue_to
         "pools": pool_obs,
     })
     return obs
+
+
+def _worker_totals(rt: ClusterRuntime, busy_fraction: dict[str, float],
+                   fill_states: list | None, decode_states: list | None,
+                   pool_memo: dict | None) -> tuple:
+    """`observe`'s walk over the workers' states (taken here when not given): the fill
+    and decode totals and the pools' observations, as (fill_queue, fill_running,
+    decode_loading, decode_running, decode_slots, pools)."""
+    if fill_states is None:
+        fill_states = [w.state() for w in rt.fill_workers.values()]
+    if decode_states is None:
+        decode_states = [w.state() for w in rt.decode_workers.values()]
+    # One pass over the workers: per pool [phase, workers, queued, running, slots, busy, n].
+    pools: dict[str, list] = {}
+    fill_queue = fill_running = 0
+    decode_loading = decode_running = decode_slots = 0
+    get_busy = busy_fraction.get
+    for decode, states in ((False, fill_states), (True, decode_states)):
+        for st in states:
+            queued, running, accepting = st.queue_depth, st.running, st.accepting
+            if decode:
+                decode_loading += queued
+                decode_running += running
+                if accepting:
+                    decode_slots += st.target_batch
+            else:
+                fill_queue += queued
+                fill_running += running
+            p = pools.get(st.pool)
+            if p is None:
+                p = pools[st.pool] = [st.phase, 0, 0, 0, 0, 0.0, 0]
+            p[1] += accepting
+            p[2] += queued
+            p[3] += running
+            if accepting and st.phase == "decode":
+                p[4] += st.target_batch
+            p[5] += get_busy(st.name, 0.0)
+            p[6] += 1
+    if pool_memo is None:
+        pool_obs = tuple(PoolObservation(name, p[0], p[1], p[2], p[3], p[4], p[5] / p[6])
+                         for name, p in sorted(pools.items()))
+    else:
+        pool_obs = tuple([pool_observation(pool_memo, name, pools[name])
+                          for name in sorted(pools)])
+    return fill_queue, fill_running, decode_loading, decode_running, decode_slots, pool_obs
 
 
 def idle_pools(pools: tuple, memo: dict) -> tuple:
