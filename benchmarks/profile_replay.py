@@ -76,7 +76,7 @@ def main() -> int:
     calls = summary["requests"]["completed"]
     awake = _ncalls(profile, "fast_loop.py", "_sample")
     looked = (_ncalls(profile, "snapshot.py", "observe")
-              - _ncalls(profile, "fast_loop.py", "_next_idle_obs"))
+              - _ncalls(profile, "idle_spans.py", "_next_idle_obs"))
     turns = _ncalls(profile, "virtual_loop.py", "_run_once")
     print(f"{args.sessions} sessions, {calls:,} calls, {result.simulated_s:,.0f} simulated s, "
           f"{ticks.taken:,} fast-loop samples taken ({awake:,} by the loop awake, of which "

@@ -29,10 +29,10 @@ from orchestrator.control.router import FillCandidate, PrefixAffinityRouter
 from orchestrator.control.snapshot import HbmPeak, energy_j
 from orchestrator.run.completed import CompletedCalls
 from orchestrator.run.fast_loop import ConservationError, FastLoop
+from orchestrator.run.idle_spans import IdleSpans
 from orchestrator.run.ledger import LedgerListener, held_call_ids
 from orchestrator.run.reconfig import Reconfigurer
 from orchestrator.run.result import ReplayResult, decode_slots
-from orchestrator.run.series import Series
 from orchestrator.run.sessions import Outcome, Pending, run_session
 from storage.tiers import Tier
 from traces.model import Session
@@ -64,7 +64,15 @@ def fewer_young_collections() -> Iterator[None]:
         gc.set_threshold(*thresholds)
 
 
-class Orchestrator(FastLoop):
+def _block_tokens(sessions: Sequence[Session]) -> int:
+    """The one KV block size of the sessions' calls (a replay does not mix them)."""
+    sizes = {c.block_size for s in sessions for c in s.calls}
+    if len(sizes) != 1:
+        raise ValueError(f"traces mix block sizes {sorted(sizes)}: replay one kind at a time")
+    return sizes.pop()
+
+
+class Orchestrator(FastLoop, IdleSpans):
     def __init__(self, cluster: BoundCluster, sessions: Sequence[Session], policy: AdmissionPolicy,
                  control: ControlConfig, load: LoadOptions, seed: int,
                  on_progress: Callable[[int, int], None] | None = None, logger=None,
@@ -74,7 +82,6 @@ class Orchestrator(FastLoop):
                  kv_policy: KVPolicy = DEFAULT_KV_POLICY):
         self.cluster, self.sessions, self.policy = cluster, list(sessions), policy
         self.control, self.load, self.seed = control, load, seed
-        self._fast_period_s = control.fast_period_s  # read every sample (a property)
         self.on_progress = on_progress
         self.logger = logger  # a structlog logger for decisions, or None
         # Observers of the run (metrics, trace events): each may define on_sample(orch, obs,
@@ -103,10 +110,7 @@ class Orchestrator(FastLoop):
         # The slow loop and the router, each behind its public interface (ReallocationPolicy,
         # RoutingPolicy); None: the built-ins.
         self._reallocator, self.router = reallocator, router or PrefixAffinityRouter()
-        sizes = {c.block_size for s in self.sessions for c in s.calls}
-        if len(sizes) != 1:
-            raise ValueError(f"traces mix block sizes {sorted(sizes)}: replay one kind at a time")
-        self.block_tokens = sizes.pop()
+        self.block_tokens = _block_tokens(self.sessions)
         # The controller's model of the service: its own, learnt from completed calls.
         self.predictor = Predictor(cluster, predictor)
         self.counters = dict.fromkeys(
@@ -119,41 +123,16 @@ class Orchestrator(FastLoop):
         self.queue: deque[Pending] = deque()
         self._pending: dict[int, Pending] = {}
         self._call_ids = iter(range(1, 1 << 62))
-        self.series = Series()
-        # (first time, reason, periods): runs of the fast loop's decisions by reason.
-        self.decisions: list[tuple[float, str, int]] = []
-        self._last_logged: tuple | None = None
-        self._wake = asyncio.Event()
-        self._skipping_from_s: float | None = None
-        self._span = None  # the idle span the fast loop sleeps through (fast_loop._IdleSpan)
-        self._same_samples = 0  # consecutive samples equal but for their time
-        self._last_obs = None
         self.realloc_decisions: list[ReallocDecision] = []
         self.realloc_times_s: list[float] = []
         self.done = CompletedCalls()  # completed calls, as columns
         self._rejected_arrivals_s: list[float] = []
-        self._period_done: list[Request] = []
-        self._period_admitted = 0
-        self._busy_last: dict[str, float] = {}
-        # What the samples reuse while workers and pools repeat their figures (snapshot).
-        self._pool_memo: dict = {}
         self._candidate_memo: dict = {}  # by worker name: (its figures, its FillCandidate)
-        # The last observation while restamping it would give the next (fast_loop._sample):
-        # it saw no busy time, the loop's callback count then, and whether the decision
-        # since changed anything.
-        self._restampable = None
-        # The pools of the last sample recorded and its workers by pool (`_record`).
-        self._pools_recorded: tuple | None = None
-        self._workers_recorded: dict[str, int] | None = None
-        self._appends: tuple | None = None  # the series' bound appends (fast_loop._record)
-        # The last look at the workers: their fill and decode states and its observation.
-        self._looked: tuple | None = None
-        self._ran_at = 0
-        self._touched = False
         # A policy that decides at every event on the cluster as it is (policies.local).
         self._event_driven = bool(getattr(policy, "event_driven", False))
         self.shared_chains = SharedChains()  # what the sessions share (traces.shared_prefix)
         self.kv_policy = kv_policy  # where a call's KV goes when it ends (workers.kv_policy)
+        super().__init__()  # the fast loop's and its idle spans' own state
 
     # -- sessions and calls ----------------------------------------------------------
     def _next_call_id(self) -> int:

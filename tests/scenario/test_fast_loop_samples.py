@@ -14,7 +14,7 @@ from costmodel.model import load_model
 from orchestrator.control.config import ControlConfig
 from orchestrator.control.observe import Observation
 from orchestrator.control.policies import make_policy
-from orchestrator.run import fast_loop
+from orchestrator.run import idle_spans
 from orchestrator.run.replay import Orchestrator
 from orchestrator.run.summary import summarize
 from tests.factories import short_agent_sessions, small_cluster
@@ -74,7 +74,7 @@ def _count_calls(monkeypatch, owner, name: str) -> list[float]:
 @pytest.mark.parametrize("controller", ["retire", "buffered"])
 def test_restamped_samples_are_the_samples_of_looking(controller, monkeypatch):
     restamps = _count_calls(monkeypatch, Observation, "restamped")
-    idle = _count_calls(monkeypatch, fast_loop, "observation_at")
+    idle = _count_calls(monkeypatch, idle_spans, "observation_at")
     result, summary, heard = _run(Orchestrator, controller)
     assert len(restamps) > 20  # the unchanged cluster was restamped, not looked at
     looked, idle_restamps = len(restamps), len(idle)
