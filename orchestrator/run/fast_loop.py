@@ -38,7 +38,7 @@ def _wake_up(future: asyncio.Future) -> None:
 
 
 def _series_appends(s: Series) -> tuple:
-    """`s` and its columns' bound appends, in the order `FastLoop._record` fills them (a
+    """`s` and its columns' bound appends, in the order `FastLoop._append_row` fills them (a
     record's ~20 appends without an attribute and a method lookup each)."""
     return (s, *(getattr(s, name).append for name in (
         "time_s", "decode_occupancy", "decode_running", "decode_slots", "backlog",
@@ -70,10 +70,10 @@ class FastLoop:
         self._restampable = None
         self._ran_at = 0
         self._touched = False
-        # The pools of the last sample recorded and its workers by pool (`_record`).
+        # The pools of the last sample recorded and its workers by pool (`_append_row`).
         self._pools_recorded: tuple | None = None
         self._workers_recorded: dict[str, int] | None = None
-        self._appends: tuple | None = None  # the series' bound appends (`_record`)
+        self._appends: tuple | None = None  # the series' bound appends (`_append_row`)
         # The last look at the workers: their fill and decode states and its observation.
         self._looked: tuple | None = None
         super().__init__()
@@ -208,6 +208,17 @@ class FastLoop:
             raise ConservationError(
                 f"at {now_s:.3f} s: submitted {submitted} != completed {completed} + "
                 f"rejected {rejected} + in flight {in_flight}")
+        self._append_row(obs, now_s, in_flight, submitted, completed, rejected)
+        self._period_done = []
+        self._period_admitted = 0
+        if states is not None and self._same_samples <= 1:  # HBM moves only with calls
+            self._hbm_peak.sample(rt, *states)
+        self._notify("on_sample", obs, now_s)
+
+    def _append_row(self, obs: Observation, now_s: float, in_flight: int, submitted: int,
+                    completed: int, rejected: int) -> None:
+        """The sample's row of the series: the observation's figures, the period's calls
+        (`_period_done`, `_period_admitted`), the counters and the workers by pool."""
         s = self.series
         appends = self._appends
         if appends is None or appends[0] is not s:
@@ -251,11 +262,6 @@ class FastLoop:
             last = s.workers_by_pool[-1] if s.workers_by_pool else None
             self._workers_recorded = last if workers == last else workers
         workers_by_pool(self._workers_recorded)
-        self._period_done = []
-        self._period_admitted = 0
-        if states is not None and self._same_samples <= 1:  # HBM moves only with calls
-            self._hbm_peak.sample(rt, *states)
-        self._notify("on_sample", obs, now_s)
 
     async def _fast_loop(self) -> None:
         loop = asyncio.get_running_loop()
