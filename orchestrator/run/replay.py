@@ -12,11 +12,9 @@ rejected + in flight.
 from __future__ import annotations
 
 import asyncio
-import gc
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -27,6 +25,7 @@ from orchestrator.control.predictor import Predictor, PredictorSettings
 from orchestrator.control.realloc import Reallocator, ReallocDecision
 from orchestrator.control.router import FillCandidate, PrefixAffinityRouter
 from orchestrator.control.snapshot import HbmPeak, energy_j
+from orchestrator.run.collector import fewer_young_collections
 from orchestrator.run.completed import CompletedCalls
 from orchestrator.run.fast_loop import ConservationError, FastLoop
 from orchestrator.run.idle_spans import IdleSpans
@@ -42,26 +41,6 @@ from workers.cluster import BoundCluster
 from workers.kv_policy import DEFAULT_KV_POLICY, KVPolicy
 from workers.request import Request
 from workers.runtime import ClusterRuntime
-
-# Allocations between young collections during a run (the collector's default: 700).
-GC_YOUNG_THRESHOLD = 100_000
-
-
-@contextmanager
-def fewer_young_collections() -> Iterator[None]:
-    """The collector's young generation collected every GC_YOUNG_THRESHOLD allocations
-    inside (a replay, its summary). Nearly everything a replay allocates lives for a call
-    or longer (sessions' block ids, requests, the store's entries): collected every 700
-    allocations, the default, the young generation hands them on to be traversed again
-    and again; and the summary's few thousand allocations after a run would set off a
-    collection of everything the run kept (~20 ms on the 113 development sessions)."""
-    thresholds = gc.get_threshold()
-    if thresholds[0]:  # 0: collection switched off, left so
-        gc.set_threshold(max(thresholds[0], GC_YOUNG_THRESHOLD), *thresholds[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*thresholds)
 
 
 def _block_tokens(sessions: Sequence[Session]) -> int:
@@ -305,8 +284,9 @@ class Orchestrator(FastLoop, IdleSpans):
         with fewer_young_collections():
             return await self._run()
 
-    async def _run(self) -> ReplayResult:
-        wall0 = time.perf_counter()  # wall-clock ok: reported as sim.wall_s
+    def _set_up(self) -> None:
+        """What the run works on: the workers' runtime, the observation lag, the
+        reallocator and reconfigurer, and the HBM peak's weights per GPU."""
         from costmodel.memory import weight_bytes_per_gpu
 
         self.weights_per_gpu = {p.name: float(weight_bytes_per_gpu(self.cluster.model, p.layout))
@@ -320,6 +300,10 @@ class Orchestrator(FastLoop, IdleSpans):
         self.series.period_s = self.control.fast_period_s
         self.realloc = self._reallocator or Reallocator(self.control)
         self.reconfigurer = Reconfigurer(self.runtime, self.cluster, self.weights_per_gpu)
+
+    async def _run(self) -> ReplayResult:
+        wall0 = time.perf_counter()  # wall-clock ok: reported as sim.wall_s
+        self._set_up()
         loop = asyncio.get_running_loop()
         feeder_box: list[asyncio.Task] = []
         self._crash: BaseException | None = None

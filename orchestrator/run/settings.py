@@ -12,7 +12,8 @@ from orchestrator.control.config import ControlConfig
 from orchestrator.control.policies import make_policy
 from orchestrator.control.predictor import PredictorSettings
 from orchestrator.plugins import load as load_plugin
-from orchestrator.run.replay import Orchestrator, ReplayResult, fewer_young_collections
+from orchestrator.run.collector import fewer_young_collections
+from orchestrator.run.replay import Orchestrator, ReplayResult
 from orchestrator.run.summary import summarize
 from traces import read_sessions
 from traces.model import Session

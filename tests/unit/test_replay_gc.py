@@ -6,7 +6,8 @@ import gc
 from costmodel.model import load_model
 from orchestrator.control.config import ControlConfig
 from orchestrator.control.policies import make_policy
-from orchestrator.run.replay import GC_YOUNG_THRESHOLD, Orchestrator
+from orchestrator.run.collector import GC_YOUNG_THRESHOLD
+from orchestrator.run.replay import Orchestrator
 from tests.factories import short_agent_sessions, small_cluster
 from traces.replay import LoadOptions
 from workers.clock import VirtualClock
