@@ -220,8 +220,81 @@ def kv_traffic(result: ReplayResult, input_tokens: int) -> dict:
             "link_utilisation": dict(result.link_utilisation)}
 
 
+def request_counts(result: ReplayResult) -> dict:
+    """The summary's `requests`: calls by outcome, the call ledger's account, preemptions."""
+    calls, c = result.requests, result.counters
+    preemptions = calls.column("preemptions")
+    # Lost and in flight from the call ledger when the run kept one: calls issued against
+    # calls final and calls found held at the end (orchestrator.run.ledger). Live mode
+    # fills them from its backend's ledger (orchestrator.run.settings).
+    ledger = result.ledger
+    return {
+        "sessions": result.sessions,
+        "submitted": c["submitted"], "completed": c["completed"],
+        "rejected": c["rejected"], "in_flight": ledger.in_flight if ledger is not None else None,
+        # calls beyond the model's context window: prompt refused (counted in
+        # rejected too), or output cut to fit
+        "context_rejected": c.get("context_rejected", 0),
+        "context_truncated": c.get("context_truncated", 0),
+        "lost": ledger.lost if ledger is not None else None,
+        "ledger": ledger.as_dict() if ledger is not None else None,
+        # calls handed to another worker after theirs was lost (live mode)
+        "redispatched": c.get("redispatched", 0),
+        # completed calls a decode worker preempted at least once, and times in all
+        "preempted": sum(1 for n in preemptions if n),
+        "preemptions": sum(preemptions),
+    }
+
+
+def cache_figures(result: ReplayResult) -> dict:
+    """The summary's `cache`: prefix tokens found cached, by whom and where."""
+    calls = result.requests
+    prefix = calls.column("prefix_tokens")
+    return {
+        # Input tokens found cached, and of them those beyond what the call's own
+        # session had computed: KV another session wrote (a shared prefix).
+        "prefix_hit_tokens": sum(prefix),
+        "cross_session_hit_tokens": sum(max(0, hit - own) for hit, own in
+                                        zip(prefix, calls.column("own_cached_tokens"),
+                                            strict=True)),
+        "shared_prefix": dict(result.shared_prefix),
+        **tier_hits(result),
+    }
+
+
+def control_figures(result: ReplayResult, duration_s: float) -> dict:
+    """The summary's `control`: the loops' behaviour over the measurement window, the
+    linearised loop's model-derived figures, and the reconfigurations."""
+    s, w = result.series, _window(result)
+    occ = s.array("decode_occupancy")[w]
+    admitted = s.array("admitted")[w]
+    reconf = len(result.reconfigurations)
+    osc = oscillation(result)
+    model = loop_model(result)
+    return {
+        **osc,
+        "decode_starvation_fraction": starvation(result),
+        "admission_bound_fraction": admission_bound(result),
+        "decode_occupancy_mean": float(occ.mean()) if len(occ) else 0.0,
+        "decode_occupancy_peak_to_trough": (float(np.percentile(occ, 95)
+                                                  - np.percentile(occ, 5))
+                                            if len(occ) else 0.0),
+        "admission_rate_variation": _cv(admitted),
+        # Model-derived (the linearised loop at the run's lag and measured pipeline),
+        # beside the measured oscillation period: docs/metrics.md.
+        "phase_margin_deg": model["phase_margin_deg"],
+        "ringing_period_s": {"predicted": model["predicted_ringing_period_s"],
+                             "measured": osc["oscillation_period_s"]},
+        "loop_model": {"lag_s": model["lag_s"], "pipeline_s": model["pipeline_s"]},
+        "model_derived": ["phase_margin_deg", "ringing_period_s.predicted"],
+        "reconfigurations": reconf,
+        "reconfigurations_per_hour": reconf / duration_s * 3600.0,
+    }
+
+
 def summarize(result: ReplayResult, ttft_target_s: float, tpot_target_s: float,
               run: str = "", controller: str = "") -> dict:
+    """The run's summary: the figures of `--json`, by section (module docstring)."""
     calls, c = result.requests, result.counters
     duration = max(result.simulated_s, 1e-9)
     ttft, itl_or_none = _ttft_itl(calls)
@@ -233,50 +306,13 @@ def summarize(result: ReplayResult, ttft_target_s: float, tpot_target_s: float,
                    itl_or_none, strict=True)
                if first == first and first - arrival <= ttft_target_s
                and (call_itl is None or call_itl <= tpot_target_s))
-    preemptions = calls.column("preemptions")
-    prefix = calls.column("prefix_tokens")
     input_tokens = sum(calls.column("input_tokens"))
-    # Lost and in flight from the call ledger when the run kept one: calls issued against
-    # calls final and calls found held at the end (orchestrator.run.ledger). Live mode
-    # fills them from its backend's ledger (orchestrator.run.settings).
-    ledger = result.ledger
-    in_flight = ledger.in_flight if ledger is not None else None
-    s, w = result.series, _window(result)
-    occ = s.array("decode_occupancy")[w]
-    admitted = s.array("admitted")[w]
-    reconf = len(result.reconfigurations)
-    osc = oscillation(result)
-    model = loop_model(result)
     return {
         "run": run,
         "controller": controller or result.policy,
-        "requests": {
-            "sessions": result.sessions,
-            "submitted": c["submitted"], "completed": c["completed"],
-            "rejected": c["rejected"], "in_flight": in_flight,
-            # calls beyond the model's context window: prompt refused (counted in
-            # rejected too), or output cut to fit
-            "context_rejected": c.get("context_rejected", 0),
-            "context_truncated": c.get("context_truncated", 0),
-            "lost": ledger.lost if ledger is not None else None,
-            "ledger": ledger.as_dict() if ledger is not None else None,
-            # calls handed to another worker after theirs was lost (live mode)
-            "redispatched": c.get("redispatched", 0),
-            # completed calls a decode worker preempted at least once, and times in all
-            "preempted": sum(1 for n in preemptions if n),
-            "preemptions": sum(preemptions),
-        },
+        "requests": request_counts(result),
         "tokens": {"recomputed": sum(calls.column("recomputed_tokens"))},
-        "cache": {
-            # Input tokens found cached, and of them those beyond what the call's own
-            # session had computed: KV another session wrote (a shared prefix).
-            "prefix_hit_tokens": sum(prefix),
-            "cross_session_hit_tokens": sum(max(0, hit - own) for hit, own in
-                                            zip(prefix, calls.column("own_cached_tokens"),
-                                                strict=True)),
-            "shared_prefix": dict(result.shared_prefix),
-            **tier_hits(result),
-        },
+        "cache": cache_figures(result),
         "kv": kv_traffic(result, input_tokens),
         "ttft_s": _pct(ttft),
         "itl_s": _pct(itl),
@@ -292,25 +328,7 @@ def summarize(result: ReplayResult, ttft_target_s: float, tpot_target_s: float,
             "output_tokens_per_s": good / duration,
             "ttft_target_s": ttft_target_s, "tpot_target_s": tpot_target_s,
         },
-        "control": {
-            **osc,
-            "decode_starvation_fraction": starvation(result),
-            "admission_bound_fraction": admission_bound(result),
-            "decode_occupancy_mean": float(occ.mean()) if len(occ) else 0.0,
-            "decode_occupancy_peak_to_trough": (float(np.percentile(occ, 95)
-                                                      - np.percentile(occ, 5))
-                                                if len(occ) else 0.0),
-            "admission_rate_variation": _cv(admitted),
-            # Model-derived (the linearised loop at the run's lag and measured pipeline),
-            # beside the measured oscillation period: docs/metrics.md.
-            "phase_margin_deg": model["phase_margin_deg"],
-            "ringing_period_s": {"predicted": model["predicted_ringing_period_s"],
-                                 "measured": osc["oscillation_period_s"]},
-            "loop_model": {"lag_s": model["lag_s"], "pipeline_s": model["pipeline_s"]},
-            "model_derived": ["phase_margin_deg", "ringing_period_s.predicted"],
-            "reconfigurations": reconf,
-            "reconfigurations_per_hour": reconf / duration * 3600.0,
-        },
+        "control": control_figures(result, duration),
         "resources": {
             "gpus": result.gpus,
             "decode_slots": result.decode_slots,
