@@ -53,10 +53,10 @@ class Family:
     help: str
 
 
-def _families() -> list[Family]:
-    """Every tokenfactory family: (name, kind, labels, unit, help)."""
-    p = PREFIX
-    rows = [
+def _load_rows(p: str) -> list[tuple]:
+    """Rows of the load on the service and of the fast loop: queues, pools and
+    workers, admission and its outcomes, decode starvation, oscillation."""
+    return [
         (f"{p}admission_queue_requests", "gauge", RUN, "requests", "calls waiting for admission"),
         (f"{p}admission_held_requests", "gauge", RUN, "requests",
          "calls the last admission decision left queued (held back)"),
@@ -90,6 +90,12 @@ def _families() -> list[Family]:
         (f"{p}oscillation_index", "gauge", RUN, "index",
          "relative RMS of decode occupancy's fast fluctuations over the trailing "
          f"{OSCILLATION_WINDOW_SLOW_PERIODS} slow-loop periods"),
+    ]
+
+
+def _call_rows(p: str) -> list[tuple]:
+    """Rows of the completed calls: latencies, preemptions, tokens."""
+    return [
         (f"{p}request_ttft_seconds", "histogram", RUN, "seconds", "time to first token"),
         (f"{p}request_itl_seconds", "histogram", RUN, "seconds",
          "inter-token latency of a call: its time in decode batches over the tokens decode "
@@ -107,6 +113,13 @@ def _families() -> list[Family]:
          "submission to last token"),
         (f"{p}input_tokens_total", "counter", RUN, "tokens", "input tokens of completed calls"),
         (f"{p}output_tokens_total", "counter", RUN, "tokens", "output tokens of completed calls"),
+    ]
+
+
+def _kv_rows(p: str) -> list[tuple]:
+    """Rows of the cluster's KV (tiers, lookups, paths, links), its moves between
+    pools and its energy."""
+    return [
         (f"{p}kv_moved_bytes_total", "counter", (*RUN, "src_tier", "dst_tier"), "bytes",
          "KV bytes copied between storage tiers"),
         (f"{p}kv_lookup_tokens_total", "counter", (*RUN, "tier", "result"), "tokens",
@@ -126,6 +139,11 @@ def _families() -> list[Family]:
          "workers the slow loop started moving between pools"),
         (f"{p}energy_joules_total", "counter", RUN, "joules", "simulated GPU energy"),
     ]
+
+
+def _families() -> list[Family]:
+    """Every tokenfactory family: (name, kind, labels, unit, help), by subject."""
+    rows = (*_load_rows(PREFIX), *_call_rows(PREFIX), *_kv_rows(PREFIX))
     return [Family(*row) for row in rows]
 
 
