@@ -90,8 +90,11 @@ def test_live_run_completes_the_same_calls_as_virtual_within_tolerance():
     assert ls["requests"] == {**vs["requests"]}
     tol_s = RunSettings().control.fast_period_s / 2 + 6 * SPEED * 2e-3
     for q in ("p50", "p90", "p99"):
-        assert abs(ls["ttft_s"][q] - vs["ttft_s"][q]) <= tol_s, (q, ls["ttft_s"], vs["ttft_s"])
-    assert ls["tpot_s"]["p50"] == pytest.approx(vs["tpot_s"]["p50"], rel=0.10)
+        assert abs(ls["ttft_s"][q] - vs["ttft_s"][q]) <= tol_s, (
+            q, ls["ttft_s"], vs["ttft_s"], f"load average {os.getloadavg()}")
+    # (A machine loaded by other work stretches every wall wait: its load is in the message.)
+    assert ls["tpot_s"]["p50"] == pytest.approx(vs["tpot_s"]["p50"], rel=0.10), (
+        ls["tpot_s"]["p50"], vs["tpot_s"]["p50"], f"load average {os.getloadavg()}")
     no_process_left(pids.pids)
 
 
