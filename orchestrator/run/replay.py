@@ -1,12 +1,12 @@
 """The control plane's async shell: sessions in, admission, routing, the two loops.
 
-Only this module (with `fast_loop` and `reconfig`) awaits anything on the
-orchestrator side. The fast loop (`orchestrator.run.fast_loop`, mixed in)
-samples the cluster every period, hands the admission policy its lagged
-observation and applies its decision; the slow loop here does the same for
-reallocation; both record the series and the counters the summary is built
-from. Conservation is checked at every sample: submitted = completed +
-rejected + in flight.
+Only this module (with `fast_loop`, `idle_spans` and `reconfig`) awaits anything
+on the orchestrator side. The fast loop (`orchestrator.run.fast_loop`, mixed in,
+asleep over idle spans in `orchestrator.run.idle_spans`) samples the cluster
+every period, hands the admission policy its lagged observation and applies
+its decision; the slow loop here does the same for reallocation; both record
+the series and the counters the summary is built from. Conservation is checked
+at every sample: submitted = completed + rejected + in flight.
 """
 
 from __future__ import annotations
