@@ -19,7 +19,8 @@ from costmodel.hardware import HardwareTable
 from costmodel.kernels import ACT_BYTES, Phase
 from costmodel.model import ModelSpec
 from costmodel.phase import Configs
-from workers.fast_pricing import LayoutTerms, Pricing, Shape, StepTail, kernel_terms, network_s
+from workers.fast_pricing import LayoutTerms, Pricing, Shape, kernel_terms, network_s
+from workers.step_tail import StepTail
 
 # numpy's pairwise summation (numpy/_core/src/umath/loops_utils.h.src): blocks of
 # at most 128 summed with eight accumulators, halves (rounded to multiples of 8) above.

@@ -15,8 +15,8 @@ attention-FFN disaggregation) is priced by `costmodel.disagg`: same interface,
 so a `DecodeWorker` runs unchanged on it.
 
 Colocated decode steps and heterogeneous batch steps are priced by the scalar
-fast path (`workers.fast_pricing`): the same doubles as the vectorised core,
-without its per-call overhead. Split (attention-FFN) decode stays on the core.
+fast path (`workers.fast_pricing`, `workers.step_tail`): the same doubles as the
+vectorised core, without its per-call overhead. Split (attention-FFN) decode stays on the core.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ from costmodel.model import ModelSpec
 from costmodel.phase import Configs, Phase, step_times
 from costmodel.precision import BYTES_PER_ELEMENT
 from workers.fast_batch import BatchTail
-from workers.fast_pricing import Pricing, StepTail
+from workers.fast_pricing import Pricing
+from workers.step_tail import StepTail
 
 # Runs of at most this many decode steps are priced in a Python loop; longer ones as
 # ~30 array operations (a Python step costs ~3 us, an array operation ~1 us).

@@ -1,7 +1,8 @@
-"""The workers' scalar pricing (workers/fast_pricing.py) gives the vectorised core's
-doubles bit for bit: steps of every phase, fills, decode runs (short ones in a Python loop,
-long ones as arrays), MTP step times and heterogeneous batch steps, over models,
-hardware, layouts, precisions, efficiencies, batch sizes and contexts."""
+"""The workers' scalar pricing (workers/fast_pricing.py, workers/step_tail.py) gives the
+vectorised core's doubles bit for bit: steps of every phase, fills, decode runs (short
+ones in a Python loop, long ones as arrays), MTP step times and heterogeneous batch
+steps, over models, hardware, layouts, precisions, efficiencies, batch sizes and
+contexts."""
 
 import numpy as np
 import pytest
@@ -15,8 +16,8 @@ from costmodel.model import load_model, model_names
 from costmodel.phase import Phase, step_times
 from costmodel.precision import Precision
 from workers.fast_batch import pairwise_sum
-from workers.fast_pricing import StepTail
 from workers.pricing import SCALAR_RUN_STEPS, SCALAR_STEPS, StepPricer
+from workers.step_tail import StepTail
 
 MODELS = {n: load_model(n) for n in model_names()}
 HARDWARE = {n: load_hardware(n) for n in ("h100", "h200", "b200", "gb200", "gb300", "mi355x")}

@@ -1,0 +1,139 @@
+"""A worker's steps at one phase, batch and new tokens, for any context.
+
+`StepTail` holds the passes of one step (`workers.fast_pricing`: the main pass and,
+with multi-token prediction, the draft passes) and gives the cost core's
+`(step_time_s, tpot_s)` (`costmodel.phase.step_times`) at a context: one step
+(`step_s`), a short decode run in Python floats (`tpots_s`), a long one as arrays
+(`tpots_array_s`), the same doubles each way (`tests/property/test_pricing_fast_path.py`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from costmodel.kernels import Phase
+from workers.fast_pricing import Pricing
+
+
+class StepTail:
+    """(step_time_s, tpot_s) of one worker's steps at a given phase, batch and new
+    tokens, as `costmodel.phase.step_times` gives them, for any context."""
+
+    __slots__ = ("accepted", "decode", "drafts", "first", "later", "main", "overhead_s", "pp")
+
+    def __init__(self, pricing: Pricing, phase: Phase, n_seq: float, new_tokens: float):
+        self.decode = decode = phase == Phase.DECODE
+        self.main = pricing.main_pass(decode, n_seq, new_tokens)
+        self.pp = pricing.main.pp
+        self.overhead_s = pricing.eff.step_overhead_s
+        self.accepted = pricing.accepted
+        self.drafts = pricing.main.mtp if decode else 0.0
+        self.first = self.later = None
+        if self.drafts > 0:
+            self.first = pricing.draft_pass(n_seq, self.accepted)
+            self.later = pricing.draft_pass(n_seq, 1.0)
+
+    def draft_s(self, context, mx=max, mn=min):
+        if self.first is None:
+            return 0.0
+        rest = max(self.drafts - 1.0, 0.0)
+        return self.first.time_s(context, mx, mn) + rest * self.later.time_s(context, mx, mn)
+
+    def step_s(self, context, mx=max, mn=min):
+        stage_s = self.main.time_s(context, mx, mn)
+        return self.pp * stage_s + self.draft_s(context, mx, mn) + self.overhead_s
+
+    def tpot_s(self, step_s):
+        return step_s / self.accepted if self.decode else step_s
+
+    def tpots_s(self, first: float, steps: int) -> list[float]:
+        """`[tpot_s(step_s(first + float(i))) for i in range(steps)]`, the same doubles: a
+        short decode run's steps, the passes' terms read once and their operations (those
+        of `AttentionTerms.time_s`, `PassTail.time_s` and `step_s`) inline. The compute
+        side is left out where the memory side is the larger at every step, as in
+        `tpots_array_s`; `max` and `min` are comparisons that pick the operand the
+        builtins pick."""
+        if self.first is not None:  # draft passes: priced as steps
+            return [self.tpot_s(self.step_s(first + float(i))) for i in range(steps)]
+        main, a = self.main, self.main.attn
+        half, q_tok, a_ctx, tp = a.half, a.q_tok, a.a_ctx, a.tp
+        n_full, n_slide, window, lin_flops = a.n_full, a.n_slide, a.window, a.lin_flops
+        kv_seq, state, w_bytes, act_bytes = a.kv_seq, a.state, a.w_bytes, a.act_bytes
+        proj_s, peak_attn, hbm_bw = a.proj_s, a.peak_attn, a.hbm_bw
+        after, network, latency, overlap = main.after, main.network_s, main.latency_s, main.overlap
+        pp, overhead = self.pp, self.overhead_s
+        accepted = self.accepted if self.decode else None
+        # Two steps or more: the check costs about what the compute side of two steps does.
+        compute = steps < 2 or not (
+            a.monotone and a.compute_s(first + float(steps - 1)) < a.memory_s(first))
+        # The main pass's four kernel terms (dense FFN, shared experts, routed experts, LM
+        # head), added one by one as the core adds them.
+        t_dense, t_always, t_experts, t_head = after
+        out = []
+        append = out.append
+        for i in range(steps):
+            context = first + float(i)
+            ctx_end = context + q_tok
+            if n_slide:
+                kv_read = kv_seq * (n_full * ctx_end + n_slide * min(ctx_end, window))
+            else:
+                kv_read = kv_seq * (n_full * ctx_end)
+            kv_read = kv_read + state
+            attn_bytes = w_bytes + kv_read
+            attn_bytes = attn_bytes + act_bytes
+            t_cm = attn_bytes / hbm_bw
+            if compute:
+                ctx_mean = context + half
+                if n_slide:
+                    flops = a_ctx * (n_full * ctx_mean + n_slide * min(ctx_mean, window)) / tp
+                else:
+                    flops = a_ctx * (n_full * ctx_mean) / tp
+                flops = flops + lin_flops
+                flops = proj_s + flops / peak_attn
+                if not t_cm > flops:  # max(flops, t_cm)
+                    t_cm = flops
+            t_cm = t_cm + t_dense + t_always + t_experts + t_head
+            stage_s = t_cm + network + latency
+            if overlap is not None:  # min(t_cm, network)
+                stage_s = stage_s - overlap * (network if network < t_cm else t_cm)
+            step_s = pp * stage_s + overhead  # no draft pass: draft_s is 0.0
+            append(step_s / accepted if accepted is not None else step_s)
+        return out
+
+    def tpots_array_s(self, first: float, steps: int) -> np.ndarray:
+        """`tpot_s(step_s(first + np.arange(steps), np.maximum, np.minimum))`, the same
+        doubles: a long decode run's steps as arrays, each operation done in place, the
+        attention roofline's as `AttentionTerms.time_array_s` does them, and the terms
+        that are exactly 0.0 for this tail left out (a zero kernel term, no draft pass):
+        each would add +0.0 to a positive value, which leaves it as it is; so are
+        products and divisions by exactly 1.0 (pp, one token a step). The overlap's
+        `min(t_cm, network_s)` is `network_s` at every step when it is below the first
+        step's `t_cm` (`t_cm` is non-decreasing in context: `AttentionTerms.monotone`)."""
+        if self.first is not None:  # draft passes: the general path
+            return self.tpot_s(self.step_s(first + np.arange(steps, dtype=np.float64),
+                                           np.maximum, np.minimum))
+        main = self.main
+        t_cm = main.attn.time_array_s(first, steps)  # + the frozen terms
+        for term in main.after:
+            if term:
+                t_cm += term
+        network = main.network_s
+        if main.overlap is not None and main.attn.monotone and network < t_cm[0]:
+            # stage = t_cm + network + latency - overlap * network, in place.
+            stage = t_cm
+            stage += network
+            stage += main.latency_s
+            stage -= main.overlap * network
+        else:
+            stage = t_cm + network
+            stage += main.latency_s
+            if main.overlap is not None:
+                less = np.minimum(t_cm, network, out=t_cm)
+                less *= main.overlap
+                stage -= less
+        if self.pp != 1.0:  # x * 1.0 is x
+            stage *= self.pp
+        stage += self.overhead_s
+        if self.decode and self.accepted != 1.0:
+            stage /= self.accepted
+        return stage
