@@ -11,63 +11,25 @@ Event-driven: the fabric recomputes its rates only when a flow starts or
 finishes, and the shell keeps one timer, armed at the fabric's next finish;
 nothing ticks. Link utilisation is integrated exactly between those events
 into windows of `window_s` (rates are constant in between), for the run's
-mean and p99 per link (`utilisation`).
+mean and p99 per link (`utilisation`; a link's windows: `workers.link_use`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
-from array import array
 from collections.abc import Callable
-
-import numpy as np
 
 from storage.links import SHARINGS_KEPT, Fabric
 from storage.plans import StepKind, TransferPlan
 from storage.tiers import Location, Tier
 from workers.cluster import BoundCluster, WorkerSpec
+from workers.link_use import LinkUse, link_utilisation
 from workers.network import Topology, fabric_links, worker_links
 
 # Utilisation windows: the p99 is over the run's windows of this length.
 UTILISATION_WINDOW_S = 1.0
 _COPY = StepKind.COPY  # an enum member read once (a class attribute lookup per step otherwise)
-
-
-class _LinkUse:
-    """One link's bytes carried: in all, and per utilisation window for the windows it
-    carried any. Windows come in time order, so a window is either the open one (its sum
-    a float here) or a new one after it (the open one then goes to the parallel arrays:
-    16 bytes a window, where a dict of them held ~90; a million-call run has ~10^7)."""
-
-    __slots__ = ("acc", "carried", "index", "name", "total", "window")
-
-    def __init__(self, name: str = "") -> None:
-        self.name = name
-        self.total = 0.0  # bytes carried up to the links' last event
-        self.window = -1  # the open window (-1: none yet)
-        self.acc = 0.0  # bytes carried in the open window
-        self.index = array("q")  # the closed windows, in order
-        self.carried = array("d")
-
-    def add(self, window: int, moved: float) -> None:
-        """`moved` bytes carried in `window` (the open one or a later one)."""
-        if window == self.window:
-            self.acc += moved
-            return
-        if self.window >= 0:
-            self.index.append(self.window)
-            self.carried.append(self.acc)
-        self.window = window
-        self.acc = 0.0 + moved
-
-    def windows(self) -> tuple[array, array]:
-        """The windows it carried bytes in and the bytes, in window order."""
-        index, carried = array("q", self.index), array("d", self.carried)
-        if self.window >= 0:
-            index.append(self.window)
-            carried.append(self.acc)
-        return index, carried
 
 
 class Transfer:
@@ -132,15 +94,15 @@ class KvLinks:
         self._last_s = 0.0
         self._last_window = 0  # the utilisation window _last_s is in
         # Per link that carried any (in the order they first did), its bytes up to _last_s.
-        self._use: dict[str, _LinkUse] = {}
+        self._use: dict[str, LinkUse] = {}
         # Every link's bytes carried, made when a sharing first puts it to use (a link is
         # in _use from the first time its bytes are added: its first window).
-        self._uses: dict[str, _LinkUse] = {}
+        self._uses: dict[str, LinkUse] = {}
         # Each link busy since _last_s and its bytes per second: the fabric's `loads`
         # as (the link's use, load) pairs, kept per loads dict (the fabric keeps one per
         # sharing) with the dict itself, so that its id is not reused while kept.
-        self._busy: list[tuple[_LinkUse, float]] = []
-        self._busy_by_loads: dict[int, tuple[dict[str, float], list[tuple[_LinkUse, float]]]] = {}
+        self._busy: list[tuple[LinkUse, float]] = []
+        self._busy_by_loads: dict[int, tuple[dict[str, float], list[tuple[LinkUse, float]]]] = {}
         # Copies still on their way to a place: place -> transfer -> the blobs it is the
         # latest copy of there (a later copy of a blob to the same place takes it over):
         # the step's tuple of ids as given, made a set the first time another copy reads
@@ -204,7 +166,22 @@ class KvLinks:
         if not flows:
             return None
         transfer = Transfer(landed, len(flows) if after is None else len(flows) + len(after))
-        for location, ids in landed:
+        self._land(transfer)
+        now_s = self._settle(now_s)
+        if after is not None:
+            for earlier in after:
+                earlier.add_done_callback(lambda end_s, t=transfer: self._one_done(t, end_s))
+        in_flight = self._flows
+        for flow_id in self.fabric.start_many(now_s, flows.items()):
+            in_flight[flow_id] = transfer
+        self._after_change()
+        return transfer
+
+    def _land(self, transfer: Transfer) -> None:
+        """`transfer` is now the latest copy of the blobs it lands at each place (an
+        earlier copy still on its way there is no longer the latest of those)."""
+        landing = self._landing
+        for location, ids in transfer.landed:
             here = landing.get(location)
             if here is None:
                 here = landing[location] = {}
@@ -218,15 +195,6 @@ class KvLinks:
                 here[transfer] = ids
             else:  # a second step to the same place (its own entry is a set by now)
                 mine.update(ids)
-        now_s = self._settle(now_s)
-        if after is not None:
-            for earlier in after:
-                earlier.add_done_callback(lambda end_s, t=transfer: self._one_done(t, end_s))
-        in_flight = self._flows
-        for flow_id in self.fabric.start_many(now_s, flows.items()):
-            in_flight[flow_id] = transfer
-        self._after_change()
-        return transfer
 
     def _one_done(self, transfer: Transfer, end_s: float) -> None:
         """One of the flows and earlier copies `transfer` waits for is done."""
@@ -291,14 +259,14 @@ class KvLinks:
                        asyncio.get_running_loop().call_at(next_s, self._wake))
 
     def _keep_busy(self, loads: dict[str, float]
-                   ) -> tuple[dict[str, float], list[tuple[_LinkUse, float]]]:
+                   ) -> tuple[dict[str, float], list[tuple[LinkUse, float]]]:
         """The (use, load) pairs of a loads dict of the fabric, kept under its id."""
         uses = self._uses
         busy = []
         for name, load in loads.items():
             use = uses.get(name)
             if use is None:
-                use = uses[name] = _LinkUse(name)
+                use = uses[name] = LinkUse(name)
             busy.append((use, load))
         kept = self._busy_by_loads
         if len(kept) >= SHARINGS_KEPT:
@@ -332,7 +300,7 @@ class KvLinks:
         first = self._last_window  # int(t0 // w), worked out at the last event
         last = self._last_window = int(now_s // w)
         dt = now_s - t0
-        if first == last:  # the common case: within one window (_LinkUse.add inline)
+        if first == last:  # the common case: within one window (LinkUse.add inline)
             for use, load in self._busy:
                 moved = load * dt
                 use.total += moved
@@ -364,50 +332,6 @@ class KvLinks:
     def utilisation(self, end_s: float) -> dict[str, dict[str, float]]:
         """Per link that carried bytes: `mean` (bytes carried over bandwidth x `end_s`)
         and `p99` of its utilisation over the run's windows of `window_s` (idle windows
-        count as 0), up to `end_s`."""
+        count as 0), up to `end_s` (`workers.link_use.link_utilisation`)."""
         self._integrate(max(end_s, self._last_s))
-        out: dict[str, dict[str, float]] = {}
-        if end_s <= 0:
-            return out
-        w = self.window_s
-        n = max(1, math.ceil(end_s / w))
-        spans = np.full(n, w)
-        spans[-1] = end_s - (n - 1) * w
-        spans = np.maximum(spans, 1e-12)
-        for name in sorted(self._use):
-            bw = self.fabric.link(name).bytes_per_s
-            index, carried = self._use[name].windows()
-            windows = np.array(index, dtype=np.int64)
-            carried = np.array(carried, dtype=np.float64)
-            kept = windows < n
-            windows, carried = windows[kept], carried[kept]
-            per = np.zeros(n)  # summed as numpy sums the n windows (pairwise)
-            per[windows] = carried
-            # The other windows' utilisation is 0: the p99 from the windows it carried in.
-            util = carried / (bw * spans[windows])
-            out[name] = {"mean": float(per.sum() / (bw * end_s)),
-                         "p99": sparse_percentile(util, n, 99)}
-        return out
-
-
-def sparse_percentile(values: np.ndarray, n: int, q: int | float) -> float:
-    """`np.percentile(a, q)` (its default, linear method) of an `n`-long array `a` that
-    holds `values` (all >= 0, finite) and `n - len(values)` zeros, without making `a` or
-    partitioning it: the two order statistics around rank (n - 1) q / 100 and numpy's
-    interpolation between them, operation for operation (so the same float). A run's
-    links are idle in most of its windows: a million-call run has ~500,000 per link."""
-    zeros = n - len(values)
-    virtual = (n - 1) * (q / 100)
-    if virtual >= n - 1:  # numpy takes the largest value
-        return float(values.max()) if len(values) else 0.0
-    lo = math.floor(virtual)
-    gamma = virtual - lo
-    if lo + 1 < zeros:
-        return 0.0  # both order statistics are idle windows: 0 + (0 - 0) * gamma
-    ranked = np.sort(values)
-    a = 0.0 if lo < zeros else float(ranked[lo - zeros])
-    b = float(ranked[lo + 1 - zeros])
-    diff = b - a
-    if gamma >= 0.5:
-        return b - diff * (1 - gamma)
-    return a + diff * gamma
+        return link_utilisation(self._use, self.bandwidth, self.window_s, end_s)

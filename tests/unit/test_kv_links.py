@@ -179,9 +179,9 @@ def test_the_links_per_preset_in_docs_network_md_are_the_presets():
 @given(st.lists(st.tuples(st.integers(0, 3), st.floats(0, 1e12)), max_size=60))
 def test_utilisation_windows_hold_what_a_dict_of_windows_would(adds):
     # Windows come in time order: each add is to the last window or a later one.
-    from workers.kv_links import _LinkUse
+    from workers.link_use import LinkUse
 
-    kept, as_dict, window = _LinkUse(), {}, 0
+    kept, as_dict, window = LinkUse(), {}, 0
     for step, moved in adds:
         window += step
         kept.add(window, moved)
@@ -198,7 +198,7 @@ def test_the_p99_from_the_busy_windows_is_numpys_over_all_windows(n, data):
     windows 0, to the last bit."""
     import numpy as np
 
-    from workers.kv_links import sparse_percentile
+    from workers.link_use import sparse_percentile
 
     busy = data.draw(st.lists(st.integers(0, n - 1), unique=True, max_size=n))
     values = data.draw(st.lists(
