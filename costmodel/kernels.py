@@ -86,21 +86,7 @@ class _Kernels:
 
     def __init__(self, m: ModelSpec, v: _Shape, eff: Efficiency):
         d, tp, t_rank = float(m.hidden_size), v.tp, v.t_rank
-        # Attention: projections, scores and values over the context, KV and state traffic.
-        attn_w = (v.n_full + v.n_slide) * m.attn_params + v.n_lin * m.linear_params
-        ctx_flops = np.where(v.decode, m.attn_flops_per_ctx_token_decode,
-                             m.attn_flops_per_ctx_token_prefill)
-        attn_ctx_flops = t_rank * ctx_flops * (
-            v.n_full * v.ctx_mean + v.n_slide * np.minimum(v.ctx_mean, v.window)) / tp
-        attn_ctx_flops += t_rank * v.n_lin * m.linear_flops_per_token / tp
-        attn_proj_flops = 2.0 * t_rank * attn_w / tp
-        kv_read = v.n_seq * v.kv_layer * (
-            v.n_full * v.ctx_end + v.n_slide * np.minimum(v.ctx_end, v.window))
-        kv_read += 2.0 * v.n_seq * v.n_lin * v.state_layer / tp  # recurrent state in and out
-        attn_bytes = attn_w / tp * v.wb_dense + kv_read
-        attn_bytes += t_rank * d * ACT_BYTES * eff.activation_passes_per_layer * v.n_layers / tp
-        t_attn = np.maximum(attn_proj_flops / v.peak_dense + attn_ctx_flops / v.peak_attn,
-                            attn_bytes / v.hbm_bw)
+        attn_proj_flops, attn_ctx_flops, attn_bytes, t_attn = _attention(m, v, eff)
         # Dense FFN layers.
         dense_w = v.n_dense * m.dense_ffn_params
         dense_flops = 2.0 * t_rank * dense_w / tp
@@ -147,6 +133,28 @@ class _Kernels:
         self.t_cm = t_attn + t_dense + t_always + t_experts + t_head
         self.flops = (attn_proj_flops + attn_ctx_flops + dense_flops + always_flops + exp_flops
                       + head_flops)
+
+
+def _attention(m: ModelSpec, v: _Shape, eff: Efficiency):
+    """`_Kernels`' attention group: projection FLOPs, FLOPs of scores and values over
+    the context, HBM bytes (weights, KV and state traffic, activations) and its
+    roofline time."""
+    d, tp, t_rank = float(m.hidden_size), v.tp, v.t_rank
+    attn_w = (v.n_full + v.n_slide) * m.attn_params + v.n_lin * m.linear_params
+    ctx_flops = np.where(v.decode, m.attn_flops_per_ctx_token_decode,
+                         m.attn_flops_per_ctx_token_prefill)
+    attn_ctx_flops = t_rank * ctx_flops * (
+        v.n_full * v.ctx_mean + v.n_slide * np.minimum(v.ctx_mean, v.window)) / tp
+    attn_ctx_flops += t_rank * v.n_lin * m.linear_flops_per_token / tp
+    attn_proj_flops = 2.0 * t_rank * attn_w / tp
+    kv_read = v.n_seq * v.kv_layer * (
+        v.n_full * v.ctx_end + v.n_slide * np.minimum(v.ctx_end, v.window))
+    kv_read += 2.0 * v.n_seq * v.n_lin * v.state_layer / tp  # recurrent state in and out
+    attn_bytes = attn_w / tp * v.wb_dense + kv_read
+    attn_bytes += t_rank * d * ACT_BYTES * eff.activation_passes_per_layer * v.n_layers / tp
+    t_attn = np.maximum(attn_proj_flops / v.peak_dense + attn_ctx_flops / v.peak_attn,
+                        attn_bytes / v.hbm_bw)
+    return attn_proj_flops, attn_ctx_flops, attn_bytes, t_attn
 
 
 def _network(m: ModelSpec, v: _Shape) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
