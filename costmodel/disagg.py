@@ -193,30 +193,11 @@ def af_decode_times(model: ModelSpec, table: HardwareTable, cfg: Configs, expert
     t_att = ka.t_attn + ka.t_dense + ka.t_always + ka.t_head
     t_exp = ke.t_experts
     _, _, tp_net_s = _network(m, va)  # TP all-reduces only: ep=1 and one stage
-    # Dispatch (FP8 or BF16) and BF16 combine per token and distinct expert GPU, as in
-    # _network's decode all-to-all; every expert GPU is remote to the attention side.
-    per_token = m.hidden_size * (np.where(va.wprec >= Precision.FP8, 1.0, 2.0) + ACT_BYTES)
-    hit = _distinct(e_ep, 1.0, m.moe.top_k)
-    att_bytes = va.n_moe * va.t_rank / va.tp * hit * per_token
-    exp_bytes = va.n_moe * tokens * hit / e_ep * per_token
-    cols = table.columns()
-
-    def link(hw):
-        return np.where(same, cols["scale_up_bytes_per_s"][hw] * eff.scale_up,
-                        cols["scale_out_bytes_per_s"][hw] * eff.scale_out)
-
-    a2a_s = np.maximum(att_bytes / link(cfg.hardware), exp_bytes / link(e_hw))
+    att_bytes, exp_bytes, a2a_s = _a2a(m, table, cfg, va, e_hw, e_ep, tokens, same, eff)
     network_s = tp_net_s + a2a_s
     floor_s = np.where(same, eff.a2a_scale_up_s, eff.a2a_scale_out_s)
     latency_s = _latency(m, va, eff) + 2.0 * va.n_moe * floor_s  # dispatch and combine
-    serial_s = t_att + t_exp + network_s
-    hidden_s = 0.0
-    if eff.overlap == OverlapMode.OVERLAP:
-        # Ping-pong of two micro-batches: the colocated rule (hide a fraction of the shorter
-        # of two parts) generalised to three parts: hide a fraction of all but the longest.
-        longest = np.maximum(np.maximum(t_att, t_exp), network_s)
-        hidden_s = eff.overlap_fraction * (serial_s - longest)
-    stage_s = serial_s - hidden_s + latency_s
+    stage_s = _stage_s(t_att, t_exp, network_s, latency_s, eff)
     accepted = expected_tokens_per_step(cfg.mtp, eff.mtp_acceptance)
     # MTP drafts: the module priced as one colocated layer of the attention instance
     # (its shape, its tp and ep), after the main pass.
@@ -227,20 +208,15 @@ def af_decode_times(model: ModelSpec, table: HardwareTable, cfg: Configs, expert
     width = va.tp * ranks
     tokens_per_step = cfg.batch * ranks * accepted
     gpus = width + e_ep / n_att
+    cols = table.columns()
     tdp, cap = cols["tdp_w"], cols["hbm_bytes"]
     idle = eff.idle_power_fraction
     att_w = width * tdp[cfg.hardware] * (idle + (1 - idle) * np.clip(t_att / stage_s, 0, 1))
     exp_w = e_ep * tdp[e_hw] * (idle + (1 - idle) * np.clip(t_exp / stage_s, 0, 1))
     energy_per_token_j = (att_w + exp_w / n_att) * step_s / tokens_per_step
 
-    att_weights = attention_weight_bytes_per_gpu(m, cfg.tp, cfg.precision,
-                                                 cfg.attention_precision)
-    kv = _kv_bytes(va, va.n_seq)
-    n_moe = np.maximum(va.n_moe, 1.0)
-    att_hbm = att_weights + kv + va.t_rank * m.hidden_size * ACT_BYTES * 4.0 + (
-        2.0 * att_bytes / n_moe)  # one layer's all-to-all, send and receive
-    exp_weights = expert_slice_bytes_per_gpu(m, e_ep, e_prec)
-    exp_hbm = exp_weights + ke.exp_act + 2.0 * exp_bytes / n_moe
+    att_weights, kv, att_hbm, exp_weights, exp_hbm = _hbm(m, cfg, va, ke, e_ep, e_prec,
+                                                          att_bytes, exp_bytes)
     parts = _broadcast(AFCost(
         step_time_s=step_s, tpot_s=tpot_s, tokens_per_step=tokens_per_step,
         tokens_per_s_per_gpu=tokens_per_step / (step_s * gpus), gpus=gpus,
@@ -256,6 +232,54 @@ def af_decode_times(model: ModelSpec, table: HardwareTable, cfg: Configs, expert
         fits=(att_hbm <= cap[cfg.hardware]) & (exp_hbm <= cap[e_hw]),
     ))
     return parts.step_time_s, parts.tpot_s, parts
+
+
+def _stage_s(t_att, t_exp, network_s, latency_s, eff: Efficiency):
+    """A stage of the split instance: its three serial parts (attention, experts, network)
+    with the overlap rule, plus its fixed latencies."""
+    serial_s = t_att + t_exp + network_s
+    hidden_s = 0.0
+    if eff.overlap == OverlapMode.OVERLAP:
+        # Ping-pong of two micro-batches: the colocated rule (hide a fraction of the shorter
+        # of two parts) generalised to three parts: hide a fraction of all but the longest.
+        longest = np.maximum(np.maximum(t_att, t_exp), network_s)
+        hidden_s = eff.overlap_fraction * (serial_s - longest)
+    return serial_s - hidden_s + latency_s
+
+
+def _a2a(m: ModelSpec, table: HardwareTable, cfg: Configs, va, e_hw, e_ep, tokens, same,
+         eff: Efficiency):
+    """The all-to-all between the sides: bytes each attention GPU and each expert GPU
+    sends and receives per stage, and its time over the slower side's links."""
+    # Dispatch (FP8 or BF16) and BF16 combine per token and distinct expert GPU, as in
+    # _network's decode all-to-all; every expert GPU is remote to the attention side.
+    per_token = m.hidden_size * (np.where(va.wprec >= Precision.FP8, 1.0, 2.0) + ACT_BYTES)
+    hit = _distinct(e_ep, 1.0, m.moe.top_k)
+    att_bytes = va.n_moe * va.t_rank / va.tp * hit * per_token
+    exp_bytes = va.n_moe * tokens * hit / e_ep * per_token
+    cols = table.columns()
+
+    def link(hw):
+        return np.where(same, cols["scale_up_bytes_per_s"][hw] * eff.scale_up,
+                        cols["scale_out_bytes_per_s"][hw] * eff.scale_out)
+
+    return att_bytes, exp_bytes, np.maximum(att_bytes / link(cfg.hardware),
+                                            exp_bytes / link(e_hw))
+
+
+def _hbm(m: ModelSpec, cfg: Configs, va, ke, e_ep, e_prec, att_bytes, exp_bytes):
+    """HBM per GPU of each side: the attention side's weights, its KV and the total;
+    the expert side's weights and the total (activations and one layer's all-to-all
+    buffers, send and receive, on both)."""
+    att_weights = attention_weight_bytes_per_gpu(m, cfg.tp, cfg.precision,
+                                                 cfg.attention_precision)
+    kv = _kv_bytes(va, va.n_seq)
+    n_moe = np.maximum(va.n_moe, 1.0)
+    att_hbm = att_weights + kv + va.t_rank * m.hidden_size * ACT_BYTES * 4.0 + (
+        2.0 * att_bytes / n_moe)  # one layer's all-to-all, send and receive
+    exp_weights = expert_slice_bytes_per_gpu(m, e_ep, e_prec)
+    exp_hbm = exp_weights + ke.exp_act + 2.0 * exp_bytes / n_moe
+    return att_weights, kv, att_hbm, exp_weights, exp_hbm
 
 
 def _broadcast(cost: AFCost) -> AFCost:
