@@ -125,9 +125,22 @@ def check_findings(result: SweepResult, line_bytes: float = HBM_LINE_BYTES) -> l
     """The essay's findings, each judged on our model's frontiers. Nothing is tuned to
     make them hold: this reports agreement and disagreement alike."""
     c = result.columns
-    names = result.hardware_names
     front = c["on_frontier"]
     by_phase = {p: [i for i, w in enumerate(result.workloads) if w.phase == p] for p in Phase}
+    out = _layout_findings(result, by_phase)
+    for finding in (_gb200_finding(result), _energy_finding(c, front, by_phase),
+                    _hbm_finding(c, front, line_bytes)):
+        if finding is not None:
+            out.append(finding)
+    return out
+
+
+def _layout_findings(result: SweepResult, by_phase: dict[Phase, list[int]]) -> list[Finding]:
+    """The findings on the layout of each workload's frontier point that is fastest or
+    yields the most tokens per second per GPU: held when most frontiers agree."""
+    c = result.columns
+    names = result.hardware_names
+    front = c["on_frontier"]
     out: list[Finding] = []
 
     def groups(phase: Phase, only: str | None):
@@ -165,30 +178,49 @@ def check_findings(result: SweepResult, line_bytes: float = HBM_LINE_BYTES) -> l
           lambda i, h: c["pp"][i] == 4 and c["tp"][i] in (2, 4))
     judge("midfill: GB200 lowest TTFT with no PP, TP 4 or 2", Phase.MIDFILL, fastest,
           lambda i, h: c["pp"][i] == 1 and c["tp"][i] in (2, 4), only="gb200")
-    if "gb200" in names:
-        gb = names.index("gb200")
-        combined = c["on_combined_frontier"] & (c["phase"] == Phase.DECODE)
-        if combined.any():
-            share = float(np.mean(c["hardware"][combined] == gb))
-            out.append(Finding("decode: GB200 leads most of the range", share > 0.5,
-                               f"{share:.0%} of the combined decode frontier is GB200"))
+    return out
+
+
+def _gb200_finding(result: SweepResult) -> Finding | None:
+    """Whether GB200 holds most of the combined decode frontier (None without GB200 or
+    without such a frontier)."""
+    c, names = result.columns, result.hardware_names
+    if "gb200" not in names:
+        return None
+    gb = names.index("gb200")
+    combined = c["on_combined_frontier"] & (c["phase"] == Phase.DECODE)
+    if not combined.any():
+        return None
+    share = float(np.mean(c["hardware"][combined] == gb))
+    return Finding("decode: GB200 leads most of the range", share > 0.5,
+                   f"{share:.0%} of the combined decode frontier is GB200")
+
+
+def _energy_finding(c, front, by_phase: dict[Phase, list[int]]) -> Finding | None:
+    """The phases ordered by the cheapest query each one's frontier offers (None unless
+    all three have a frontier)."""
     energy = {}
     for p in Phase:
         rows = front & np.isin(c["workload"], by_phase[p])
         if rows.any():  # the cheapest query each phase's frontier offers
             energy[p] = float(np.min(c["energy_per_query_j"][rows]))
-    if len(energy) == 3:
-        order = sorted(energy, key=energy.get)
-        out.append(Finding(
-            "energy per query: decode highest, midfill lowest",
-            order[0] == Phase.MIDFILL and order[-1] == Phase.DECODE,
-            ", ".join(f"{p.name.lower()} {energy[p]:,.0f} J" for p in order)
-            + " (cheapest frontier query)"))
-    if front.any():
-        share = float(np.mean(c["hbm_bytes_per_gpu"][front] < line_bytes))
-        out.append(Finding("most frontier points under 80 GB HBM per GPU", share > 0.5,
-                           f"{share:.0%} of {int(front.sum())} frontier points"))
-    return out
+    if len(energy) != 3:
+        return None
+    order = sorted(energy, key=energy.get)
+    return Finding(
+        "energy per query: decode highest, midfill lowest",
+        order[0] == Phase.MIDFILL and order[-1] == Phase.DECODE,
+        ", ".join(f"{p.name.lower()} {energy[p]:,.0f} J" for p in order)
+        + " (cheapest frontier query)")
+
+
+def _hbm_finding(c, front, line_bytes: float) -> Finding | None:
+    """Whether most frontier points need less HBM per GPU than `line_bytes`."""
+    if not front.any():
+        return None
+    share = float(np.mean(c["hbm_bytes_per_gpu"][front] < line_bytes))
+    return Finding("most frontier points under 80 GB HBM per GPU", share > 0.5,
+                   f"{share:.0%} of {int(front.sum())} frontier points")
 
 
 def print_worked_example(console=None, result: SweepResult | None = None) -> SweepResult:
