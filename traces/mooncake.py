@@ -66,39 +66,16 @@ def read_mooncake(path: Path, namespace: int, sink: ProblemSink | None = None) -
     seq = 0
     n_sessions = 0
     for lineno, line in iter_lines(path):
-        try:
-            row = _ROW.decode(line)
-        except msgspec.ValidationError as exc:
-            report(sink, TraceError(path, lineno, *msgspec_problem(exc)))
-            continue
-        except msgspec.DecodeError as exc:
-            report(sink, TraceError(path, lineno, "json", str(exc)))
+        row = _decoded(path, lineno, line, sink)
+        if row is None:
             continue
         arrival_s = row.timestamp / 1000.0
         if prev_s is not None and arrival_s < prev_s:
-            report(
-                sink,
-                TraceError(
-                    path,
-                    lineno,
-                    "timestamp",
-                    f"{row.timestamp:g} ms goes back before the previous request",
-                ),
-            )
+            report(sink, TraceError(path, lineno, "timestamp",
+                                    f"{row.timestamp:g} ms goes back before the previous request"))
             continue
-        prev_s = arrival_s
-        blocks_expected = -(-row.input_length // BLOCK_SIZE)
-        if len(row.hash_ids) != blocks_expected:
-            report(
-                sink,
-                TraceError(
-                    path,
-                    lineno,
-                    "hash_ids",
-                    f"expected {blocks_expected} ids for {row.input_length} tokens in "
-                    f"{BLOCK_SIZE}-token blocks, got {len(row.hash_ids)}",
-                ),
-            )
+        prev_s = arrival_s  # a request with the wrong ids still moves the clock on
+        if not _ids_fit(path, lineno, row, sink):
             continue
         # Sessions idle past the window can take no more turns.
         while expiry and expiry[0][0] < arrival_s - FOLLOW_UP_WINDOW_S:
@@ -134,6 +111,28 @@ def read_mooncake(path: Path, namespace: int, sink: ProblemSink | None = None) -
     for session in pending:
         if session.calls:
             yield _session(session, path)
+
+
+def _decoded(path: Path, lineno: int, line: bytes, sink: ProblemSink | None) -> _Row | None:
+    """The request on a line, or None (the problem reported) when it does not decode."""
+    try:
+        return _ROW.decode(line)
+    except msgspec.ValidationError as exc:
+        report(sink, TraceError(path, lineno, *msgspec_problem(exc)))
+    except msgspec.DecodeError as exc:
+        report(sink, TraceError(path, lineno, "json", str(exc)))
+    return None
+
+
+def _ids_fit(path: Path, lineno: int, row: _Row, sink: ProblemSink | None) -> bool:
+    """Whether the request has one hash id per block of its input (reported if not)."""
+    blocks_expected = -(-row.input_length // BLOCK_SIZE)
+    if len(row.hash_ids) == blocks_expected:
+        return True
+    report(sink, TraceError(path, lineno, "hash_ids",
+                            f"expected {blocks_expected} ids for {row.input_length} tokens in "
+                            f"{BLOCK_SIZE}-token blocks, got {len(row.hash_ids)}"))
+    return False
 
 
 def _add_call(session: _Open, row: _Row, full: list[int], arrival_s: float) -> None:
