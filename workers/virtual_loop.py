@@ -286,16 +286,7 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
 
             # Run only what is ready now; callbacks scheduled by these run next time.
             if self._debug:
-                for _ in range(len(ready)):
-                    handle = popleft()
-                    if handle._cancelled:
-                        continue
-                    self.handles_run += 1
-                    self._current_handle = handle
-                    try:
-                        handle._run()
-                    finally:
-                        self._current_handle = None
+                self._run_ready_debug()
             else:
                 for _ in range(len(ready)):
                     handle = popleft()
@@ -314,6 +305,22 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
             handle = None
             if self._stopping:
                 return
+
+    def _run_ready_debug(self) -> None:
+        """A debugging loop's run of what is ready now: each handle through
+        `Handle._run`, the loop's current handle set while it runs, as asyncio's own
+        loop sets it in debug mode."""
+        ready = self._ready
+        for _ in range(len(ready)):
+            handle = ready.popleft()
+            if handle._cancelled:
+                continue
+            self.handles_run += 1
+            self._current_handle = handle
+            try:
+                handle._run()
+            finally:
+                self._current_handle = None
 
     def _callback_failed(self, handle: asyncio.Handle, exc: BaseException) -> None:
         """What `asyncio.Handle._run` does with a callback's exception."""
