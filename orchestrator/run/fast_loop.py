@@ -27,6 +27,14 @@ class PolicyError(RuntimeError):
     """A policy returned something that is not a decision: names the policy."""
 
 
+def checked(decision: object, policy_name: str) -> AdmissionDecision:
+    """``decision`` if it is an `AdmissionDecision`, else PolicyError naming the policy."""
+    if not isinstance(decision, AdmissionDecision):
+        raise PolicyError(f"controller {policy_name!r} returned {type(decision).__name__}"
+                          f", not an AdmissionDecision")
+    return decision
+
+
 class ConservationError(AssertionError):
     """Calls appeared or vanished: the emulator is wrong, not the input."""
 
@@ -79,9 +87,7 @@ class FastLoop:
         super().__init__()
 
     def _apply(self, decision: AdmissionDecision, now_s: float) -> None:
-        if not isinstance(decision, AdmissionDecision):
-            raise PolicyError(f"controller {self.policy.name!r} returned {type(decision).__name__}"
-                              f", not an AdmissionDecision")
+        checked(decision, self.policy.name)
         if decision.decode_target_batch is not None:
             self._apply_target_batch(decision.decode_target_batch)
         if decision.reject_ttft_above_s is not None:

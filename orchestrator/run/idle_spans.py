@@ -16,7 +16,7 @@ import asyncio
 from orchestrator.control.observe import Observation, observation_at
 from orchestrator.control.policies.base import AdmissionDecision
 from orchestrator.control.snapshot import idle_pools, observe
-from orchestrator.run.fast_loop import PolicyError
+from orchestrator.run.fast_loop import checked
 
 
 class _IdleSpan:
@@ -134,10 +134,7 @@ class IdleSpans:
 
     def _apply_idle(self, decision: AdmissionDecision) -> None:
         """A decision on an empty queue: only a decode batch target to apply."""
-        if not isinstance(decision, AdmissionDecision):
-            raise PolicyError(f"controller {self.policy.name!r} returned "
-                              f"{type(decision).__name__}, not an AdmissionDecision")
-        if decision.decode_target_batch is not None:
+        if checked(decision, self.policy.name).decode_target_batch is not None:
             self._apply_target_batch(decision.decode_target_batch)
 
     def _catch_up(self, first_s: float, ticks: int) -> None:
@@ -147,17 +144,14 @@ class IdleSpans:
         skip = getattr(self.policy, "skip_idle", None)
         seen = self.lag.seen_at(first_s)
         decision = skip(seen, first_s, ticks) if skip is not None and seen is not None else None
-        if decision is None:  # tick through: exact, a decide per period
+        if decision is None:  # tick through: exact, a decide per period (ticks >= 1)
             for k in range(ticks):
                 t = first_s + k * period
-                decision = self.policy.decide(self.lag.seen_at(t), t)
+                decision = checked(self.policy.decide(self.lag.seen_at(t), t), self.policy.name)
                 if decision.decode_target_batch is not None:
                     self._apply_target_batch(decision.decode_target_batch)
-        elif decision.decode_target_batch is not None:
+        elif checked(decision, self.policy.name).decode_target_batch is not None:
             self._apply_target_batch(decision.decode_target_batch)
-        if not isinstance(decision, AdmissionDecision):
-            raise PolicyError(f"controller {self.policy.name!r} returned "
-                              f"{type(decision).__name__}, not an AdmissionDecision")
         self.series.repeat_idle(first_s, ticks, decision.reason.value, decision.admit)
         self._decided(decision, first_s, ticks, queue=0, caught_up=True)
         self._notify("on_skip", first_s, first_s + (ticks - 1) * period, ticks)

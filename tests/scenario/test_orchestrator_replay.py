@@ -80,6 +80,32 @@ def test_a_policy_returning_the_wrong_shape_stops_the_run_with_its_name():
         VirtualClock().run(orch.run())
 
 
+class _BrokenLater:
+    """Decides as `retire` does until 200 s, then returns the wrong shape."""
+
+    name = "broken-later"
+
+    def __init__(self, control):
+        self.inner = make_policy("retire", control, 4)
+
+    def decide(self, obs, now_s):
+        return {"admit": 3} if now_s > 200.0 else self.inner.decide(obs, now_s)
+
+
+def test_a_policy_returning_the_wrong_shape_in_a_skipped_idle_span_stops_the_run_too():
+    """The periods an idle span skips are decided one by one for a policy without
+    `skip_idle`: each decision is checked there as well (else AttributeError)."""
+    from orchestrator.run.fast_loop import PolicyError
+    from tests.factories import single_call_sessions
+
+    control = ControlConfig(realloc_enabled=False)
+    sessions = single_call_sessions([0.0, 1000.0], input_tokens=256, output_tokens=64)
+    orch = Orchestrator(small_cluster().bind(LLAMA), sessions, _BrokenLater(control), control,
+                        LoadOptions(), 1)
+    with pytest.raises(PolicyError, match="controller 'broken-later' returned dict"):
+        VirtualClock().run(orch.run())
+
+
 SLOW_LOOP = ControlConfig(realloc_enabled=True, realloc_dwell_s=120.0, realloc_ewma_s=30.0,
                           realloc_threshold=0.3)
 
