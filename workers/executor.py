@@ -103,10 +103,15 @@ class ExecutedFillWorker(FillWorker):
         return self._reset(out)
 
     def _reset(self, reqs: list[Request]) -> list[Request]:
+        """Queued again, from scratch: nothing of their fill stays here (the prefix
+        fetched, the tokens planned, when the prefix is in HBM)."""
+        planned, loaded_at = self.fills.planned, self.fills.loaded_at
         for req in reqs:
             result = self._fetched.pop(req.call_id, None)
             if result is not None:
                 release_fetch(self.store, self.hbm, result)
+            planned.pop(req.call_id, None)
+            loaded_at.pop(req.call_id, None)
             req.state = RequestState.QUEUED
             req.fill_worker = None
             req.prefix_tokens = req.computed_tokens = 0

@@ -106,3 +106,31 @@ def test_a_worker_started_during_the_run_that_fails_reaches_the_loops_exception_
     seen = asyncio.run(main())
     assert [str(c["exception"]) for c in seen] == ["decode-0 broke"]
     assert seen[0]["message"] == "worker decode-0 failed"
+
+
+def test_a_fill_worker_evacuated_mid_step_keeps_nothing_of_its_calls():
+    """Its calls go to other workers: none of its fill bookkeeping (the prefix fetched,
+    the tokens planned, when the prefix is in HBM) stays behind for them."""
+
+    async def main():
+        gate = FirstFillGated()
+        rt = ClusterRuntime(small_cluster().bind(LLAMA), block_tokens=64, executor=gate)
+        rt.start()
+        loop = asyncio.get_running_loop()
+        req = Request(1, "s1", input_tokens=640, output_tokens=20,
+                      block_ids=tuple(range(1, 11)))
+        req.arrival_s = loop.time()
+        rt.submit_fill("prefill-0", req, loop.time())
+        await gate.sent.wait()
+        worker = rt.fill_workers["prefill-0"]
+        planned_before = dict(worker.fills.planned)
+        out = worker.evacuate()
+        fills = worker.fills
+        kept = (dict(fills.planned), dict(fills.loaded_at), dict(fills.fetched))
+        await rt.stop()  # (the step in flight was cancelled with its task)
+        return planned_before, out, kept
+
+    planned_before, out, kept = VirtualClock().run(main())
+    assert planned_before == {1: 640}  # the step in flight had planned the call
+    assert [r.call_id for r in out] == [1] and out[0].state is RequestState.QUEUED
+    assert kept == ({}, {}, {})
