@@ -3,19 +3,20 @@
 ``Draft`` layers a plan's changes over the placement without mutating it, so
 planning stays pure and a plan that turns out not to fit is simply thrown away.
 The hot paths work on runs of blobs: a draft records consecutive changes of one
-kind at one place as one ``Step``, and the striping of a copy (``Stripe``) is
-worked out once per destination and set of holders.
+kind at one place as one ``Step`` (a copy's sources striped over its holders as
+``storage.stripes`` works them out). ``StepLog`` records steps the same way for a
+plan that needs no view of its own changes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
-from itertools import repeat
 
 from storage.blobs import BlobId, BlobIndex
 from storage.placement import Placement
-from storage.plans import Source, Step, StepKind
-from storage.tiers import Location, StoreLayout
+from storage.plans import Step, StepKind
+from storage.stripes import Stripe, add_sent, sources_of
+from storage.tiers import Location
 
 _NONE: frozenset[Location] = frozenset()
 _new = tuple.__new__
@@ -39,105 +40,6 @@ class _Run:
         # `Step.__new__` checks.
         return _new(Step, (self.kind, tuple(self.blob_ids), self.location,
                            sources_of(self.sent_bytes), self.kv_bytes, sum(self.times_s)))
-
-
-class _Shares(dict):
-    """A holder's share of copies by size (`kv_bytes * rate // total_rate`, whole bytes),
-    worked out on first use: a chain's blobs are fetched call after call from the same
-    holders, and sizes recur (one entry per distinct blob size)."""
-
-    __slots__ = ("rate", "total_rate")
-
-    def __init__(self, rate: float, total_rate: float) -> None:
-        super().__init__()
-        self.rate = rate
-        self.total_rate = total_rate
-
-    def __missing__(self, kv_bytes: int) -> int:
-        share = self[kv_bytes] = int(kv_bytes * self.rate // self.total_rate)
-        return share
-
-
-class Stripe:
-    """How a copy to a destination from a set of holders is shared out: worked out
-    once for a run of blobs with the same holders (`Stripe.to`)."""
-
-    __slots__ = ("_shares", "holders", "rate", "rates", "total_rate")
-
-    def __init__(self, holders: tuple, rates: list[float], rate: float) -> None:
-        self.holders = holders
-        self.rates = rates
-        self.total_rate = sum(rates)
-        self.rate = rate
-        self._shares = [_Shares(r, self.total_rate) for r in rates[1:]]
-
-    @classmethod
-    def to(cls, layout: StoreLayout, dst: Location, held: Collection[Location]) -> Stripe:
-        """The striping of a copy to ``dst`` from ``held`` (``dst`` itself sends nothing)."""
-        # Each holder sends a share proportional to its path bandwidth; the
-        # aggregate is capped by what the destination can write.
-        holders = tuple(sorted(loc for loc in held if loc != dst))
-        rates = [layout.path_bytes_per_s(src, dst) for src in holders]
-        return cls(holders, rates, min(sum(rates), layout.spec(dst).write_bytes_per_s))
-
-    def sent_bytes(self, kv_bytes: Collection[int]) -> list[int]:
-        """What each holder sends, in `holders` order, for copies of these sizes: of
-        each copy every holder but the first sends its share of the rate rounded down
-        (`kv_bytes * rate // total_rate`), the first the rest. Summed over the copies
-        holder by holder in C: shares are whole bytes, so the sums are exact."""
-        total = sum(kv_bytes)
-        if not self._shares:
-            return [total]
-        out = [0]
-        for shares in self._shares:
-            out.append(sum(map(shares.__getitem__, kv_bytes)))
-        out[0] = total - sum(out)
-        return out
-
-
-def sources_of(sent: dict[Location, int]) -> tuple[Source, ...]:
-    """A step's sources from what each holder sends over it: by holder, those that
-    send bytes."""
-    if not sent:  # a drop or a place: nothing moves
-        return ()
-    if len(sent) == 1:
-        ((loc, n),) = sent.items()
-        return (_new(Source, (loc, n)),) if n else ()
-    items = sorted(sent.items())
-    if 0 in sent.values():
-        items = [item for item in items if item[1]]
-    return tuple(map(_new, repeat(Source), items))
-
-
-def add_sent(sent: dict[Location, int], kv_bytes: Sequence[int],
-             stripes: Sequence[Stripe]) -> None:
-    """Add to ``sent`` (bytes by holder) what each holder sends for copies of these sizes
-    striped as ``stripes`` says (one per copy)."""
-    # A chain's blobs have a few holder sets between them (often one): add up what
-    # each stripe's holders send for its blobs, in C.
-    if not stripes:
-        return
-    if stripes.count(stripes[0]) == len(stripes):
-        groups = {stripes[0]: kv_bytes}
-    else:
-        # The sets alternate along a chain, nearly blob by blob (turns written on two
-        # nodes): one pass puts each size in its stripe's list.
-        groups = {}
-        get = groups.get
-        for stripe, kv in zip(stripes, kv_bytes, strict=True):
-            mine = get(stripe)
-            if mine is None:
-                groups[stripe] = [kv]
-            else:
-                mine.append(kv)
-    for stripe, mine in groups.items():
-        holders = stripe.holders
-        if len(holders) == 1:  # (one holder sends it all: `sent_bytes` is the sum)
-            loc = holders[0]
-            sent[loc] = sent.get(loc, 0) + sum(mine)
-            continue
-        for loc, n in zip(holders, stripe.sent_bytes(mine), strict=True):
-            sent[loc] = sent.get(loc, 0) + n
 
 
 def _joined_run(runs: list[_Run], kind: StepKind, location: Location) -> _Run:

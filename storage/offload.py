@@ -15,9 +15,10 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from storage.blobs import BlobId
-from storage.draft import StepLog, Stripe
+from storage.draft import StepLog
 from storage.placement import Placement
 from storage.plans import Source, Step, StepKind
+from storage.stripes import Stripe
 from storage.tiers import Location
 
 _new = tuple.__new__  # (steps built with every field in order, as the store builds them)

@@ -16,7 +16,7 @@ from storage.blobs import BlobId
 from storage.tiers import Location, StoreLayout, Tier
 
 if TYPE_CHECKING:
-    from storage.draft import Stripe
+    from storage.stripes import Stripe
 
 _UNKNOWN = frozenset(("unknown",))  # not yet worked out (None is a real answer: no copy left)
 

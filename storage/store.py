@@ -27,7 +27,7 @@ from storage.counters import (
     miss_tokens,
     served_hits,
 )
-from storage.draft import Draft, Stripe, add_sent, sources_of
+from storage.draft import Draft
 from storage.holds import Holds
 from storage.offload import direct_offload
 from storage.placement import Placement
@@ -40,6 +40,7 @@ from storage.plans import (
     StepKind,
     TransferPlan,
 )
+from storage.stripes import Stripe, add_sent, sources_of
 from storage.tiers import Location, StoreLayout, Tier
 
 _rate = attrgetter("rate")

@@ -5,7 +5,7 @@ first the rest), as whole bytes."""
 from hypothesis import given
 from hypothesis import strategies as st
 
-from storage.draft import Stripe
+from storage.stripes import Stripe
 
 
 def _one_by_one(rates: list[float], sizes: list[int]) -> list[int]:
