@@ -1,21 +1,23 @@
-"""An offload's steps built straight from the committed placement, without a draft.
+"""An offload's steps: what leaves a place between turns, and how.
 
 Between turns a session's copies leave HBM (`BlobStore.plan_offload`): a copy that also
-exists in a slower tier is dropped, any other moves one tier down. When each copy moved
-down finds room there as committed, or once least recently used copies there are dropped
-or moved a tier further down, the steps are the ones a `storage.draft.Draft` would
-record, in the same order with the same sums; they are built here without one (a draft
-keeps a view of its own changes that such a plan never reads). Anything else returns
-None and the store's draft decides. The store's state machine test compares the two on
-every offload it makes.
+exists in a slower tier is dropped, any other moves one tier down. The leading plain
+drops are found in C (`leading_drops`). When each copy moved down finds room there as
+committed, or once least recently used copies there are dropped or moved a tier further
+down, the steps are the ones a `storage.draft.Draft` would record, in the same order
+with the same sums; they are built without one (`direct_offload`: a draft keeps a view
+of its own changes that such a plan never reads). Anything else is walked on a draft
+(`offload_on_draft`). The store's state machine test compares the two on every offload
+it makes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from itertools import filterfalse
 
 from storage.blobs import BlobId
-from storage.draft import StepLog
+from storage.draft import Draft, StepLog
 from storage.placement import Placement
 from storage.plans import Source, Step, StepKind
 from storage.stripes import Stripe
@@ -24,14 +26,74 @@ from storage.tiers import Location
 _new = tuple.__new__  # (steps built with every field in order, as the store builds them)
 
 
+def leading_drops(placement: Placement, pins: dict[BlobId, int], ids: tuple[BlobId, ...],
+                  src: Location) -> tuple[list[BlobId], Sequence[BlobId]]:
+    """The plain drops that lead an offload of ``ids`` (in increasing order) from ``src``:
+    the copies there, not pinned (``pins``: the pins at ``src``), up to the first whose
+    blob has no copy slower than ``src``; and the ids from that copy on (to walk)."""
+    # The leading blobs that also have a slower copy are plain drops (pinned ones and
+    # those not here are passed over): found in C.
+    slowest = placement.slowest_tier
+    present = list(filter(placement.at[src].__contains__, ids))
+    if pins:
+        present = list(filterfalse(pins.__contains__, present))
+    # A chain's blobs share a few holder sets: the lead ends at the first blob
+    # whose set has no copy slower than src.
+    helds = list(map(placement.copies.__getitem__, present))
+    if helds and slowest[helds[0]] <= src.tier:  # (a chain just written: the first)
+        lead = 0
+    else:
+        lead = min((helds.index(held) for held in set(helds) if slowest[held] <= src.tier),
+                   default=len(present))
+    return present[:lead], (ids[ids.index(present[lead]):] if lead < len(present) else ())
+
+
+def offload_on_draft(draft: Draft, pins: dict[BlobId, int], ids: Sequence[BlobId],
+                     drops: list[BlobId], src: Location, protect: Collection[BlobId]) -> bool:
+    """Record on ``draft`` an offload from ``src`` that drops ``drops`` and then walks
+    ``ids`` (``pins``: the pins at ``src``): plain drops gathered into runs, a copy with
+    no slower copy moved one tier down (making room there) or, when it cannot move and
+    no live session references it, dropped. False when a referenced last copy cannot
+    move down (the offload does not fit)."""
+    placement = draft.placement
+    here = placement.at[src]
+    copies = placement.copies
+    slowest = placement.slowest_tier
+    # Plain drops are gathered into one run; anything else records them first, so the
+    # steps keep the order a blob-by-blob walk would give them. Until the first change
+    # the draft's view is the committed placement, read directly.
+    for blob_id in ids:
+        if draft.pristine:
+            if blob_id not in here or blob_id in pins:
+                continue
+            if slowest[copies[blob_id]] > src.tier:  # a slower copy exists
+                drops.append(blob_id)
+                continue
+        else:
+            if not draft.has(blob_id, src) or draft.pinned(blob_id, src):
+                continue
+            held = draft.holder_set(blob_id)
+            if len(held) > 1 and max(held).tier > src.tier:  # a slower copy exists
+                drops.append(blob_id)
+                continue
+        draft.drop_run(drops, src)
+        drops.clear()
+        if not draft.demote(blob_id, src, protect):
+            if draft.referenced(blob_id) and len(draft.holder_set(blob_id)) == 1:
+                return False
+            draft.drop(blob_id, src)
+    draft.drop_run(drops, src)
+    return True
+
+
 def direct_offload(placement: Placement, sizes: list[int],
                    pins: dict[Location, dict[BlobId, int]], ids: Sequence[BlobId],
                    drops: list[BlobId], src: Location, protect: Collection[BlobId]
                    ) -> tuple[tuple[Step, ...], float] | None:
     """The steps and time of an offload that drops ``drops`` and then walks ``ids``,
     when each copy it demotes (one with no slower copy) finds room one tier down as
-    committed, or once least recently used copies there are dropped or moved a tier
-    further down (`_evicting_offload`): the steps a draft would record, built
+    committed (`_roomy_offload`), or once least recently used copies there are dropped
+    or moved a tier further down (`_evicting_offload`): the steps a draft would record, built
     without one. None otherwise (the draft decides then)."""
     here = placement.at[src]
     copies = placement.copies
@@ -63,6 +125,16 @@ def direct_offload(placement: Placement, sizes: list[int],
             < sum(map(sizes.__getitem__, demoted))):
         return _evicting_offload(placement, sizes, pins, before, demoted, pending, src,
                                  lower, protect)
+    return _roomy_offload(placement, sizes, before, demoted, pending, src, lower)
+
+
+def _roomy_offload(placement: Placement, sizes: list[int], before: list[list[BlobId]],
+                   demoted: list[BlobId], after: list[BlobId], src: Location,
+                   lower: Location) -> tuple[tuple[Step, ...], float]:
+    """`direct_offload`'s steps when ``lower`` has room as committed for the copies it
+    demotes: the drops before each demoted copy (``before``; ``after``: those after the
+    last), its copy down, then its drop with the plain drops up to the next."""
+    copies = placement.copies
     known = placement.stripes.setdefault(lower, {})
     steps: list[Step] = []
     if before[0]:
@@ -71,7 +143,7 @@ def direct_offload(placement: Placement, sizes: list[int],
     times_s = []
     # Each demotion copies one tier down, then drops the copy here along with the
     # plain drops up to the next demotion (one run of drops).
-    for blob_id, after in zip(demoted, (*before[1:], pending), strict=True):
+    for blob_id, drops in zip(demoted, (*before[1:], after), strict=True):
         kv_bytes = sizes[blob_id]
         held = copies[blob_id]
         stripe = known.get(held)
@@ -88,17 +160,18 @@ def direct_offload(placement: Placement, sizes: list[int],
                             if n)
         steps.append(_new(Step, (StepKind.COPY, (blob_id,), lower, sources, kv_bytes,
                                  time_s)))
-        dropped = (blob_id, *after)
+        dropped = (blob_id, *drops)
         steps.append(_new(Step, (StepKind.DROP, dropped, src, (),
                                  sum(map(sizes.__getitem__, dropped)), 0)))
     return tuple(steps), sum(times_s)
+
 
 def _evicting_offload(placement: Placement, sizes: list[int],
                       pins: dict[Location, dict[BlobId, int]], before: list[list[BlobId]],
                       demoted: list[BlobId], after: list[BlobId], src: Location,
                       lower: Location, protect: Collection[BlobId]
                       ) -> tuple[tuple[Step, ...], float] | None:
-    """`_plain_offload`'s steps when ``lower`` must make room for the copies it
+    """`direct_offload`'s steps when ``lower`` must make room for the copies it
     demotes: as a draft's `make_room` would, least recently used first (pinned and
     ``protect``ed copies stay), a copy held elsewhere too is dropped and any other
     moved a tier down, where there is room as committed. None when that does not
@@ -145,6 +218,7 @@ def _evicting_offload(placement: Placement, sizes: list[int],
         log.copy(blob_id, kv_bytes, lower, _stripe(placement, lower, copies[blob_id]))
         log.drop((blob_id, *drops), sum(map(sizes_of, (blob_id, *drops))), src)
     return log.steps, sum(log.times_s)
+
 
 def _stripe(placement: Placement, dst: Location, held: frozenset[Location]) -> Stripe:
     """The striping of a copy to ``dst`` from the holders ``held``."""

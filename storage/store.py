@@ -29,7 +29,7 @@ from storage.counters import (
 )
 from storage.draft import Draft
 from storage.holds import Holds
-from storage.offload import direct_offload
+from storage.offload import direct_offload, leading_drops, offload_on_draft
 from storage.placement import Placement
 from storage.plans import (
     _NO_TOKENS,
@@ -313,58 +313,18 @@ class BlobStore(Holds):
         one tier down. Pinned copies stay.
         """
         self._check(src, now_s)
-        ids = chain = _sorted_ids(blob_ids)
-        protect = ids  # (make_room makes a set of them only when it must evict)
-        # Plain drops are gathered into one run; anything else records them first,
-        # so the steps keep the order a blob-by-blob walk would give them. Until
-        # then there is no draft: the committed placement is read directly.
-        here = self.placement.at[src]
-        copies = self.placement.copies
+        chain = _sorted_ids(blob_ids)  # (also what make_room protects, when it must evict)
         pins = self._pins.get(src, {})
-        slowest = self.placement.slowest_tier
-        # The leading blobs that also have a slower copy are plain drops (pinned ones and
-        # those not here are passed over): found in C.
-        present = list(filter(here.__contains__, ids))
-        if pins:
-            present = list(filterfalse(pins.__contains__, present))
-        # A chain's blobs share a few holder sets: the lead ends at the first blob
-        # whose set has no copy slower than src.
-        helds = list(map(copies.__getitem__, present))
-        if helds and slowest[helds[0]] <= src.tier:  # (a chain just written: the first)
-            lead = 0
-        else:
-            lead = min((helds.index(held) for held in set(helds) if slowest[held] <= src.tier),
-                       default=len(present))
-        drops: list[BlobId] = present[:lead]
-        ids = ids[ids.index(present[lead]):] if lead < len(present) else ()
-        plain = self._plain_offload(ids, drops, src, protect)
+        drops, ids = leading_drops(self.placement, pins, chain, src)
+        plain = self._plain_offload(ids, drops, src, chain)
         if plain is not None:
             steps, time_s = plain
             return _new(TransferPlan, (
                 Purpose.OFFLOAD, src, now_s, self.version, True, None, steps, time_s, None,
                 0, 0, 0, 0.0, 0.0, chain, (), _NO_TOKENS, _NO_TOKENS, 0))
         draft = self._draft(src, now_s)
-        for blob_id in ids:
-            if draft.pristine:
-                if blob_id not in here or blob_id in pins:
-                    continue
-                if slowest[copies[blob_id]] > src.tier:  # a slower copy exists
-                    drops.append(blob_id)
-                    continue
-            else:
-                if not draft.has(blob_id, src) or self.pinned(blob_id, src):
-                    continue
-                held = draft.holder_set(blob_id)
-                if len(held) > 1 and max(held).tier > src.tier:  # a slower copy exists
-                    drops.append(blob_id)
-                    continue
-            draft.drop_run(drops, src)
-            drops.clear()
-            if not draft.demote(blob_id, src, protect):
-                if self.referenced(blob_id) and len(draft.holder_set(blob_id)) == 1:
-                    return self._no_fit(Purpose.OFFLOAD, src, now_s, NoFit.NO_ROOM_BELOW)
-                draft.drop(blob_id, src)
-        draft.drop_run(drops, src)
+        if not offload_on_draft(draft, pins, ids, drops, src, chain):
+            return self._no_fit(Purpose.OFFLOAD, src, now_s, NoFit.NO_ROOM_BELOW)
         return self._plan(draft, Purpose.OFFLOAD, src, chain=chain)
 
     def _plain_offload(self, ids: Sequence[BlobId], drops: list[BlobId], src: Location,
