@@ -60,6 +60,46 @@ def _sorted_ids(blob_ids: Iterable[BlobId]) -> tuple[BlobId, ...]:
     return tuple(sorted(set(blob_ids)))
 
 
+def _recompute_steps(ids: list[BlobId], dst: Location, missing_bytes: int,
+                     draft: Draft | None) -> tuple[tuple[Step, ...], float]:
+    """The steps and time of a fetch that recomputes the missing blobs ``ids`` at
+    ``dst``: the draft's evictions, if any, then one place. The worker charges the
+    compute (it batches the recomputed tokens as prefill); the time is the transfer
+    time of the evictions."""
+    if draft is None:
+        return (_new(Step, (StepKind.PLACE, tuple(ids), dst, (), missing_bytes, 0)),), 0
+    draft.place_run(ids, dst, missing_bytes)
+    return draft.steps, draft.time_s
+
+
+def _load_steps(ids: list[BlobId], sizes: list[int], missing_bytes: int, dst: Location,
+                stripes: list[Stripe], times_s: list[float], load_time_s: float,
+                draft: Draft | None) -> tuple[tuple[Step, ...], float, dict[Tier, int]]:
+    """The steps, time and bytes sent by tier of a fetch that loads the missing blobs
+    ``ids`` (``sizes``, ``missing_bytes`` in all) to ``dst``, each striped as ``stripes``
+    says and taking ``times_s`` (``load_time_s`` in all): the draft's evictions, if any,
+    then one copy."""
+    sent: dict[Tier, int] = {}  # the load's bytes by the sending holder's tier
+    if draft is None:
+        sent_by: dict[Location, int] = {}
+        add_sent(sent_by, sizes, stripes)
+        sources = sources_of(sent_by)
+        # (A draft adds the copies' times up in the same order: load_time_s.)
+        steps = (_new(Step, (StepKind.COPY, tuple(ids), dst, sources, missing_bytes,
+                             load_time_s)),)
+        for loc, n in sources:
+            sent[loc.tier] = sent.get(loc.tier, 0) + n
+        return steps, load_time_s, sent
+    draft.copy_run(ids, sizes, dst, stripes, times_s)
+    steps = draft.steps
+    for step in steps:
+        if step.kind is StepKind.COPY and step.location == dst:  # not evictions
+            for source in step.sources:
+                tier = source.location.tier
+                sent[tier] = sent.get(tier, 0) + source.kv_bytes
+    return steps, draft.time_s, sent
+
+
 class BlobStore(Holds):
     # A fetch of which nothing is cached builds its plan without the lookup's walk of
     # the tiers (the state machine in tests/ shuts this to compare the two).
@@ -163,34 +203,15 @@ class BlobStore(Holds):
         proportion to the bytes each sent (``served_hits``).
         """
         self._check(dst, now_s)
-        index = self.index
-        match = index.match(block_ids)
+        match, ids, helds = self._fetch_lookup(block_ids, dst)
         chain = match.blob_ids
-        placement = self.placement
-        at_dst = placement.at[dst]
-        helds = None
-        if chain and at_dst.keys().isdisjoint(chain):  # (the common case: all of it is missing)
-            # The holder sets, which also say that every blob has a copy left (a blob's
-            # entry goes with its last copy; a holder set is never empty).
-            helds = list(map(placement.copies.get, chain))
-            if not all(helds):
-                helds = None
-        if helds is None:
-            match = self._reachable(match)
-            chain = match.blob_ids
+        index = self.index
         requested = len(block_ids) * index.block_tokens
         if not chain and self._miss_directly:  # nothing cached: no hits, all misses
             return _new(TransferPlan, (
                 Purpose.FETCH, dst, now_s, self.version, True, None, (), 0, FetchAction.MISS,
                 requested, 0, 0, 0.0, 0.0, chain, (), {}, dict.fromkeys(_TIERS, requested), 0))
-        if helds is not None:
-            ids = list(chain)
-        elif at_dst.keys().isdisjoint(chain):
-            ids = list(chain)
-            helds = list(map(placement.copies.__getitem__, ids))
-        else:
-            ids = list(filterfalse(at_dst.__contains__, chain))
-        hits, local = lookup_tokens(match, dst, placement, index.block_tokens, helds)
+        hits, local = lookup_tokens(match, dst, self.placement, index.block_tokens, helds)
         unmatched = requested - match.matched_tokens
         if not ids:
             misses = miss_tokens(hits, unmatched)
@@ -200,74 +221,77 @@ class BlobStore(Holds):
                 match.matched_tokens, 0, 0.0, 0.0, chain, (), hits, misses, local))
         sizes = list(map(index.sizes.__getitem__, ids))
         missing_bytes = sum(sizes)
-        # Room as committed (the common case): the steps are built here, without a draft.
+        # Room as committed (the common case): the steps are built without a draft.
         draft = None if self._has_room(dst, missing_bytes) else self._draft(dst, now_s)
         if draft is not None and not draft.make_room(dst, missing_bytes, chain):
             return self._no_fit(Purpose.FETCH, dst, now_s, NoFit.NO_ROOM,
                                 requested_tokens=requested, local_tokens=local,
                                 prefix_tokens=match.matched_tokens, chain=chain,
                                 hit_tokens=hits, miss_tokens=miss_tokens(hits, unmatched))
-        stripes = (self._known_stripes(ids, dst, helds) if draft is None or draft.pristine
-                   else None)
-        if stripes is None:
-            stripes = (draft or self._draft(dst, now_s)).stripes(ids, dst)
+        stripes = self._fetch_stripes(ids, dst, now_s, helds, draft)
         times_s = list(map(truediv, sizes, map(_rate, stripes)))
         load_time_s = sum(times_s)
         # Exact: every blob holds its tokens x kv_bytes_per_token bytes.
         missing_tokens = missing_bytes // index.kv_bytes_per_token
         recompute_time_s = math.inf if recompute_s is None else recompute_s(missing_tokens)
         if recompute_time_s < load_time_s:
-            # The worker charges the compute (it batches recompute_tokens as
-            # prefill); time_s stays the transfer time of the evictions.
-            if draft is None:
-                steps: tuple[Step, ...] = (_new(Step, (StepKind.PLACE, tuple(ids), dst, (),
-                                                       missing_bytes, 0)),)
-                time_s = 0
-            else:
-                draft.place_run(ids, dst, missing_bytes)
-                steps, time_s = draft.steps, draft.time_s
+            steps, time_s = _recompute_steps(ids, dst, missing_bytes, draft)
             return TransferPlan(Purpose.FETCH, dst, now_s, self.version, True, None, steps,
                                 time_s, FetchAction.RECOMPUTE, requested,
                                 match.matched_tokens, missing_tokens, load_time_s,
                                 recompute_time_s, chain, hit_tokens=hits,
                                 miss_tokens=miss_tokens(hits, unmatched), local_tokens=local)
-        sent: dict[Tier, int] = {}  # the load's bytes by the sending holder's tier
-        if draft is None:
-            sent_by: dict[Location, int] = {}
-            add_sent(sent_by, sizes, stripes)
-            sources = sources_of(sent_by)
-            # (A draft adds the copies' times up in the same order: load_time_s.)
-            time_s = load_time_s
-            steps = (_new(Step, (StepKind.COPY, tuple(ids), dst, sources, missing_bytes,
-                                 time_s)),)
-            for loc, n in sources:
-                sent[loc.tier] = sent.get(loc.tier, 0) + n
-        else:
-            draft.copy_run(ids, sizes, dst, stripes, times_s)
-            steps, time_s = draft.steps, draft.time_s
-            for step in steps:
-                if step.kind is StepKind.COPY and step.location == dst:  # not evictions
-                    for source in step.sources:
-                        tier = source.location.tier
-                        sent[tier] = sent.get(tier, 0) + source.kv_bytes
+        steps, time_s, sent = _load_steps(ids, sizes, missing_bytes, dst, stripes, times_s,
+                                          load_time_s, draft)
         served = served_hits(hits, local, dst.tier, sent)
         return _new(TransferPlan, (
             Purpose.FETCH, dst, now_s, self.version, True, None, steps, time_s,
             FetchAction.LOAD, requested, match.matched_tokens, 0, load_time_s,
             recompute_time_s, chain, (), served, miss_tokens(served, unmatched), local))
 
-    def _known_stripes(self, ids: list[BlobId], dst: Location,
-                       helds: list[frozenset[Location]] | None = None) -> list[Stripe] | None:
-        """The striping of a copy of each blob to ``dst`` when every one was worked out
-        before (a chain's blobs have a few holder sets between them), else None.
-        ``helds``: the blobs' holder sets, when known."""
-        known = self.placement.stripes.get(dst)
-        if known is None:
-            return None
-        if helds is None:
-            helds = list(map(self.placement.copies.__getitem__, ids))
-        stripes = list(map(known.get, helds))
-        return stripes if all(stripes) else None  # (a stripe is never false)
+    def _fetch_lookup(self, block_ids: Sequence[int], dst: Location
+                      ) -> tuple[PrefixMatch, list[BlobId], list[frozenset[Location]] | None]:
+        """A fetch's lookup: the longest cached prefix of ``block_ids`` whose blobs all
+        still have a copy, the blobs of it ``dst`` lacks, and their holder sets when
+        ``dst`` holds none of the prefix (else None)."""
+        match = self.index.match(block_ids)
+        chain = match.blob_ids
+        if not chain:  # nothing cached
+            return match, [], []
+        placement = self.placement
+        at_dst = placement.at[dst]
+        helds = None
+        if at_dst.keys().isdisjoint(chain):  # (the common case: all of it is missing)
+            # The holder sets, which also say that every blob has a copy left (a blob's
+            # entry goes with its last copy; a holder set is never empty).
+            helds = list(map(placement.copies.get, chain))
+            if not all(helds):
+                helds = None
+        if helds is not None:
+            return match, list(chain), helds
+        match = self._reachable(match)
+        chain = match.blob_ids
+        if at_dst.keys().isdisjoint(chain):
+            ids = list(chain)
+            return match, ids, list(map(placement.copies.__getitem__, ids))
+        return match, list(filterfalse(at_dst.__contains__, chain)), None
+
+    def _fetch_stripes(self, ids: list[BlobId], dst: Location, now_s: float,
+                       helds: list[frozenset[Location]] | None, draft: Draft | None
+                       ) -> list[Stripe]:
+        """The striping of a copy of each blob to ``dst``: the ones the placement keeps
+        when every one was worked out before (a chain's blobs have a few holder sets
+        between them) and the draft, if any, has changed nothing; else the draft's (one
+        made for it if need be). ``helds``: the blobs' holder sets, when known."""
+        if draft is None or draft.pristine:
+            known = self.placement.stripes.get(dst)
+            if known is not None:
+                if helds is None:
+                    helds = list(map(self.placement.copies.__getitem__, ids))
+                stripes = list(map(known.get, helds))
+                if all(stripes):  # (a stripe is never false)
+                    return stripes
+        return (draft or self._draft(dst, now_s)).stripes(ids, dst)
 
     def plan_write(
         self,
