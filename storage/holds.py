@@ -20,8 +20,8 @@ from storage.tiers import Location
 
 
 class Holds:
-    """Session references and pins, a base of `BlobStore` (which owns the index, the
-    placement and the version these read and bump)."""
+    """Session references and pins, a base of `BlobStore` (through `storage.commit.Commit`;
+    the store owns the index, the placement and the version these read and bump)."""
 
     index: BlobIndex
     placement: Placement

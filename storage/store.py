@@ -1,9 +1,9 @@
 """The blob store: pure placement decisions over immutable KV blobs.
 
 Plans are computed without side effects (``plan_*``) and committed with
-``apply``, which checks the invariants: capacity is never exceeded and the
-last copy of a blob a live session references is never dropped. Time is
-passed in as ``now_s``; nothing here reads a clock.
+``apply`` (``storage.commit``), which checks the invariants: capacity is never
+exceeded and the last copy of a blob a live session references is never
+dropped. Time is passed in as ``now_s``; nothing here reads a clock.
 
 Typical worker use::
 
@@ -20,6 +20,7 @@ from itertools import filterfalse, islice
 from operator import attrgetter, lt, truediv
 
 from storage.blobs import BlobId, BlobIndex, PrefixMatch
+from storage.commit import Commit
 from storage.counters import (
     CounterSnapshot,
     StoreCounters,
@@ -28,7 +29,6 @@ from storage.counters import (
     served_hits,
 )
 from storage.draft import Draft
-from storage.holds import Holds
 from storage.offload import direct_offload, leading_drops, offload_on_draft
 from storage.placement import Placement
 from storage.plans import (
@@ -100,7 +100,7 @@ def _load_steps(ids: list[BlobId], sizes: list[int], missing_bytes: int, dst: Lo
     return steps, draft.time_s, sent
 
 
-class BlobStore(Holds):
+class BlobStore(Commit):
     # A fetch of which nothing is cached builds its plan without the lookup's walk of
     # the tiers (the state machine in tests/ shuts this to compare the two).
     _miss_directly = True
@@ -111,7 +111,7 @@ class BlobStore(Holds):
         self.placement = Placement(layout)
         self.counters = StoreCounters()
         self.version = 0  # bumped by every mutation; a plan applies to its version only
-        Holds.__init__(self)  # session references and pins
+        super().__init__()  # session references and pins (`Holds`, a base of `Commit`)
         # Told of every plan applied, once committed; what it returns, `apply` returns (the
         # workers' links shell starts the plan's copies on the cluster's links there).
         self.on_apply: Callable[[TransferPlan], object] | None = None
@@ -377,62 +377,3 @@ class BlobStore(Holds):
         for blob_id in ids:
             draft.copy(blob_id, dst)
         return self._plan(draft, Purpose.PROMOTE, dst, chain=ids)
-
-    # -- commit -----------------------------------------------------------
-    def apply(self, plan: TransferPlan) -> object:
-        """Commit a plan made against the current version of the store. Returns what
-        `on_apply(plan)` returns (None without it)."""
-        # (Its fields unpacked at once: a named tuple's fields are read one lookup each.)
-        (purpose, location, now_s, base_version, fits, _, steps, _, _, requested, _,
-         recomputed, _, _, chain, new_blobs, hits, misses, local) = plan
-        if not fits:
-            raise ValueError(f"cannot apply a {purpose.value} plan that does not fit")
-        if base_version != self.version:
-            raise ValueError(
-                f"stale {purpose.value} plan: made at version {base_version}, "
-                f"store is at {self.version}"
-            )
-        for blob in new_blobs:
-            self.index.register(blob)
-        placement = self.placement
-        counters = self.counters
-        dropped_here = 0  # copies dropped at the plan's own place
-        for kind, blob_ids, place, sources, kv_bytes, _ in steps:  # (~9 steps a dev call)
-            if kind is StepKind.DROP:
-                if place == location:
-                    dropped_here += len(blob_ids)
-                pins = self._pins.get(place)
-                for blob_id in filter(pins.__contains__, blob_ids) if pins else ():
-                    raise ValueError(f"plan drops pinned blob {blob_id} at {place}")
-                for blob_id in placement.remove_run(blob_ids, place, kv_bytes):  # last copies
-                    if self.referenced(blob_id):
-                        raise AssertionError(f"plan dropped the last copy of live blob {blob_id}")
-                counters.dropped_blobs += len(blob_ids)
-                continue
-            # Bytes at a place only grow along a run, so one check covers every blob.
-            placement.add_run(blob_ids, place, kv_bytes, now_s)
-            if placement.used_bytes[place] > placement.capacity_bytes[place]:
-                raise AssertionError(f"plan overfills {place}")
-            for source in sources:
-                counters.moved_bytes[(source.location.tier, place.tier)] += source.kv_bytes
-        last = steps[-1] if steps else None
-        if chain and not (last is not None and last.kind is not StepKind.DROP
-                and last.location == location and last.blob_ids[-len(chain):] == chain) and not (
-                purpose is Purpose.OFFLOAD and dropped_here == len(chain)):
-            # (When the last step added the whole chain there, in order, just now, it is
-            # already the most recently used, in chain order: touching it changes nothing.
-            # An offload drops only copies of its chain at its place, each once: when it
-            # dropped as many as the chain holds, none is left there to touch.)
-            placement.touch_run(chain, location, now_s)
-        if purpose is Purpose.FETCH:
-            totals = counters.hit_tokens
-            for tier, n in hits.items():  # Counter.update, without its type checks
-                totals[tier] += n
-            totals = counters.miss_tokens
-            for tier, n in misses.items():
-                totals[tier] += n
-            counters.requested_tokens += requested
-            counters.recomputed_tokens += recomputed
-            counters.local_hit_tokens += local
-        self.version += 1
-        return None if self.on_apply is None else self.on_apply(plan)
