@@ -23,3 +23,20 @@ def test_console_entry_runs_as_module():
         [sys.executable, "-m", "orchestrator.cli", "--help"], capture_output=True, text=True
     )
     assert out.returncode == 0 and "tokenfactory" in out.stdout
+
+
+def test_controller_help_names_every_registered_controller(capsys):
+    # `--controller` takes any registered name (the built-ins: pyproject.toml's
+    # tokenfactory.controllers) or module:Class; its help must not leave one out.
+    from importlib.metadata import entry_points
+
+    names = [ep.name for ep in entry_points(group="tokenfactory.controllers")]
+    assert {"retire", "buffered", "predictive", "local"} <= set(names)
+    for command in ("replay", "serve"):
+        try:
+            main([command, "--help"])
+        except SystemExit as exc:
+            assert exc.code == 0
+        text = " ".join(capsys.readouterr().out.split())
+        entry = text.rsplit("--controller CONTROLLER", 1)[1][:200]  # the option's entry
+        assert all(name in entry for name in names) and "module:Class" in entry
