@@ -60,6 +60,15 @@ def out_dir_or_fail(out: str | None) -> Path | None:
     return Path(out)
 
 
+def run_label(settings: RunSettings, prefix: str = "") -> str:
+    """The run's `run` label (metrics, summary, trace events): `<controller>-seed<seed>`;
+    a compare run named other than by its controller (`--clusters`, `--kv-policies`: its
+    files' prefix) has that name in front, so that the runs' series stay apart."""
+    run = f"{settings.controller}-seed{settings.seed}"
+    name = prefix.removesuffix("-")
+    return run if name in ("", settings.controller) else f"{name}-{run}"
+
+
 def replay_into(prepared: Prepared, settings: RunSettings, directory: Path | None,
                 args: argparse.Namespace, prefix: str = ""):
     """Run one replay; with a directory, write its summary, series, decision log and
@@ -68,8 +77,9 @@ def replay_into(prepared: Prepared, settings: RunSettings, directory: Path | Non
                         if directory is not None else (None, None))
     label = f"replay ({settings.controller})"
     hub = metrics_hub(args)
-    listeners, recorder = hub.listeners(f"{settings.controller}-seed{settings.seed}",
-                                        settings.controller, recording=directory is not None,
+    run = run_label(settings, prefix)
+    listeners, recorder = hub.listeners(run, settings.controller,
+                                        recording=directory is not None,
                                         spill_dir=directory)
     tracer = trace_recorder(args, settings)
     if tracer is not None:
@@ -93,6 +103,7 @@ def replay_into(prepared: Prepared, settings: RunSettings, directory: Path | Non
     finally:
         if log_file is not None:
             log_file.close()
+    summary["run"] = run
     context_note(summary, settings.model)
     if directory is not None:
         write_json(directory / f"{prefix}summary.json", summary)
@@ -205,7 +216,7 @@ def write_trace_events(tracer, path: Path, prefix: str, settings: RunSettings,
 
     path = path.with_name(f"{prefix}{path.name}")
     try:
-        write(path, tracer.render(simulated_s, run=f"{settings.controller}-seed{settings.seed}"))
+        write(path, tracer.render(simulated_s, run=run_label(settings, prefix)))
     except OSError as exc:
         raise UserError(f"--trace-events {path}: cannot write: {exc.strerror}") from None
     note = tracer.cut_note()

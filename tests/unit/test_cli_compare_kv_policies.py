@@ -75,3 +75,19 @@ def test_bad_input_is_one_line_and_exit_2(setup, capsys, extra, message):
     assert code == 2 and stdout == ""
     assert message in err and "Traceback" not in err
     assert not out.exists()
+
+
+def test_each_policy_is_a_run_of_its_own_in_the_metrics(setup, capsys, no_plot):
+    # Both runs have one controller and seed: their `run` label must still differ, or
+    # their series are one series in a Prometheus both are backfilled into.
+    out = setup / "labels"
+    code, _, _ = run_cli(argv(setup, "--kv-policies", "offload,retain", "--out", str(out)),
+                         capsys)
+    assert code == 0
+    runs = {name: json.loads((out / f"{name}-summary.json").read_text())["run"]
+            for name in ("offload", "retain")}
+    assert runs == {"offload": "offload-buffered-seed0", "retain": "retain-buffered-seed0"}
+    for name, run in runs.items():
+        text = (out / f"{name}-metrics.om").read_text()
+        assert f'run="{run}"' in text
+        assert 'run="buffered-seed0"' not in text
