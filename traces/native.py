@@ -215,9 +215,13 @@ def write_native(sessions: Iterable[Session], out, *, source: str | None = None)
 def write_native_file(
     sessions: Iterable[Session], path: Path, *, gzip_out: bool = False, source: str | None = None
 ) -> int:
-    """Write a native trace file (gzip-compressed if asked); returns the number of calls."""
+    """Write a native trace file (gzip-compressed if asked); returns the number of calls.
+    The gzip header carries no file name and no time (gzip.open's would hold the file's,
+    often a temporary one, and the clock's), so the same sessions give the same bytes."""
     import gzip
 
-    opener = gzip.open if gzip_out else open
-    with opener(path, "wb") as out:
-        return write_native(sessions, out, source=source)
+    with open(path, "wb") as raw:
+        if not gzip_out:
+            return write_native(sessions, raw, source=source)
+        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as out:
+            return write_native(sessions, out, source=source)

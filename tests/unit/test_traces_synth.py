@@ -77,6 +77,18 @@ def test_native_round_trip_keeps_every_field_and_the_block_sharing(tmp_path):
     assert [canonical(s) for s in back] == [canonical(s) for s in generated]
 
 
+def test_gzip_output_is_the_same_bytes_whatever_its_name_and_time(tmp_path, monkeypatch):
+    # Same seed, same file: the gzip header holds neither the (temporary) file's name
+    # nor the time it was written.
+    import gzip
+
+    generated = sessions(2, 5)
+    write_native_file(generated, tmp_path / "a.jsonl.gz", gzip_out=True)
+    monkeypatch.setattr(gzip.time, "time", lambda: 2e9)  # another day
+    write_native_file(generated, tmp_path / "b.jsonl.gz", gzip_out=True)
+    assert (tmp_path / "a.jsonl.gz").read_bytes() == (tmp_path / "b.jsonl.gz").read_bytes()
+
+
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True])
 def test_session_count_is_validated(bad):
     with pytest.raises(ValueError, match="n_sessions"):
