@@ -43,15 +43,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.set_defaults(run=run_validate)
 
     q = tsub.add_parser("convert", help="convert a trace to the native format")
-    q.add_argument("trace", type=Path, metavar="TRACE")
-    q.add_argument("--format", choices=FORMATS, default="auto", help="input format")
+    q.add_argument("trace", type=Path, metavar="TRACE", help="trace file or directory")
+    q.add_argument("--format", choices=FORMATS, default="auto",
+                   help="input format (default: detected from each file)")
     q.add_argument("--to", choices=("native",), required=True, help="output format")
-    q.add_argument("--out", type=Path, required=True, metavar="FILE", help="output file")
+    q.add_argument("--out", type=Path, required=True, metavar="FILE",
+                   help="output file (.gz compresses it)")
     q.set_defaults(run=run_convert)
 
     q = tsub.add_parser("synth", help="generate agent sessions like the real collection")
-    q.add_argument("--sessions", type=positive_int, required=True, metavar="N")
-    q.add_argument("--seed", type=non_negative_int, required=True, metavar="S")
+    q.add_argument("--sessions", type=positive_int, required=True, metavar="N",
+                   help="sessions to generate")
+    q.add_argument("--seed", type=non_negative_int, required=True, metavar="S",
+                   help="random seed: the same seed, the same sessions")
     q.add_argument(
         "--out",
         type=Path,

@@ -40,3 +40,18 @@ def test_controller_help_names_every_registered_controller(capsys):
         text = " ".join(capsys.readouterr().out.split())
         entry = text.rsplit("--controller CONTROLLER", 1)[1][:200]  # the option's entry
         assert all(name in entry for name in names) and "module:Class" in entry
+
+
+def test_every_trace_subcommand_option_has_help():
+    # `tokenfactory trace <sub> --help` says what each argument is.
+    import argparse
+
+    def subparsers(parser):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                yield from action.choices.items()
+
+    trace = dict(subparsers(build_parser()))["trace"]
+    for name, sub in subparsers(trace):
+        for action in sub._actions:
+            assert action.help, f"trace {name}: {action.dest} has no help"
