@@ -1,4 +1,7 @@
 import copy
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -155,3 +158,17 @@ def test_gqa_beyond_its_kv_heads_replicates():
     assert per_gb == pytest.approx(2.0, rel=1e-3)
     expected = kv_capacity(qwen, load_hardware("h200"), tp8.layout)
     assert tp8.kv == expected
+
+
+@pytest.mark.parametrize("first", ["workers.cluster_toml", "workers.cluster"])
+def test_either_cluster_module_may_be_imported_first(first):
+    """workers.cluster_toml imports workers.cluster, which names the TOML reader's public
+    functions: a fresh interpreter importing either first finds them."""
+    code = (f"import {first}; from workers.cluster import load_cluster, DATA_DIR; "
+            "from workers.cluster_toml import load_cluster as direct; "
+            "assert load_cluster is direct and DATA_DIR.is_dir(); "
+            "print(load_cluster('gb200-nvl72x2').name)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stderr.strip().splitlines()[-1:]
+    assert out.stdout.strip() == "gb200-nvl72x2"
