@@ -44,6 +44,13 @@ class _Table:
             return default
         return self.data[key]
 
+    def known(self, *keys: str) -> None:
+        """Refuse a field this table does not take: a typo must not pass silently."""
+        unknown = sorted(set(self.data) - set(keys))
+        if unknown:
+            raise ClusterError(f"{self.where}.{unknown[0]}: unknown field (known: "
+                               f"{', '.join(keys)})")
+
     def text(self, key: str, default: Any = None, required: bool = True) -> str:
         value = self._raw(key, required and default is None, default)
         if not isinstance(value, str) or not value:
@@ -101,7 +108,13 @@ def _node_names(t: _Table, nodes: dict[str, NodeSpec]) -> list[str]:
     return names
 
 
+_POOL_FIELDS = ("name", "phase", "nodes", "node", "gpus", "pp", "tp", "ep", "precision",
+                "attention_precision", "kv_precision", "mtp", "target_batch",
+                "max_batch_sequences", "max_batch_tokens", "experts_pool")
+
+
 def _pool(t: _Table, nodes: dict[str, NodeSpec]) -> PoolSpec:
+    t.known(*_POOL_FIELDS)
     phase_name = t.text("phase")
     try:
         phase = MIXED if phase_name == "mixed" else Phase[phase_name.upper()]
@@ -157,6 +170,7 @@ def _expert_pool(t: _Table, nodes: dict[str, NodeSpec]) -> ExpertPoolSpec:
         if key in t.data:
             raise ClusterError(f"{t.where}.{key}: a {EXPERTS_PHASE} pool has none (its experts "
                                f"spread over ep; batching is its decode pool's)")
+    t.known("name", "phase", "nodes", "node", "gpus", "ep", "precision")
     names = _node_names(t, nodes)
     try:
         weights = Precision.parse(t.text("precision", "fp8"))
@@ -214,14 +228,24 @@ def _check_phases(pools: list[PoolSpec], where_of: dict[str, str], where: str) -
                                f"(or only mixed pools)")
 
 
+_TOP_FIELDS = ("name", "description", "pfs", "kv", "racks", "nodes", "pools")
+
+
 def cluster_from_dict(data: dict[str, Any], where: str) -> ClusterSpec:
     top = _Table(data, where)
+    unknown = sorted(set(data) - set(_TOP_FIELDS))
+    if unknown:
+        raise ClusterError(f"{where}: {unknown[0]}: unknown field (known: {', '.join(_TOP_FIELDS)})")
+    rack_tables = _tables(data, "racks", where)
+    for t in rack_tables:
+        t.known("name", "cache_gb", "cache_gb_per_s")
     racks = tuple(RackSpec(t.text("name"), int(t.number("cache_gb", 0, allow_zero=True) * GB),
                            t.number("cache_gb_per_s", 100) * GB)
-                  for t in _tables(data, "racks", where))
+                  for t in rack_tables)
     rack_names = {r.name for r in racks}
     nodes_list = []
     for t in _tables(data, "nodes", where):
+        t.known("name", "rack", "hardware", "gpus", "dram_gb", "dram_gb_per_s")
         rack = t.text("rack")
         if rack not in rack_names:
             raise ClusterError(f"{t.where}.rack: unknown rack {rack!r}")
@@ -233,7 +257,11 @@ def cluster_from_dict(data: dict[str, Any], where: str) -> ClusterSpec:
     nodes = {n.name: n for n in nodes_list}
     if len(nodes) != len(nodes_list):
         raise ClusterError(f"{where}: node names must be unique")
-    pfs_t = _Table(data.get("pfs", {}), f"{where}: pfs")
+    pfs_raw = data.get("pfs", {})
+    if not isinstance(pfs_raw, dict):
+        raise ClusterError(f"{where}: pfs: expected a table, got {pfs_raw!r}")
+    pfs_t = _Table(pfs_raw, f"{where}: pfs")
+    pfs_t.known("capacity_gb", "read_gb_per_s", "write_gb_per_s")
     pfs = PfsSpec(int(pfs_t.number("capacity_gb") * GB), pfs_t.number("read_gb_per_s") * GB,
                   pfs_t.number("write_gb_per_s") * GB)
     pools_list: list[PoolSpec] = []

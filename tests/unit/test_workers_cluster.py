@@ -56,6 +56,22 @@ def test_bad_cluster_descriptions_name_field_and_value(path, value, message):
         cluster_from_dict(data, "small.toml").bind(LLAMA)
 
 
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        (("colour",), r"small.toml: colour: unknown field \(known: name, description"),
+        (("pfs", "read_gbps"), r"pfs.read_gbps: unknown field \(known: capacity_gb"),
+        (("racks", 0, "cache"), r"racks\[0\].cache: unknown field"),
+        (("nodes", 0, "gpu"), r"nodes\[0\].gpu: unknown field"),
+        (("pools", 0, "tpp"), r"pools\[0\].tpp: unknown field"),
+    ],
+)
+def test_an_unknown_field_is_refused_not_ignored(path, message):
+    """A typo (`tpp = 2`) must not leave the default in place silently."""
+    with pytest.raises(ClusterError, match=message):
+        cluster_from_dict(_with(path, 2), "small.toml")
+
+
 def test_slice_that_does_not_fit_hbm_is_refused():
     data = _with(("pools", 0, "tp"), 1)
     data["pools"][0]["gpus"] = 1
