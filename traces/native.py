@@ -55,6 +55,7 @@ class _Open:
         self.blocks = SessionBlocks(namespace)
         self.calls: list[Call] = []
         self.ok = True
+        self.last_line = 0
 
 
 def read_native(path: Path, namespace: int, sink: ProblemSink | None = None) -> Iterator[Session]:
@@ -70,6 +71,7 @@ def read_native(path: Path, namespace: int, sink: ProblemSink | None = None) -> 
     # far above any id a file is likely to use.
     fresh = itertools.count((namespace << LOCAL_BITS) + (1 << (LOCAL_BITS - 1)))
     current: _Open | None = None
+    ended: dict[str, int] = {}  # session id -> the line of its last call
     for lineno, line in lines:
         try:
             rec = _CALL.decode(line)
@@ -80,9 +82,18 @@ def read_native(path: Path, namespace: int, sink: ProblemSink | None = None) -> 
             report(sink, TraceError(path, lineno, "json", str(exc)))
             continue
         if current is None or rec.session != current.session_id:
-            if current is not None and current.ok and current.calls:
-                yield _session(current, path)
+            if current is not None:
+                ended[current.session_id] = current.last_line
+                if current.ok and current.calls:
+                    yield _session(current, path)
             current = _Open(rec.session, namespace)
+            if rec.session in ended:
+                current.ok = False
+                report(sink, TraceError(path, lineno, "session", f"{rec.session!r} again after "
+                                        f"other sessions; its lines must be contiguous (it "
+                                        f"ended at line {ended[rec.session]})"))
+                continue
+        current.last_line = lineno
         try:
             _add(current, rec, header.block_size, fresh)
         except RecordError as exc:

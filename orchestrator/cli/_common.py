@@ -78,6 +78,8 @@ def atomic_path(path: Path) -> Iterator[Path]:
     """Yield a temporary path beside `path`; rename it into place only on success."""
     path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise UserError(f"{path}: is a directory")
     if not parent.is_dir():
         raise UserError(f"{path}: directory {parent} does not exist")
     if not os.access(parent, os.W_OK):

@@ -171,3 +171,24 @@ def test_synth_into_a_missing_directory_is_a_one_line_error(capsys, tmp_path):
         str(tmp_path / "nope" / "x.jsonl"),
     )
     assert code == 2 and "does not exist" in err and err.count("\n") == 1
+
+
+def test_a_session_whose_lines_are_not_contiguous_is_refused(capsys, tmp_path):
+    """docs/trace-format.md: a session's lines are contiguous; a second run of them would
+    otherwise become a second session of the same id."""
+    path = tmp_path / "split.jsonl"
+    call = '{{"session": "{}", "input_tokens": 5, "output_tokens": 4}}\n'
+    path.write_text('{"format": "tokenfactory-trace", "version": 1, "block_size": 64}\n'
+                    + call.format("s1") + "\n" + call.format("s2") + call.format("s1"))
+    code, _, err = run(capsys, "trace", "stats", str(path))
+    assert code == 2 and err.count("\n") == 1
+    assert f"{path}:5: session: 's1' again after other sessions" in err
+    assert "(it ended at line 2)" in err
+
+
+@pytest.mark.parametrize("command", [["convert", str(sample_path()), "--to", "native"],
+                                     ["synth", "--sessions", "2", "--seed", "1"]])
+def test_an_out_that_is_a_directory_is_a_one_line_error(capsys, tmp_path, command):
+    code, _, err = run(capsys, "trace", *command, "--out", str(tmp_path))
+    assert code == 2 and err == f"tokenfactory trace: error: {tmp_path}: is a directory\n"
+    assert list(tmp_path.iterdir()) == []
