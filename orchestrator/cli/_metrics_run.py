@@ -39,11 +39,19 @@ def port_number(text: str) -> int:
 
 
 def start_time(text: str) -> float:
-    """Unix seconds, or an ISO 8601 instant (UTC when it names no zone)."""
+    """Unix seconds, or an ISO 8601 instant (UTC when it names no zone); Unix seconds
+    must name an instant a date can (finite, years 1-9999), as metrics.om stamps them."""
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
         pass
+    else:
+        try:
+            datetime.fromtimestamp(seconds, UTC)
+        except (OverflowError, ValueError, OSError):
+            raise argparse.ArgumentTypeError(
+                f"expected Unix seconds of a date in years 1-9999, got {text!r}") from None
+        return seconds
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:

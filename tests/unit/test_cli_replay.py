@@ -115,3 +115,15 @@ def test_window_throughput_counts_only_calls_done_inside_the_window():
     w = window_throughput(result)
     assert w["output_tokens_per_s"] == sum(r.output_tokens for r in inside) / (hi - lo)
     assert w["output_tokens_per_s_per_gpu"] == w["output_tokens_per_s"] / result.gpus
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "1e300", "-1e20"])
+def test_a_metrics_start_no_date_can_name_is_refused(value, tmp_path, capsys):
+    """metrics.om stamps every reading from --metrics-start: `nan` used to write `nan`
+    timestamps into a file Prometheus cannot read."""
+    out = tmp_path / "run"
+    code, stdout, err = run(["replay", *SMALL, f"--metrics-start={value}", "--out", str(out)],
+                            capsys)
+    assert code == 2 and stdout == "" and err.count("\n") == 1
+    assert f"--metrics-start: expected Unix seconds of a date in years 1-9999, got '{value}'" in err
+    assert not out.exists()
