@@ -65,9 +65,11 @@ class _Agent:
         self._next_id = next_id
 
     def resize(self, keep_blocks: int, tokens: int) -> None:
-        """Keep the first `keep_blocks` blocks; fill up to `tokens` with fresh content."""
-        del self.ids[keep_blocks:]
-        self.ids.extend(next(self._next_id) for _ in range(tokens // BLOCK_SIZE - keep_blocks))
+        """Keep the first `keep_blocks` blocks (all there are, when a dip left fewer);
+        fill up to `tokens` with fresh content."""
+        keep = min(keep_blocks, len(self.ids))
+        del self.ids[keep:]
+        self.ids.extend(next(self._next_id) for _ in range(tokens // BLOCK_SIZE - keep))
         self.tokens = tokens
 
 

@@ -93,3 +93,21 @@ def test_gzip_output_is_the_same_bytes_whatever_its_name_and_time(tmp_path, monk
 def test_session_count_is_validated(bad):
     with pytest.raises(ValueError, match="n_sessions"):
         list(generate(bad, np.random.default_rng(0)))
+
+
+def test_a_compaction_after_a_dip_into_the_prefix_keeps_the_block_count_right():
+    """Session 122,043 of seed 0 (its generator state below): a dip kept fewer blocks than
+    the prefix, and the compaction after it asked to keep the whole prefix; the call then
+    had 22 block ids too few and `generate` raised RecordError (`trace synth --sessions
+    200000` died with a traceback)."""
+    rng = np.random.default_rng()
+    rng.bit_generator.state = {
+        "bit_generator": "PCG64",
+        "state": {"state": 197126007502393677169336383312202194850,
+                  "inc": 87136372517582989555478159403783844777},
+        "has_uint32": 0, "uinteger": 2637381026,
+    }
+    (session,) = generate(1, rng)
+    assert any(c.reset_before for c in session.calls)
+    for call in session.calls:
+        assert len(call.block_ids) == call.input_tokens // call.block_size
