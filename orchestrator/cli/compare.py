@@ -48,6 +48,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+def _given(text: str | None, default: str) -> str:
+    """The option's text, or `default` when it was not given (an empty text is given)."""
+    return default if text is None else text
+
+
 def parse_controllers(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
@@ -208,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
     if args.kv_policies is not None:
         if args.clusters is not None:
             raise UserError("--kv-policies and --clusters: compare one of them at a time")
-        controllers = parse_controllers(args.controllers or DEFAULT_CONTROLLER)
+        controllers = parse_controllers(_given(args.controllers, DEFAULT_CONTROLLER))
         if len(controllers) != 1:
             raise UserError(f"--controllers: with --kv-policies, name one controller, got "
                             f"{args.controllers!r}")
@@ -216,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
         title = f"tokenfactory compare ({controllers[0]}): " + " vs ".join(policies)
         summaries = compare_kv_policies(args, policies, controllers[0], title)
     elif args.clusters is not None:
-        controllers = parse_controllers(args.controllers or DEFAULT_CONTROLLER)
+        controllers = parse_controllers(_given(args.controllers, DEFAULT_CONTROLLER))
         if len(controllers) != 1:
             raise UserError(f"--controllers: with --clusters, name one controller, got "
                             f"{args.controllers!r}")
@@ -224,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
         title = f"tokenfactory compare ({controllers[0]}): " + " vs ".join(clusters)
         summaries = compare_clusters(args, clusters, controllers[0], title)
     else:
-        names = parse_controllers(args.controllers or DEFAULT_CONTROLLERS)
+        names = parse_controllers(_given(args.controllers, DEFAULT_CONTROLLERS))
         title = "tokenfactory compare: " + " vs ".join(names)
         summaries = compare(args, names, title)
     if args.json:

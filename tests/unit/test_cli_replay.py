@@ -127,3 +127,14 @@ def test_a_metrics_start_no_date_can_name_is_refused(value, tmp_path, capsys):
     assert code == 2 and stdout == "" and err.count("\n") == 1
     assert f"--metrics-start: expected Unix seconds of a date in years 1-9999, got '{value}'" in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("value", ["", ","])
+def test_compare_with_an_empty_controller_list_is_refused(value, tmp_path, capsys):
+    """`--controllers ""` used to run the default controllers, exit 0."""
+    out = tmp_path / "cmp"
+    code, stdout, err = run(["compare", *SMALL, f"--controllers={value}", "--out", str(out)],
+                            capsys)
+    assert code == 2 and stdout == "" and err.count("\n") == 1
+    assert f"--controllers: expected a comma-separated list, got {value!r}" in err
+    assert not out.exists()
