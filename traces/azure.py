@@ -36,7 +36,8 @@ def read_azure(path: Path, namespace: int, sink: ProblemSink | None = None) -> I
     lineno, first = next(lines)
     header = tuple(h.strip() for h in first.decode("utf-8", "replace").split(","))
     if header != HEADER:
-        raise TraceError(path, lineno, "header", f"expected {','.join(HEADER)}, got {first[:80]!r}")
+        raise TraceError(path, lineno, "header", f"expected {','.join(HEADER)}, got "
+                         f"{first[:80].decode('utf-8', 'replace').rstrip()!r}")
     stem = path.name.split(".")[0]
     next_id = itertools.count(namespace << LOCAL_BITS)
     origin: datetime | None = None

@@ -192,3 +192,12 @@ def test_an_out_that_is_a_directory_is_a_one_line_error(capsys, tmp_path, comman
     code, _, err = run(capsys, "trace", *command, "--out", str(tmp_path))
     assert code == 2 and err == f"tokenfactory trace: error: {tmp_path}: is a directory\n"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_azure_header_is_quoted_as_text(capsys, tmp_path):
+    path = tmp_path / "short.csv"
+    path.write_text("TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.68,3\n")
+    code, _, err = run(capsys, "trace", "stats", "--format", "azure", str(path))
+    assert code == 2 and err.count("\n") == 1
+    assert err.endswith(f"{path}:1: header: expected TIMESTAMP,ContextTokens,GeneratedTokens, "
+                        "got 'TIMESTAMP,ContextTokens'\n")
