@@ -66,10 +66,16 @@ def backfill(run_dir: Path, tsdb: Path, promtool: str | None = None) -> tuple[fl
     if promtool is None:
         raise UserError("promtool not found on PATH: install Prometheus "
                         "(Debian: apt-get install prometheus)")
-    ranges = [r for r in (time_range(f) for f in files) if r is not None]
+    try:
+        ranges = [r for r in (time_range(f) for f in files) if r is not None]
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     if not ranges:
         raise UserError(f"{run_dir}: its metrics.om files hold no samples")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{tsdb.name}.backfill.", dir=parent))
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{tsdb.name}.backfill.", dir=parent))
+    except OSError as exc:
+        raise UserError(f"--tsdb {tsdb}: cannot write in {parent}: {exc.strerror or exc}") from None
     created = not tsdb.exists()
     try:
         for f in files:

@@ -266,13 +266,18 @@ class OpenMetricsRecorder:
 
 
 def time_range(path: Path) -> tuple[float, float] | None:
-    """First and last timestamp of a metrics.om file, or None when it has no samples."""
+    """First and last timestamp of a metrics.om file, or None when it has no samples.
+    Raises ValueError naming the file and line of a sample line without a timestamp."""
     lo = hi = None
     with Path(path).open() as f:
-        for line in f:
+        for lineno, line in enumerate(f, 1):
             if line.startswith("#"):
                 continue
-            t = float(line.rsplit(" ", 1)[1])
+            try:
+                t = float(line.rsplit(" ", 1)[1])
+            except (IndexError, ValueError):
+                raise ValueError(f"{path}:{lineno}: expected a sample ending in a timestamp, "
+                                 f"got {line.strip()[:80]!r}") from None
             lo = t if lo is None or t < lo else lo
             hi = t if hi is None or t > hi else hi
     return None if lo is None else (lo, hi)

@@ -197,3 +197,37 @@ def test_replay_writes_metrics_om_and_compare_one_per_controller(tmp_path, capsy
         completed = [line for line in text.splitlines()
                      if line.startswith("tokenfactory_requests_completed_total{")]
         assert float(completed[-1].split()[-2]) == summaries[name]["requests"]["completed"]
+
+
+def _run_dir_with(tmp_path, text):
+    from orchestrator.cli.metrics import RUN_MARKER
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / RUN_MARKER).write_text("")
+    (run_dir / "metrics.om").write_text(text)
+    return run_dir
+
+
+@needs_promtool
+def test_backfill_of_a_sample_line_without_a_timestamp_names_file_and_line(tmp_path, capsys):
+    run_dir = _run_dir_with(tmp_path, "# TYPE x gauge\ngarbage\n# EOF\n")
+    code = main(["metrics", "backfill", str(run_dir), "--tsdb", str(tmp_path / "db")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert f"{run_dir / 'metrics.om'}:2: expected a sample ending in a timestamp" in err
+    assert not (tmp_path / "db").exists()
+
+
+@needs_promtool
+def test_backfill_into_a_directory_it_cannot_write_is_one_line(tmp_path, capsys, monkeypatch):
+    run_dir = _run_dir_with(tmp_path, "x 1.0 1700000000.0\n# EOF\n")
+
+    def refuse(**_kw):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("tempfile.mkdtemp", refuse)
+    code = main(["metrics", "backfill", str(run_dir), "--tsdb", str(tmp_path / "db")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert f"--tsdb {tmp_path / 'db'}: cannot write in {tmp_path}: Permission denied" in err
