@@ -74,7 +74,29 @@ def _number(table: dict, section: str, key: str, where: str, required: bool) -> 
     return float(value)
 
 
+_TOP_FIELDS = ("name", "description", "source")
+
+
+def _check_known(table: dict, where: str) -> None:
+    """Refuse a field this format does not take: a typo of an optional one
+    (`fp4_tflop`) would otherwise leave its default in place silently."""
+    sections = {s: {k for s2, k, _ in _FIELDS if s2 == s} for s, _, _ in _FIELDS}
+    for key, value in table.items():
+        if key in _TOP_FIELDS:
+            continue
+        if key not in sections:
+            raise CostModelError(f"{where}: field {key}: unknown (known: "
+                                 f"{', '.join((*_TOP_FIELDS, *sections))})")
+        if not isinstance(value, dict):
+            raise CostModelError(f"{where}: field {key}: expected a table, got {value!r}")
+        for sub in value:
+            if sub not in sections[key]:
+                raise CostModelError(f"{where}: field {key}.{sub}: unknown (known: "
+                                     f"{', '.join(sorted(sections[key]))})")
+
+
 def _from_table(table: dict, where: str) -> HardwareSpec:
+    _check_known(table, where)
     values = {(s, k): _number(table, s, k, where, req) for s, k, req in _FIELDS}
     domain = values["scale_up", "domain_gpus"]
     if domain != int(domain):

@@ -178,3 +178,26 @@ def test_invalid_json_names_file_and_line(tmp_path):
 def test_unknown_model_lists_known():
     with pytest.raises(CostModelError, match="unknown model 'gpt-5'.*deepseek-v3"):
         load_model("gpt-5")
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (("compute", "fp4_tflop", 10000), r"field compute.fp4_tflop: unknown \(known: bf16_tflops"),
+    ((None, "colour", "green"), r"field colour: unknown \(known: name, description, source"),
+])
+def test_a_hardware_file_with_an_unknown_field_is_refused(tmp_path, edit, message):
+    """A typo of the optional fp4_tflops used to price FP4 at the FP8 rate silently."""
+    import tomllib
+
+    from costmodel.hardware import DATA_DIR, load_hardware_file
+
+    data = tomllib.loads((DATA_DIR / "gb200.toml").read_text())
+    section, key, value = edit
+    (data[section] if section else data)[key] = value
+    lines = [f'{k} = "{v}"' for k, v in data.items() if not isinstance(v, dict)]
+    for name, table in data.items():
+        if isinstance(table, dict):
+            lines += [f"[{name}]", *(f"{k} = {v}" for k, v in table.items())]
+    path = tmp_path / "mine.toml"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(CostModelError, match=message):
+        load_hardware_file(path)
