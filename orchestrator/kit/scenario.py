@@ -12,7 +12,8 @@ from __future__ import annotations
 import copy
 import itertools
 import json
-from dataclasses import asdict, dataclass, field, replace
+import math
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from costmodel.model import load_model
@@ -153,12 +154,40 @@ class Scenario:
     @classmethod
     def load_file(cls, path: Path) -> Scenario:
         data = json.loads(Path(path).read_text())
-        if data.pop("tokenfactory_counterexample", None) != FORMAT_VERSION:
+        if not isinstance(data, dict) or data.pop("tokenfactory_counterexample",
+                                                  None) != FORMAT_VERSION:
             raise ValueError(f"{path}: not a tokenfactory counterexample (version "
                              f"{FORMAT_VERSION})")
-        fields = {k: tuple(tuple(x) if isinstance(x, list) else x for x in v)
+        values = {k: tuple(tuple(x) if isinstance(x, list) else x for x in v)
                   if isinstance(v, list) else v for k, v in data.items()}
-        return cls(**fields)
+        for f in fields(cls):
+            if f.name in values:
+                _check_value(f.name, f.type, values[f.name])
+        return cls(**values)
+
+
+_NUMBER_TYPES = {"int": (int,), "float": (int, float), "tuple[int, ...]": (int,),
+                 "tuple[float, ...]": (int, float)}
+
+
+def _check_value(name: str, annotation: str, value: object) -> None:
+    """A hand-edited counterexample's field of the wrong kind is refused by name: numbers
+    (alone or in a flat tuple) are finite and >= 0, strings and flags of their own type."""
+    if annotation in ("str", "bool", "dict"):
+        kind = {"str": str, "bool": bool, "dict": dict}[annotation]
+        if not isinstance(value, kind):
+            raise ValueError(f"{name}: expected a {annotation}, got {value!r}")
+        return
+    if annotation not in _NUMBER_TYPES:
+        return
+    items = value if annotation.startswith("tuple") else (value,)
+    if not isinstance(items, tuple):
+        raise ValueError(f"{name}: expected a list of numbers, got {value!r}")
+    for item in items:
+        if isinstance(item, bool) or not isinstance(item, _NUMBER_TYPES[annotation]) \
+                or not math.isfinite(item) or item < 0:
+            kind = "an integer" if "int" in annotation else "a number"
+            raise ValueError(f"{name}: expected {kind} >= 0, got {item!r}")
 
 
 class _WorkerLoss:

@@ -243,3 +243,30 @@ def test_inside_the_scope_a_3_s_lag_with_short_outputs_starves_decode_at_start_u
     assert kit_st.OVERLOAD_LAG_S[0] <= scenario.observation_lag_s <= kit_st.OVERLOAD_LAG_S[1]
     result = run_scenario(scenario)
     assert_starves_before_decode_first_fills(result)
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    ({"seed": -1}, "seed: expected an integer >= 0, got -1"),
+    ({"think_scale": "x"}, "think_scale: expected a number >= 0, got 'x'"),
+    ({"cluster": 5}, "cluster: expected a str, got 5"),
+    ({"arrivals_s": [1.0, float("nan")]}, "arrivals_s: expected a number >= 0, got nan"),
+])
+def test_a_hand_edited_counterexample_field_of_the_wrong_kind_is_one_line(
+        tmp_path, capsys, edit, message):
+    """Each used to end in a traceback (numpy's seed check, the cluster loader's
+    str.endswith, the load options' ValueError)."""
+    data = json.loads((CASES / "buffered_decode_worker_lost.json").read_text())
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({**data, **edit}))
+    code, out, err = run_cli(["replay", "--from-counterexample", str(path)], capsys)
+    assert code == 2 and out == ""
+    assert err == f"tokenfactory replay: error: {path}: not a counterexample file: {message}\n"
+
+
+@pytest.mark.parametrize("text", ['"x"', "5", "[1]"])
+def test_a_counterexample_that_is_not_an_object_is_one_line(tmp_path, capsys, text):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    code, out, err = run_cli(["replay", "--from-counterexample", str(path)], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "not a tokenfactory counterexample" in err
