@@ -40,7 +40,19 @@ except ImportError:  # pragma: no cover - depends on the platform
 
 _T = TypeVar("_T")
 
-__all__ = ["Clock", "LiveClock", "VirtualClock", "VirtualEventLoop", "make_clock"]
+# A live timer's resolution in wall seconds (uvloop's timers tick in milliseconds): each
+# live wait may end up to speed x this late in loop time.
+TIMER_TICK_S = 1e-3
+
+
+def max_live_speed(fast_period_s: float) -> float:
+    """The highest speed at which a live timer's tick is no longer than the fast period
+    in loop time: faster, the fast loop could not sample once a period (and at speeds
+    far beyond, a wall tick spans hours of loop time: the run stalls)."""
+    return fast_period_s / TIMER_TICK_S
+
+__all__ = ["TIMER_TICK_S", "Clock", "LiveClock", "VirtualClock", "VirtualEventLoop", "make_clock",
+           "max_live_speed"]
 
 
 def _check_speed(speed: float) -> float:

@@ -22,6 +22,7 @@ from orchestrator.run.settings import (
     DEFAULT_MODEL,
     RunSettings,
 )
+from workers.clock import TIMER_TICK_S, max_live_speed
 from workers.kv_policy import DEFAULT_KV_POLICY, KVPolicy
 
 FORMATS = ("auto", "weka", "mooncake", "azure", "native")
@@ -190,6 +191,11 @@ def settings_from_args(args: argparse.Namespace, controller: str | None = None) 
             ttft_target_s=args.ttft_target, tpot_target_s=args.tpot_target)
     except ControlConfigError as exc:
         raise UserError(f"control configuration refused: {exc}") from None
+    if args.clock == "live" and args.speed > max_live_speed(control.fast_period_s):
+        raise UserError(f"--speed {args.speed:g}: a live timer's {TIMER_TICK_S * 1e3:g} ms wall "
+                        f"tick would be {args.speed * TIMER_TICK_S:g} s of loop time, over the "
+                        f"fast period ({control.fast_period_s:g} s): at most "
+                        f"{max_live_speed(control.fast_period_s):g} on the live clock")
     return CliRunSettings(model=args.model, cluster=args.cluster, mtp=getattr(args, "mtp", None),
                           reallocator=getattr(args, "reallocator", "hysteresis"),
                           router=getattr(args, "router", "prefix-affinity"),

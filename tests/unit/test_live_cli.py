@@ -33,6 +33,24 @@ def test_speed_must_be_positive(capsys, speed):
     one_error_line(capsys, exc.value.code, "--speed", "positive")
 
 
+@pytest.mark.parametrize("args, most", [(["--speed", "1e8"], "at most 1000 "),
+                                        (["--speed", "1001"], "at most 1000 "),
+                                        (["--speed", "3000", "--fast-period", "2"],
+                                         "at most 2000 ")])
+def test_speed_whose_timer_tick_passes_the_fast_period_is_refused(capsys, tmp_path, args,
+                                                                    most):
+    """Faster, a live timer's 1 ms wall tick spans more than a fast period of loop time
+    (at 1e8 a run never ended); nothing is started."""
+    code = main([*BASE, *args, "--out", str(tmp_path / "never")])
+    one_error_line(capsys, code, "--speed", "fast period", most)
+    assert not (tmp_path / "never").exists()
+
+
+def test_serve_refuses_the_same_speeds(capsys):
+    code = main(["serve", "--speed", "1e5", "--max-sessions", "1", "--no-progress"])
+    one_error_line(capsys, code, "--speed 100000", "at most 1000 ")
+
+
 def test_workers_per_process_must_be_positive(capsys):
     with pytest.raises(SystemExit) as exc:
         main([*BASE, "--workers-per-process", "0"])
