@@ -43,4 +43,7 @@ def validate(
                 calls += len(session.calls)
         except TraceError as exc:  # a problem that ends the file (damaged gzip, bad header)
             sink.add(exc)
+    if listed and not sessions and not sink.count:  # (headers only: replay refuses them)
+        sink.add(TraceError(", ".join(map(str, listed)), None, "sessions",
+                            "none: the trace holds no call to replay"))
     return ValidationResult(files, sessions, calls, tuple(sink.problems), sink.count)

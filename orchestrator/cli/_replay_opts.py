@@ -80,7 +80,8 @@ def add_run_options(p: argparse.ArgumentParser, controller: bool = True) -> None
     p.add_argument("--clock", choices=("virtual", "live"), default="virtual",
                    help="virtual time (default) or live time scaled by --speed")
     p.add_argument("--speed", type=positive_float, default=1.0,
-                   help="live clock: simulated seconds per wall second (default 1)")
+                   help="live clock: simulated seconds per wall second (default 1; at most the fast "
+                        "period / 1 ms: 1,000 at the default period)")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress line on stderr (shown on a terminal: sessions, calls, "
                         "calls per wall second, simulated seconds per wall second)")

@@ -127,6 +127,14 @@ def test_directory_without_traces(capsys, tmp_path):
     assert code == 2 and "holds no trace files" in err and str(tmp_path) in err
 
 
+def test_validate_refuses_a_trace_without_calls_as_replay_does(capsys, tmp_path):
+    path = tmp_path / "empty.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n")  # an Azure header, no row
+    code, out, err = run(capsys, "trace", "validate", str(path))
+    assert code == 2 and out == ""
+    assert err.strip() == f"{path}: sessions: none: the trace holds no call to replay"
+
+
 def test_validate_lists_every_problem_up_to_20_then_a_count(capsys, tmp_path):
     path = tmp_path / "bad.jsonl"
     line = '{"timestamp": 0, "input_length": -1, "output_length": 1, "hash_ids": []}\n'
