@@ -54,21 +54,43 @@ class Nodes:
 def packs(nodes: Nodes, workers: list[int]) -> bool:
     """Whether workers of these sizes fit: larger than a node takes whole nodes, the
     rest first fit in decreasing size (as the cluster places them, largest pools first)."""
+    counts: dict[int, int] = {}
+    for g in workers:
+        counts[g] = counts.get(g, 0) + 1
+    return packs_counts(nodes, counts)
+
+
+def packs_counts(nodes: Nodes, counts: dict[int, int]) -> bool:
+    """`packs` of `counts[g]` workers of each size `g`, in O(distinct sizes x nodes).
+
+    Placing workers one at a time in decreasing size, a worker larger than a node takes
+    the first run of whole free nodes: the larger ones before it took runs from the
+    first node on, so that run starts where they ended and must end among the full
+    nodes. A worker within a node goes to the first node with room for it: for workers
+    of one size that node stays first until it has no room left, so each node in turn
+    takes as many as it holds."""
     free = nodes.sizes()
-    for g in sorted(workers, reverse=True):
-        if g > nodes.gpus_each:
-            k = g // nodes.gpus_each
-            start = next((s for s in range(len(free) - k + 1)
-                          if all(free[j] == nodes.gpus_each for j in range(s, s + k))), None)
-            if start is None:
-                return False
-            for j in range(start, start + k):
-                free[j] = 0
+    full_nodes = nodes.count if nodes.last == nodes.gpus_each else nodes.count - 1
+    taken = 0  # whole nodes taken from the first one on
+    for g in sorted(counts, reverse=True):
+        n = counts[g]
+        if n <= 0:
             continue
-        j = next((j for j, f in enumerate(free) if f >= g), None)
-        if j is None:
+        if g > nodes.gpus_each:
+            taken += (g // nodes.gpus_each) * n
+            if taken > full_nodes:
+                return False
+            continue
+        for j in range(taken, nodes.count):
+            fit = free[j] // g
+            if fit:
+                put = fit if fit < n else n
+                free[j] -= put * g
+                n -= put
+                if not n:
+                    break
+        if n:
             return False
-        free[j] -= g
     return True
 
 
@@ -104,8 +126,10 @@ def _size(choice: tuple[Candidate, ...], nodes: Nodes) -> Sizing | None:
     workers = [1] * len(choice)
 
     def fits(extra: int) -> bool:
-        sizes = [c.gpus for c, n in zip(choice, workers, strict=True) for _ in range(n)]
-        return packs(nodes, [*sizes, extra])
+        counts = {extra: 1}
+        for c, n in zip(choice, workers, strict=True):
+            counts[c.gpus] = counts.get(c.gpus, 0) + n
+        return packs_counts(nodes, counts)
 
     if not packs(nodes, [c.gpus for c in choice]):
         return None

@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from costmodel.capacity import kv_capacity
 from costmodel.hardware import load_hardware
@@ -113,6 +115,45 @@ def test_a_trace_without_decode_work_is_refused():
                            np.ones_like(w.output_tokens), w.session_time_s, 4096)
     with pytest.raises(PlanError, match="no call that decodes"):
         plan(silent)
+
+
+def _first_fit_one_at_a_time(nodes, workers):
+    """The placement `packs` stands for, worker by worker: the largest first, one larger
+    than a node on the first run of whole free nodes, any other on the first node with
+    room for it."""
+    free = nodes.sizes()
+    for g in sorted(workers, reverse=True):
+        if g > nodes.gpus_each:
+            k = g // nodes.gpus_each
+            start = next((s for s in range(len(free) - k + 1)
+                          if all(free[j] == nodes.gpus_each for j in range(s, s + k))), None)
+            if start is None:
+                return False
+            free[start:start + k] = [0] * k
+            continue
+        j = next((j for j, f in enumerate(free) if f >= g), None)
+        if j is None:
+            return False
+        free[j] -= g
+    return True
+
+
+@given(count=st.integers(1, 10), each=st.sampled_from([4, 8, 16, 72]),
+       short=st.integers(0, 71), data=st.data())
+@example(count=1, each=8, short=0, data=[4, 4])
+@example(count=3, each=8, short=4, data=[16, 8])
+@example(count=3, each=8, short=4, data=[24])
+@example(count=4, each=8, short=0, data=[16, 8, 4, 2, 2])
+def test_packing_by_counts_is_first_fit_one_worker_at_a_time(count, each, short, data):
+    """Nodes near full (the planner grows pools until they are): demand drawn up to
+    about the GPUs there are."""
+    nodes = Nodes.of(count * each - short % each, each)
+    if isinstance(data, list):
+        workers = data
+    else:
+        sizes = [g for g in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 72, 144) if g <= (count + 1) * each]
+        workers = data.draw(st.lists(st.sampled_from(sizes), max_size=3 * count * each // 4 + 4))
+    assert packs(nodes, workers) == _first_fit_one_at_a_time(nodes, workers)
 
 
 def test_packing_places_wide_workers_on_whole_nodes():
