@@ -86,10 +86,13 @@ def parse_clusters(text: str, model: str) -> dict[str, str]:
     for name in names:
         try:
             spec = load_cluster(name)
+        except CostModelError as exc:  # (a file's own error names it)
+            raise UserError(f"--clusters: {exc}") from None
+        try:
             if spec_model is not None:
                 spec.bind(spec_model)
         except CostModelError as exc:
-            raise UserError(f"--clusters: {exc}") from None
+            raise UserError(f"--clusters: {name} with model {spec_model.name}: {exc}") from None
     stems = [Path(n).stem for n in names]
     unique = len(set(stems)) == len(stems)
     return {(stem if unique else name): name for stem, name in zip(stems, names, strict=True)}

@@ -19,7 +19,7 @@ from traces import read_sessions
 from traces.model import Session
 from traces.replay import LoadOptions
 from workers.clock import make_clock
-from workers.cluster import ClusterSpec, load_cluster
+from workers.cluster import ClusterError, ClusterSpec, load_cluster
 from workers.kv_policy import DEFAULT_KV_POLICY, KVPolicy
 
 DEFAULT_MODEL = "kimi-k3-like"
@@ -62,7 +62,10 @@ class Prepared:
 def prepare(paths: Sequence[str | Path], trace_format: str, settings: RunSettings) -> Prepared:
     model = load_model(settings.model)
     cluster = load_cluster(settings.cluster)
-    cluster.bind(model)  # refuses layouts the model cannot run
+    try:
+        cluster.bind(model)  # refuses layouts the model cannot run
+    except ClusterError as exc:  # (its pool named, not the cluster: named here)
+        raise ClusterError(f"{settings.cluster} with model {model.name}: {exc}") from None
     make_policy(settings.controller, settings.control)  # refuses unknown names
     load_plugin("reallocator", settings.reallocator, settings.control)
     load_plugin("router", settings.router, settings.control)

@@ -72,6 +72,25 @@ def test_bad_cluster_file_names_the_field(tmp_path, capsys):
     assert code == 2 and "pfs.capacity_gb: expected > 0, got -1" in err
 
 
+def test_a_cluster_the_model_does_not_fit_names_the_file_and_model(tmp_path, capsys):
+    """The pool's refusal comes from binding the cluster to the model: the line names
+    the cluster file and the model as well as the pool."""
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[2] / "examples/clusters/hgx-h100-llama70b.toml"
+    bad = tmp_path / "small.toml"
+    bad.write_text(example.read_text())  # one H100 node: too small for this model
+    model = ["--model", "kimi-k3-like"]
+    for argv, prefix in (
+            (["replay", "--cluster", str(bad)], f"{bad} with model kimi-k3-like: pool mixed: "),
+            (["compare", "--clusters", f"gb200-nvl72x2,{bad}"],
+             f"--clusters: {bad} with model kimi-k3-like: pool mixed: ")):
+        code, _, err = run([*argv, *SMALL, *model], capsys)
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and prefix in lines[0], err
+        assert "the model slice does not fit" in lines[0]
+
+
 def test_trace_errors_surface_as_the_readers_message(tmp_path, capsys):
     bad = tmp_path / "t.jsonl"
     bad.write_text('{"timestamp": 0, "input_length": -5, "output_length": 3, "hash_ids": []}\n')
