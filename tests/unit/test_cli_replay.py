@@ -13,6 +13,14 @@ SMALL = ["--max-sessions", "2", "--think-scale", "0.01", "--no-progress"]
 run = run_cli
 
 
+def refused(argv, out, capsys, message):
+    """`argv --out out` is refused: one line holding `message`, exit 2, no `out`."""
+    code, stdout, err = run([*argv, "--out", str(out)], capsys)
+    assert code == 2 and stdout == "" and err.count("\n") == 1, err
+    assert message in err
+    assert not out.exists()
+
+
 def test_replay_json_has_the_contract_keys_and_writes_its_directory(tmp_path, capsys):
     out = tmp_path / "run"
     code, stdout, _ = run(["replay", *SMALL, "--json", "--out", str(out)], capsys)
@@ -140,20 +148,12 @@ def test_window_throughput_counts_only_calls_done_inside_the_window():
 def test_a_metrics_start_no_date_can_name_is_refused(value, tmp_path, capsys):
     """metrics.om stamps every reading from --metrics-start: `nan` used to write `nan`
     timestamps into a file Prometheus cannot read."""
-    out = tmp_path / "run"
-    code, stdout, err = run(["replay", *SMALL, f"--metrics-start={value}", "--out", str(out)],
-                            capsys)
-    assert code == 2 and stdout == "" and err.count("\n") == 1
-    assert f"--metrics-start: expected Unix seconds of a date in years 1-9999, got '{value}'" in err
-    assert not out.exists()
+    refused(["replay", *SMALL, f"--metrics-start={value}"], tmp_path / "run", capsys,
+            f"--metrics-start: expected Unix seconds of a date in years 1-9999, got '{value}'")
 
 
 @pytest.mark.parametrize("value", ["", ","])
 def test_compare_with_an_empty_controller_list_is_refused(value, tmp_path, capsys):
     """`--controllers ""` used to run the default controllers, exit 0."""
-    out = tmp_path / "cmp"
-    code, stdout, err = run(["compare", *SMALL, f"--controllers={value}", "--out", str(out)],
-                            capsys)
-    assert code == 2 and stdout == "" and err.count("\n") == 1
-    assert f"--controllers: expected a comma-separated list, got {value!r}" in err
-    assert not out.exists()
+    refused(["compare", *SMALL, f"--controllers={value}"], tmp_path / "cmp", capsys,
+            f"--controllers: expected a comma-separated list, got {value!r}")
