@@ -228,6 +228,14 @@ def _check_phases(pools: list[PoolSpec], where_of: dict[str, str], where: str) -
                                f"(or only mixed pools)")
 
 
+def _optional_table(data: dict[str, Any], key: str, where: str) -> _Table:
+    """The table `key` of the file (empty when absent)."""
+    raw = data.get(key, {})
+    if not isinstance(raw, dict):
+        raise ClusterError(f"{where}: {key}: expected a table, got {raw!r}")
+    return _Table(raw, f"{where}: {key}")
+
+
 _TOP_FIELDS = ("name", "description", "pfs", "kv", "racks", "nodes", "pools")
 
 
@@ -257,10 +265,7 @@ def cluster_from_dict(data: dict[str, Any], where: str) -> ClusterSpec:
     nodes = {n.name: n for n in nodes_list}
     if len(nodes) != len(nodes_list):
         raise ClusterError(f"{where}: node names must be unique")
-    pfs_raw = data.get("pfs", {})
-    if not isinstance(pfs_raw, dict):
-        raise ClusterError(f"{where}: pfs: expected a table, got {pfs_raw!r}")
-    pfs_t = _Table(pfs_raw, f"{where}: pfs")
+    pfs_t = _optional_table(data, "pfs", where)
     pfs_t.known("capacity_gb", "read_gb_per_s", "write_gb_per_s")
     pfs = PfsSpec(int(pfs_t.number("capacity_gb") * GB), pfs_t.number("read_gb_per_s") * GB,
                   pfs_t.number("write_gb_per_s") * GB)
@@ -291,14 +296,8 @@ def cluster_from_dict(data: dict[str, Any], where: str) -> ClusterSpec:
 
 def _kv(data: dict[str, Any], where: str) -> KvSpec:
     """The optional `[kv]` table: how KV moves between workers and tiers."""
-    raw = data.get("kv", {})
-    if not isinstance(raw, dict):
-        raise ClusterError(f"{where}: kv: expected a table, got {raw!r}")
-    t = _Table(raw, f"{where}: kv")
-    unknown = sorted(set(raw) - {"handoff", "promote_min_sessions"})
-    if unknown:
-        raise ClusterError(f"{t.where}.{unknown[0]}: unknown field (known: handoff, "
-                           f"promote_min_sessions)")
+    t = _optional_table(data, "kv", where)
+    t.known("handoff", "promote_min_sessions")
     handoff = t.text("handoff", KvSpec.handoff)
     if handoff not in HANDOFFS:
         raise ClusterError(f"{t.where}.handoff: expected one of {', '.join(HANDOFFS)}, "
