@@ -147,8 +147,10 @@ def _session(session_id: str, next_id: Iterator[int], rng: np.random.Generator) 
             _subagent(out, n_subagents, next_id, rng)
         think_s = draw("think_s", rng)
         if rng.random() < DIP_PER_CALL:
-            # A brief dip: the agent backs up and resends only part of its context.
-            keep = int(main.tokens * rng.uniform(0.75, 0.98)) // BLOCK_SIZE
+            # A brief dip: the agent backs up and resends only part of its context, never
+            # less than the system-and-tools prefix (resent with every call).
+            keep = max(prefix // BLOCK_SIZE,
+                       int(main.tokens * rng.uniform(0.75, 0.98)) // BLOCK_SIZE)
             main.resize(keep, keep * BLOCK_SIZE + _draw_int("turn_new_tokens", rng, low=1))
         elif (
             main.tokens >= limit
