@@ -1,7 +1,7 @@
 """One million calls of synthetic agent sessions: the run completes in bounded memory.
 
 Synthesises a base set of agent sessions once with `tokenfactory trace synth` (kept in
-the system's temporary directory for later runs), then replays it with `--repeat K`
+the system's temporary directory for later runs of the same generator), then replays it with `--repeat K`
 copies, enough for the calls asked for, at the development benchmark's load (real think
 times, 240 sessions an hour, the default model and cluster) in its own subprocess.
 Prints calls, wall s, calls per wall s, simulated s per wall s, events per call and peak
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import hashlib
 import json
 import math
 import subprocess
@@ -38,9 +39,19 @@ SEED = 1
 MAX_REPEAT = 1000  # traces.replay.MAX_REPEAT
 
 
+def generator_digest() -> str:
+    """A short digest of the generator's sources: a kept base trace is used only by the
+    generator that wrote it (a change to `trace synth` writes a new one)."""
+    digest = hashlib.sha256()
+    for name in ("synth.py", "_calibration.py", "_blocks.py"):
+        digest.update((ROOT / "traces" / name).read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def base_trace(sessions: int) -> tuple[Path, int]:
-    """The synthesised base trace (written once) and its number of calls."""
-    path = Path(tempfile.gettempdir()) / "tokenfactory-bench" / f"synth-{sessions}-seed{SEED}.jsonl.gz"
+    """The synthesised base trace (written once per generator) and its number of calls."""
+    path = (Path(tempfile.gettempdir()) / "tokenfactory-bench"
+            / f"synth-{sessions}-seed{SEED}-{generator_digest()}.jsonl.gz")
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(".partial.gz")
