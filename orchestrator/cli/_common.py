@@ -68,6 +68,17 @@ def unit_float(text: str) -> float:
     return value
 
 
+def comma_names(option: str, text: str) -> list[str]:
+    """The names of a comma-separated option value, stripped; an empty item (`a,,b`, a
+    trailing comma) or no name at all is a UserError naming the option and the value."""
+    names = [name.strip() for name in text.split(",")]
+    if not any(names):
+        raise UserError(f"{option}: expected a comma-separated list, got {text!r}")
+    if not all(names):
+        raise UserError(f"{option}: empty item in {text!r}")
+    return names
+
+
 def print_json(obj: Any) -> None:
     """`--json`: one object on stdout and nothing else there."""
     sys.stdout.write(json.dumps(obj, sort_keys=False, allow_nan=False) + "\n")

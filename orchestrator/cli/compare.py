@@ -9,7 +9,7 @@ from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
-from orchestrator.cli._common import UserError, print_json
+from orchestrator.cli._common import UserError, comma_names, print_json
 from orchestrator.cli._replay_opts import (
     KV_POLICIES,
     add_run_options,
@@ -54,9 +54,7 @@ def _given(text: str | None, default: str) -> str:
 
 
 def parse_controllers(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if not names:
-        raise UserError(f"--controllers: expected a comma-separated list, got {text!r}")
+    names = comma_names("--controllers", text)
     for name in names:
         try:
             load_policy(name, ControlConfig())
@@ -74,7 +72,7 @@ def parse_clusters(text: str, model: str) -> dict[str, str]:
     from costmodel.model import load_model
     from workers.cluster import load_cluster
 
-    names = [n.strip() for n in text.split(",") if n.strip()]
+    names = comma_names("--clusters", text)
     if len(names) < 2:
         raise UserError(f"--clusters: expected two or more comma-separated clusters, got {text!r}")
     if len(set(names)) != len(names):
@@ -99,7 +97,7 @@ def parse_clusters(text: str, model: str) -> dict[str, str]:
 
 
 def parse_kv_policies(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
+    names = comma_names("--kv-policies", text)
     if len(names) < 2:
         raise UserError(f"--kv-policies: expected two or more comma-separated policies, "
                         f"got {text!r}")

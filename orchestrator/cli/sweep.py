@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from orchestrator.cli._common import UserError, positive_int, print_json
+from orchestrator.cli._common import UserError, comma_names, positive_int, print_json
 from orchestrator.executors import EXECUTORS
 
 PHASES = ("all", "prefill", "midfill", "decode")
@@ -60,9 +60,7 @@ def run(args: argparse.Namespace) -> int:
         summary_rows,
     )
 
-    hardware = tuple(h.strip() for h in args.hardware.split(",") if h.strip())
-    if not hardware:
-        raise UserError("--hardware: expected at least one name")
+    hardware = tuple(comma_names("--hardware", args.hardware))
     workloads = select_workloads(args.phase, args.workload)
     out = args.out
     parent = _check_out(out)

@@ -91,6 +91,8 @@ def test_cli_sweep_default_writes_plots(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize("argv, words", [
     (["--executor", "ray", "--ray-address", "127.0.0.1:1"], "cannot reach"),
     (["--hardware", "gb200,nope"], "known: "),
+    (["--hardware", "gb200,,b200"], "--hardware: empty item in 'gb200,,b200'"),
+    (["--hardware", ""], "--hardware: expected a comma-separated list, got ''"),
     (["--model", "nope"], "known: "),
     (["--workload", "nope"], "known: "),
     (["--phase", "prefill", "--workload", "decode-8k"], "no workload"),

@@ -157,3 +157,12 @@ def test_compare_with_an_empty_controller_list_is_refused(value, tmp_path, capsy
     """`--controllers ""` used to run the default controllers, exit 0."""
     refused(["compare", *SMALL, f"--controllers={value}"], tmp_path / "cmp", capsys,
             f"--controllers: expected a comma-separated list, got {value!r}")
+
+
+@pytest.mark.parametrize("option, value", [
+    ("--controllers", "retire,,buffered"), ("--controllers", "retire,"),
+    ("--clusters", "gb200-nvl72x1,,gb200-nvl72x2"), ("--kv-policies", "offload,retain,")])
+def test_compare_lists_with_an_empty_item_are_refused(option, value, tmp_path, capsys):
+    """An empty item in a comma-separated list used to be skipped silently."""
+    refused(["compare", *SMALL, f"{option}={value}"], tmp_path / "cmp", capsys,
+            f"{option}: empty item in {value!r}")
