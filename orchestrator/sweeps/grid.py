@@ -90,6 +90,9 @@ RUN_KEYS: dict[str, Callable[[Any], Any]] = {
     "no_hysteresis": _flag, "ttft_target": POSITIVE, "tpot_target": POSITIVE,
     "predictor_error": POSITIVE, "predictor_learning": _number_in(0.0, 1.0),
     "kv_policy": _choice(*(p.value for p in KVPolicy)),
+    "router": _text, "reallocator": _text, "shared_prefix_tokens": _integer(0),
+    # MTP drafts per step for every pool that decodes (`--mtp`); excludes `pool.NAME.mtp`.
+    "mtp": _integer(0),
     # Session starts as a multiple of the point's cluster's planned capacity on the
     # sweep's traces (orchestrator/run/capacity.py); needs `duration`.
     "load": POSITIVE,

@@ -23,6 +23,8 @@ from costmodel.model import ModelSpec, load_model
 from orchestrator.control.config import ControlConfig, ControlConfigError, TimeScales
 from orchestrator.control.policies import UnknownPolicyError, make_policy
 from orchestrator.control.predictor import PredictorSettings
+from orchestrator.plugins import PluginError
+from orchestrator.plugins import load as load_plugin
 from orchestrator.run.capacity import planned_capacity, sessions_for_load
 from orchestrator.run.settings import (
     DEFAULT_CLUSTER,
@@ -34,6 +36,7 @@ from orchestrator.sweeps.grid import GAIN_KEYS, Grid, GridError, point_id
 from traces.model import Session
 from traces.replay import LoadOptions
 from workers.cluster import DATA_DIR, ClusterSpec, cluster_from_dict, load_cluster
+from workers.cluster_toml import with_decode_mtp
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,8 @@ def build_settings(v: dict[str, Any]) -> RunSettings:
     `sessions_per_hour` (and `repeat`) by `resolve_load`."""
     load = LoadOptions(sessions_per_hour=v.get("sessions_per_hour"),
                        max_sessions=v.get("max_sessions"), think_scale=v.get("think_scale", 1.0),
-                       duration_s=v.get("duration"), repeat=v.get("repeat", 1))
+                       duration_s=v.get("duration"), repeat=v.get("repeat", 1),
+                       shared_prefix_tokens=v.get("shared_prefix_tokens"))
     fast = v.get("fast_period", TimeScales.admission_s)
     lag = v.get("observation_lag", ControlConfig.observation_lag_s)
     gains = {k: v[k] for k in GAIN_KEYS if k in v}
@@ -120,7 +124,9 @@ def build_settings(v: dict[str, Any]) -> RunSettings:
     return RunSettings(model=v.get("model", DEFAULT_MODEL), cluster=v.get("cluster", DEFAULT_CLUSTER),
                        controller=v.get("controller", DEFAULT_CONTROLLER), seed=v.get("seed", 0),
                        load=load, control=control, predictor=predictor,
-                       kv_policy=v.get("kv_policy", RunSettings.kv_policy))
+                       kv_policy=v.get("kv_policy", RunSettings.kv_policy),
+                       router=v.get("router", RunSettings.router),
+                       reallocator=v.get("reallocator", RunSettings.reallocator))
 
 
 def resolve_load(values: dict[str, Any], model: ModelSpec, cluster: ClusterSpec,
@@ -148,13 +154,18 @@ def _check_names(grid: Grid) -> None:
     """Names and files one at a time first, so the error names the key and the value."""
     checks = {"model": lambda v: load_model(_resolve(v, grid.base_dir, ".json")),
               "cluster": lambda v: load_cluster(_resolve(v, grid.base_dir, ".toml")),
-              "controller": lambda v: make_policy(v, ControlConfig())}
+              "controller": lambda v: make_policy(v, ControlConfig()),
+              "router": lambda v: load_plugin("router", v, ControlConfig()),
+              "reallocator": lambda v: load_plugin("reallocator", v, ControlConfig())}
     for key, values in grid.axes:
         for value in values if key in checks else ():
             try:
                 checks[key](value)
-            except (ValueError, CostModelError) as exc:
+            except (ValueError, CostModelError, PluginError) as exc:
                 raise GridError(f"key {key!r}: bad value {value!r}: {exc}") from None
+    keys = set(grid.keys)
+    if "mtp" in keys and any(k.startswith("pool.") and k.endswith(".mtp") for k in keys):
+        raise GridError("keys 'mtp' and 'pool.NAME.mtp' both set a decode pool's MTP: give one")
 
 
 def build_tasks(grid: Grid, sessions: Sequence[Session] = ()) -> list[PointTask]:
@@ -173,9 +184,11 @@ def build_tasks(grid: Grid, sessions: Sequence[Session] = ()) -> list[PointTask]
             overrides = {k: v for k, v in values.items() if k.startswith("pool.")}
             if model_ref not in models:
                 models[model_ref] = load_model(model_ref)
-            ckey = (cluster_ref, tuple(overrides.items()))
+            mtp = values.get("mtp")
+            ckey = (cluster_ref, tuple(overrides.items()), mtp)
             if ckey not in clusters:
-                clusters[ckey] = build_cluster(cluster_ref, overrides)
+                cluster = build_cluster(cluster_ref, overrides)
+                clusters[ckey] = cluster if mtp is None else with_decode_mtp(cluster, mtp)
             if (model_ref, ckey) not in bound:
                 clusters[ckey].bind(models[model_ref])  # refuses layouts the model cannot run
                 bound.add((model_ref, ckey))

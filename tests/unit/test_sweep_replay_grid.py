@@ -143,3 +143,30 @@ def test_the_kv_policy_reaches_the_settings():
     assert [t.settings.kv_policy for t in tasks] == ["offload", "retain"]
     with pytest.raises(GridError, match="'kv_policy': bad value 'keep'"):
         grid('kv_policy = ["keep"]')
+
+
+def test_router_reallocator_shared_prefix_and_mtp_reach_the_point():
+    by_path = "orchestrator.control.router:PrefixAffinityRouter"
+    text = (f'router = ["prefix-affinity", "{by_path}"]\nreallocator = ["hysteresis"]\n'
+            "shared_prefix_tokens = [0]\nmtp = [0, 2]\n")
+    tasks = build_tasks(grid(text))
+    assert [(t.settings.router, t.cluster.pool("decode").layout.mtp) for t in tasks] == [
+        ("prefix-affinity", 0), ("prefix-affinity", 2), (by_path, 0), (by_path, 2)]
+    assert {t.settings.reallocator for t in tasks} == {"hysteresis"}
+    assert {t.settings.load.shared_prefix_tokens for t in tasks} == {0}
+    # The fill pools do not draft.
+    assert {p.layout.mtp for t in tasks for p in t.cluster.pools
+            if p.name != "decode"} == {0}
+
+
+@pytest.mark.parametrize("text, words", [
+    ('router = ["nope"]', "key 'router': bad value 'nope'"),
+    ('reallocator = ["nope"]', "key 'reallocator': bad value 'nope'"),
+    ('mtp = [1]\n"pool.decode.mtp" = [2]', "keys 'mtp' and 'pool.NAME.mtp' both set"),
+])
+def test_bad_router_reallocator_or_mtp_are_refused_before_running(text, words):
+    with pytest.raises(GridError) as info:
+        build_tasks(grid(text))
+    assert words in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(GridError, match="'shared_prefix_tokens': bad value -1"):
+        grid("shared_prefix_tokens = [-1]")
