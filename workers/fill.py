@@ -277,9 +277,11 @@ class FillWorker:
                 self.loading_step = ()
                 self._busy_s += loop.time() - now_s
                 transfer_s = 0.0
+            else:
+                step = FillStep(chunks)
             latency_s, occupancy_s = self.pricer.fill_step_s(
                 [c.tokens for c in chunks], [c.cached_tokens for c in chunks])
-            self._start_step(FillStep(chunks), loop.time() + transfer_s + latency_s)
+            self._start_step(step, loop.time() + transfer_s + latency_s)
             self._busy_s += transfer_s + occupancy_s
             await asyncio.sleep(transfer_s + occupancy_s)
 
