@@ -164,9 +164,9 @@ class AttentionTerms:
     """A stage's attention roofline (`_Kernels`' first term) as a function of context,
     for one shape whose context-free quantities are frozen."""
 
-    __slots__ = ("a_ctx", "act_bytes", "half", "hbm_bw", "kv_seq", "lin_flops", "monotone",
-                 "n_full", "n_slide", "peak_attn", "proj_s", "q_tok", "state", "tp", "w_bytes",
-                 "window")
+    __slots__ = ("_arrays", "a_ctx", "act_bytes", "half", "hbm_bw", "kv_seq", "lin_flops",
+                 "monotone", "n_full", "n_slide", "peak_attn", "proj_s", "q_tok", "state", "tp",
+                 "w_bytes", "window")
 
     def __init__(self, lt: LayoutTerms, s: Shape):
         self.tp = tp = lt.tp
@@ -190,6 +190,7 @@ class AttentionTerms:
         self.monotone = (self.a_ctx >= 0.0 and n_full >= 0.0 and n_slide >= 0.0
                          and self.kv_seq >= 0.0 and tp > 0.0 and self.peak_attn > 0.0
                          and self.hbm_bw > 0.0)
+        self._arrays: tuple | None = None  # `time_array_s`'s operands, made at its first call
 
     def compute_s(self, context, mn=min):
         """The roofline's compute side at `context`: projections and attention FLOPs."""
@@ -220,46 +221,71 @@ class AttentionTerms:
         non-decreasing in context (`monotone`), so when the last step's compute side is
         below the first step's memory side, the memory side is the larger at every step
         and the compute side is not worked out (a decode run at a small batch)."""
-        context = np.arange(steps, dtype=np.float64)
-        context += first
+        # first + i, i = 0 .. steps - 1: a new array (updated in place below).
+        context = (_STEPS[:steps] if steps <= _STEPS.size
+                   else np.arange(steps, dtype=np.float64)) + first
+        arrays = self._arrays
+        if arrays is None:
+            arrays = self._arrays = zero_dim(
+                self.half, self.a_ctx, self.tp, self.lin_flops, self.peak_attn, self.proj_s,
+                self.q_tok, self.kv_seq, self.state, self.w_bytes, self.act_bytes, self.hbm_bw,
+                self.n_full, self.n_slide, self.window)
+        (half, a_ctx, tp, lin_flops, peak_attn, proj_s, q_tok, kv_seq, state, w_bytes,
+         act_bytes, hbm_bw, *layers) = arrays
         flops = None
         last = first + float(steps - 1)
         if not (self.monotone and self.compute_s(last) < self.memory_s(first)):
             # flops = a_ctx * (n_full * ctx_mean + n_slide * min(ctx_mean, window)) / tp
             #         + lin_flops
-            flops = _by_layer(context + self.half, self)
-            flops *= self.a_ctx
+            flops = _by_layer(context + half, *layers)
+            flops *= a_ctx
             if self.tp != 1.0:  # x / 1.0 is x
-                flops /= self.tp
+                flops /= tp
             if self.lin_flops:
-                flops += self.lin_flops
-            flops /= self.peak_attn
-            flops += self.proj_s
+                flops += lin_flops
+            flops /= peak_attn
+            flops += proj_s
         # attn_bytes = w_bytes + (kv_seq * (n_full * ctx_end + n_slide * min(ctx_end,
         #              window)) + state) + act_bytes
-        context += self.q_tok
-        kv = _by_layer(context, self)
-        kv *= self.kv_seq
+        context += q_tok
+        kv = _by_layer(context, *layers)
+        kv *= kv_seq
         if self.state:
-            kv += self.state
-        kv += self.w_bytes
-        kv += self.act_bytes
-        kv /= self.hbm_bw
+            kv += state
+        kv += w_bytes
+        kv += act_bytes
+        kv /= hbm_bw
         # max(proj_s + flops / peak_attn, attn_bytes / hbm_bw)
         return kv if flops is None else np.maximum(flops, kv, out=flops)
 
 
-def _by_layer(ctx: np.ndarray, a: AttentionTerms) -> np.ndarray:
+# 0.0, 1.0, ...: a long decode run's step numbers, sliced (`np.arange` costs about as
+# much as the addition of the run's first context that follows it).
+_STEPS = np.arange(4096, dtype=np.float64)
+_STEPS.flags.writeable = False
+
+
+def zero_dim(*values: float) -> tuple[np.ndarray, ...]:
+    """Each value as a 0-d float64 array: the same double, as an array operation's operand.
+    numpy (2.x) takes a 0-d array beside an array in about half the time of a Python float
+    (~0.7 against ~1.4 us an in-place operation on a few hundred values), which it converts
+    at every operation; the arithmetic is the same float64 operation on the same doubles."""
+    return tuple(np.array(v, dtype=np.float64) for v in values)
+
+
+def _by_layer(ctx: np.ndarray, n_full: np.ndarray, n_slide: np.ndarray,
+              window: np.ndarray) -> np.ndarray:
     """`n_full * ctx + n_slide * min(ctx, window)` over the attention layers, in place in
     `ctx` (returned), with numpy's operations in that order; without sliding layers the
-    second term (+0.0 beside a positive value) is left out."""
-    if a.n_slide:
-        slide = np.minimum(ctx, a.window)
-        slide *= a.n_slide
-        ctx *= a.n_full
+    second term (+0.0 beside a positive value) is left out. The terms as 0-d arrays
+    (`zero_dim`)."""
+    if n_slide:
+        slide = np.minimum(ctx, window)
+        slide *= n_slide
+        ctx *= n_full
         ctx += slide
     else:
-        ctx *= a.n_full
+        ctx *= n_full
     return ctx
 
 

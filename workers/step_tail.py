@@ -12,14 +12,15 @@ from __future__ import annotations
 import numpy as np
 
 from costmodel.kernels import Phase
-from workers.fast_pricing import Pricing
+from workers.fast_pricing import Pricing, zero_dim
 
 
 class StepTail:
     """(step_time_s, tpot_s) of one worker's steps at a given phase, batch and new
     tokens, as `costmodel.phase.step_times` gives them, for any context."""
 
-    __slots__ = ("accepted", "decode", "drafts", "first", "later", "main", "overhead_s", "pp")
+    __slots__ = ("_arrays", "accepted", "decode", "drafts", "first", "later", "main",
+                 "overhead_s", "pp")
 
     def __init__(self, pricing: Pricing, phase: Phase, n_seq: float, new_tokens: float):
         self.decode = decode = phase == Phase.DECODE
@@ -29,6 +30,7 @@ class StepTail:
         self.accepted = pricing.accepted
         self.drafts = pricing.main.mtp if decode else 0.0
         self.first = self.later = None
+        self._arrays: tuple | None = None  # `tpots_array_s`'s operands, made at its first call
         if self.drafts > 0:
             self.first = pricing.draft_pass(n_seq, self.accepted)
             self.later = pricing.draft_pass(n_seq, 1.0)
@@ -113,27 +115,35 @@ class StepTail:
             return self.tpot_s(self.step_s(first + np.arange(steps, dtype=np.float64),
                                            np.maximum, np.minimum))
         main = self.main
+        arrays = self._arrays
+        if arrays is None:
+            # The operands as 0-d arrays (`workers.fast_pricing.zero_dim`); the overlap's
+            # product with network_s as the Python float it is in the scalar path.
+            overlap = 0.0 if main.overlap is None else main.overlap
+            arrays = self._arrays = (
+                zero_dim(*(term for term in main.after if term)),
+                *zero_dim(main.network_s, main.latency_s, overlap, overlap * main.network_s,
+                          self.pp, self.overhead_s, self.accepted))
+        after, network, latency, overlap, overlap_network, pp, overhead, accepted = arrays
         t_cm = main.attn.time_array_s(first, steps)  # + the frozen terms
-        for term in main.after:
-            if term:
-                t_cm += term
-        network = main.network_s
-        if main.overlap is not None and main.attn.monotone and network < t_cm[0]:
+        for term in after:  # those that are not 0.0
+            t_cm += term
+        if main.overlap is not None and main.attn.monotone and main.network_s < t_cm[0]:
             # stage = t_cm + network + latency - overlap * network, in place.
             stage = t_cm
             stage += network
-            stage += main.latency_s
-            stage -= main.overlap * network
+            stage += latency
+            stage -= overlap_network
         else:
             stage = t_cm + network
-            stage += main.latency_s
+            stage += latency
             if main.overlap is not None:
                 less = np.minimum(t_cm, network, out=t_cm)
-                less *= main.overlap
+                less *= overlap
                 stage -= less
         if self.pp != 1.0:  # x * 1.0 is x
-            stage *= self.pp
-        stage += self.overhead_s
+            stage *= pp
+        stage += overhead
         if self.decode and self.accepted != 1.0:
-            stage /= self.accepted
+            stage /= accepted
         return stage

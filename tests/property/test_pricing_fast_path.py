@@ -147,6 +147,8 @@ def test_the_power_is_raised_as_the_core_raises_it():
 @pytest.mark.parametrize("model, hardware, layout, sequences, context, steps, memory, net", [
     # A small batch: memory-bound at every step (the compute side is not worked out).
     ("llama-3.1-70b", "h100", Layout(tp=8, ep=8), 1, 1000.0, 200, True, False),
+    # Longer than the table of step numbers a run's contexts are sliced from.
+    ("llama-3.1-70b", "h100", Layout(tp=8, ep=8), 1, 1000.0, 5000, True, False),
     # A big batch from an empty context: compute-bound, then memory-bound within the run
     # (and compute-bound through a short run).
     ("llama-3.1-70b", "h100", Layout(tp=8, ep=8), 1024, 0.0, 2000, False, False),
