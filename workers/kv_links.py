@@ -30,6 +30,7 @@ from workers.network import Topology, fabric_links, worker_links
 # Utilisation windows: the p99 is over the run's windows of this length.
 UTILISATION_WINDOW_S = 1.0
 _COPY = StepKind.COPY  # an enum member read once (a class attribute lookup per step otherwise)
+_INF = math.inf
 
 
 class Transfer:
@@ -90,7 +91,7 @@ class KvLinks:
         self.bytes_by_path: dict[str, int] = {}  # bytes started, by `path_kind`
         self._flows: dict[int, Transfer] = {}
         self._timer: asyncio.TimerHandle | None = None
-        self._timer_s = math.inf
+        self._timer_s = _INF
         self._last_s = 0.0
         self._last_window = 0  # the utilisation window _last_s is in
         # Per link that carried any (in the order they first did), its bytes up to _last_s.
@@ -110,7 +111,9 @@ class KvLinks:
         self._landing: dict[Location, dict[Transfer, tuple | set[int]]] = {}
         # (source, destination) -> (the copy's path, its `path_kind`), kept once worked out.
         self._routes: dict[tuple[Location, Location], tuple[tuple[str, ...], str]] = {}
-        self._wake = self._on_timer  # bound once: the timer is armed at almost every finish
+        # Bound once: the timer is armed at almost every finish (with its loop, which it
+        # hands back: asyncio.get_running_loop costs a system call, getpid, on Python 3.11).
+        self._wake = self._on_timer
 
     def rack_cache(self, spec: WorkerSpec) -> Location | None:
         """The cache of the worker's rack, when the rack has one."""
@@ -167,14 +170,15 @@ class KvLinks:
             return None
         transfer = Transfer(landed, len(flows) if after is None else len(flows) + len(after))
         self._land(transfer)
-        now_s = self._settle(now_s)
+        loop = asyncio.get_running_loop()
+        now_s = self._settle(now_s, loop)
         if after is not None:
             for earlier in after:
                 earlier.add_done_callback(lambda end_s, t=transfer: self._one_done(t, end_s))
         in_flight = self._flows
         for flow_id in self.fabric.start_many(now_s, flows.items()):
             in_flight[flow_id] = transfer
-        self._after_change()
+        self._after_change(loop)
         return transfer
 
     def _land(self, transfer: Transfer) -> None:
@@ -222,9 +226,10 @@ class KvLinks:
         return self.fabric.in_flight()
 
     # -- events -----------------------------------------------------------------------
-    def _settle(self, now_s: float) -> float:
+    def _settle(self, now_s: float, loop: asyncio.AbstractEventLoop) -> float:
         """Bring the fabric to `now_s` (never back: a timer may have run it a rounding
-        ahead), finishing the flows done by then. Returns the time it stands at."""
+        ahead), finishing the flows done by then (`loop`: the running loop). Returns the
+        time it stands at."""
         fabric = self.fabric
         if fabric.now_s > now_s:
             now_s = fabric.now_s
@@ -237,12 +242,12 @@ class KvLinks:
                 transfer.pending -= 1
                 if transfer.pending == 0:
                     self._done(transfer, end_s)
-            self._after_change()
+            self._after_change(loop)
         return now_s
 
-    def _after_change(self) -> None:
+    def _after_change(self, loop: asyncio.AbstractEventLoop) -> None:
         """The fabric changed (a start, a finish): its loads from now on, and its one timer
-        at its next finish, kept when that did not move."""
+        (on `loop`, the running loop) at its next finish, kept when that did not move."""
         fabric = self.fabric
         loads = fabric.loads
         kept = self._busy_by_loads.get(id(loads))  # held there: the id is that dict's
@@ -255,8 +260,7 @@ class KvLinks:
         if self._timer is not None:
             self._timer.cancel()
         self._timer_s = next_s
-        self._timer = (None if next_s == math.inf else
-                       asyncio.get_running_loop().call_at(next_s, self._wake))
+        self._timer = None if next_s == _INF else loop.call_at(next_s, self._wake, loop)
 
     def _keep_busy(self, loads: dict[str, float]
                    ) -> tuple[dict[str, float], list[tuple[LinkUse, float]]]:
@@ -274,18 +278,18 @@ class KvLinks:
         entry = kept[id(loads)] = (loads, busy)
         return entry
 
-    def _on_timer(self) -> None:
+    def _on_timer(self, loop: asyncio.AbstractEventLoop) -> None:
         """The fabric's next finish (`_timer_s`: the timer is cancelled whenever that
-        moves) is due: `_settle` there (a finish arms the timer again; when none did,
-        the fabric is as it was and the timer is armed here)."""
+        moves) is due on `loop`, the timer's: `_settle` there (a finish arms the timer
+        again; when none did, the fabric is as it was and the timer is armed here)."""
         due_s = self._timer_s
-        self._timer, self._timer_s = None, math.inf
+        self._timer, self._timer_s = None, _INF
         # The loop's clock keeps integer nanoseconds: it may stand a rounding before
         # the finish it was woken for.
-        now_s = asyncio.get_running_loop().time()
-        self._settle(due_s if due_s > now_s else now_s)  # max(loop_s, due_s)
+        now_s = loop.time()
+        self._settle(due_s if due_s > now_s else now_s, loop)  # max(loop_s, due_s)
         if self.fabric.next_s != self._timer_s:
-            self._after_change()
+            self._after_change(loop)
 
     # -- utilisation ------------------------------------------------------------------
     def _integrate(self, now_s: float) -> None:

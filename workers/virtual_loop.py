@@ -253,6 +253,9 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         heappop = heapq.heappop
         fd_keys = self._fd_keys
         signal_handlers = getattr(self, "_signal_handlers", None)
+        # Iterations since the selector was last polled: a local while iterating, kept on
+        # the loop between calls.
+        polls_skipped = self._polls_skipped
         while True:
             scheduled = self._scheduled
             # `_drop_cancelled_timers` only where it has something to do: a cancelled timer
@@ -262,27 +265,31 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
                     or len(scheduled) > _MIN_SCHEDULED_TIMER_HANDLES):
                 self._drop_cancelled_timers()
                 scheduled = self._scheduled
-            self._polls_skipped += 1
+            polls_skipped += 1
             # Polled when idle with no timer (blocking: timeout None), every _POLL_EVERY
             # iterations, or while anything is watched (`_watching_io` inline where the
             # selector's registrations can be counted); the cheap checks first.
             idle = not ready and not scheduled and not self._stopping
-            if (idle or self._polls_skipped >= _POLL_EVERY or signal_handlers
+            if (idle or polls_skipped >= _POLL_EVERY or signal_handlers
                     or (len(fd_keys) > 1 if fd_keys is not None else self._watching_io())):
-                self._polls_skipped = 0
+                polls_skipped = 0
                 event_list = self._selector.select(None if idle else 0)
                 self._process_events(event_list)
                 event_list = None  # break reference cycles on exceptions, as asyncio does
 
             if scheduled:
                 now_ns = self._now_ns
-                if not ready and not self._stopping and scheduled[0][0] > now_ns:
+                when_ns = scheduled[0][0]
+                if when_ns > now_ns and not ready and not self._stopping:
                     # Nothing runnable: jump to the earliest deadline instead of waiting.
-                    now_ns = self._now_ns = scheduled[0][0]
-                while scheduled and scheduled[0][0] <= now_ns:
+                    now_ns = self._now_ns = when_ns
+                while when_ns <= now_ns:
                     handle = heappop(scheduled)[2]
                     handle._scheduled = False
                     ready.append(handle)
+                    if not scheduled:
+                        break
+                    when_ns = scheduled[0][0]
 
             # Run only what is ready now; callbacks scheduled by these run next time.
             if self._debug:
@@ -304,6 +311,7 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
                         self._callback_failed(handle, exc)
             handle = None
             if self._stopping:
+                self._polls_skipped = polls_skipped
                 return
 
     def _run_ready_debug(self) -> None:
