@@ -37,8 +37,8 @@ from benchmarks.replay_runner import DEV_TRACES, positive_ints, shared_missing
 _ENTRIES = (
     ("workers.fill", ("fetch", "promote_hot", "release_fetch", "release_handoff",
                       "write_for_handoff", "finish_call")),
-    ("workers.decode", ("fetch", "release_fetch", "release_handoff", "finish_call",
-                        "trim_retained")),
+    ("workers.decode", ("fetch", "release_fetch", "release_handoff", "finish_call")),
+    ("workers.decode_kv", ("release_fetch", "trim_retained")),
     ("workers.mixed", ("release_fetch", "finish_call", "write_through")),
     ("workers.executor", ("release_fetch",)),
     ("workers.runtime", ("resident_bytes",)),
