@@ -10,6 +10,7 @@ every change bumps the store's version, so a plan made before it no longer appli
 
 from __future__ import annotations
 
+from collections import _count_elements  # (the C helper behind Counter.update)
 from collections.abc import Iterable
 from itertools import filterfalse
 
@@ -17,6 +18,8 @@ from storage.blobs import BlobId, BlobIndex
 from storage.placement import Placement
 from storage.plans import Purpose, TransferPlan
 from storage.tiers import Location
+
+_FETCH = Purpose.FETCH  # (an enum member off its class: ~0.1 us a read)
 
 
 class Holds:
@@ -90,7 +93,7 @@ class Holds:
         worker computes on). A fitting fetch leaves its whole chain there once applied:
         its load copies or places the blobs missing there and its evictions spare the
         chain; so this pins without ``pin``'s check for a copy of each."""
-        if plan.purpose is not Purpose.FETCH or plan.base_version != self.version - 1:
+        if plan.purpose is not _FETCH or plan.base_version != self.version - 1:
             raise ValueError("pin_fetched takes the fetch plan applied last")
         self._count_pins(plan.location, plan.chain)
 
@@ -104,9 +107,8 @@ class Holds:
         pins = self._pins.get(location)
         if pins is None:
             pins = self._pins[location] = {}
-        get = pins.get
-        for blob_id in ids:
-            pins[blob_id] = get(blob_id, 0) + 1
+        # `Counter.update`'s counting loop, in C: pins[id] = pins.get(id, 0) + 1, id by id.
+        _count_elements(pins, ids)
         self.version += 1
 
     def unpin(self, location: Location, blob_ids: Iterable[BlobId]) -> None:

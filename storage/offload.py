@@ -24,6 +24,7 @@ from storage.stripes import Stripe
 from storage.tiers import Location
 
 _new = tuple.__new__  # (steps built with every field in order, as the store builds them)
+_COPY, _DROP = StepKind.COPY, StepKind.DROP  # (an enum member off its class: ~0.1 us a read)
 
 
 def leading_drops(placement: Placement, pins: dict[BlobId, int], ids: tuple[BlobId, ...],
@@ -40,11 +41,16 @@ def leading_drops(placement: Placement, pins: dict[BlobId, int], ids: tuple[Blob
     # A chain's blobs share a few holder sets: the lead ends at the first blob
     # whose set has no copy slower than src.
     helds = list(map(placement.copies.__getitem__, present))
-    if helds and slowest[helds[0]] <= src.tier:  # (a chain just written: the first)
+    tier = src.tier
+    if helds and slowest[helds[0]] <= tier:  # (a chain just written: the first)
         lead = 0
     else:
-        lead = min((helds.index(held) for held in set(helds) if slowest[held] <= src.tier),
-                   default=len(present))
+        lead = len(present)
+        for held in set(helds):  # (a few sets: no generator to build)
+            if slowest[held] <= tier:
+                first = helds.index(held)
+                if first < lead:
+                    lead = first
     return present[:lead], (ids[ids.index(present[lead]):] if lead < len(present) else ())
 
 
@@ -115,7 +121,7 @@ def direct_offload(placement: Placement, sizes: list[int],
         demoted.append(blob_id)
         pending = []
     if not demoted:  # plain drops alone: one step
-        return ((_new(Step, (StepKind.DROP, tuple(pending), src, (),
+        return ((_new(Step, (_DROP, tuple(pending), src, (),
                              sum(map(sizes.__getitem__, pending)), 0)),)
                 if pending else ()), 0
     lower = placement.layout.lower(src)
@@ -138,7 +144,7 @@ def _roomy_offload(placement: Placement, sizes: list[int], before: list[list[Blo
     known = placement.stripes.setdefault(lower, {})
     steps: list[Step] = []
     if before[0]:
-        steps.append(_new(Step, (StepKind.DROP, tuple(before[0]), src, (),
+        steps.append(_new(Step, (_DROP, tuple(before[0]), src, (),
                                  sum(map(sizes.__getitem__, before[0])), 0)))
     times_s = []
     # Each demotion copies one tier down, then drops the copy here along with the
@@ -158,10 +164,10 @@ def _roomy_offload(placement: Placement, sizes: list[int], before: list[list[Blo
             sources = tuple(_new(Source, (loc, n))
                             for loc, n in zip(holders, stripe.sent_bytes((kv_bytes,)), strict=True)
                             if n)
-        steps.append(_new(Step, (StepKind.COPY, (blob_id,), lower, sources, kv_bytes,
+        steps.append(_new(Step, (_COPY, (blob_id,), lower, sources, kv_bytes,
                                  time_s)))
         dropped = (blob_id, *drops)
-        steps.append(_new(Step, (StepKind.DROP, dropped, src, (),
+        steps.append(_new(Step, (_DROP, dropped, src, (),
                                  sum(map(sizes.__getitem__, dropped)), 0)))
     return tuple(steps), sum(times_s)
 
