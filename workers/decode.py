@@ -73,6 +73,8 @@ class DecodeWorker(DecodeKv):
         self.preempted = 0  # sequences this worker preempted
         self.recomputed_tokens = 0  # tokens it recomputed resuming sequences
         self._interrupt: asyncio.Event | None = None  # poked; set by `run` when it starts
+        # The loop `run` runs on, kept: asyncio.get_running_loop makes a system call (getpid).
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._wait = RunWait()  # a run's, for a poke or its end
         self._requeueing = False
         self._replan = False
@@ -118,7 +120,7 @@ class DecodeWorker(DecodeKv):
         if (self.accepting and not self._requeueing and self._interrupt is not None
                 and self._occupied() < self.target_batch):
             before = self._occupied()
-            self._admit(asyncio.get_running_loop().time())
+            self._admit(self._loop.time())
             if self._occupied() == before and self.running:
                 # Held back for KV: plan the run again, to stop where it would fit.
                 self._replan = True
@@ -134,7 +136,7 @@ class DecodeWorker(DecodeKv):
         if not joined:
             return
         self.ready.take(joined)
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         for req in joined:
             result = fetch(self.store, req.block_ids, self.hbm, now_s, None)
             if req.handoff is not None:  # copied from its fill worker's HBM: that copy goes
@@ -169,7 +171,7 @@ class DecodeWorker(DecodeKv):
 
     def _on_loaded(self, call_id: int) -> None:
         req = self._loading.pop(call_id)
-        req.enter(LatencyPart.DECODE_WAIT, asyncio.get_running_loop().time())
+        req.enter(LatencyPart.DECODE_WAIT, self._loop.time())
         self._loaded.append(req)
         self._poke()
 
@@ -188,7 +190,7 @@ class DecodeWorker(DecodeKv):
         self._loaded.clear()
 
     async def run(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         self._interrupt = asyncio.Event()
         while True:
             now_s = loop.time()
@@ -220,7 +222,7 @@ class DecodeWorker(DecodeKv):
         An interrupt ends the run at the end of the step in progress, unless nothing needs
         the batch to change (a spurious wake), in which case the run goes on unpriced
         again."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         try:
             while True:
                 j = await self._wait.until(loop, ends, self._interrupt.is_set())

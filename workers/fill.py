@@ -226,6 +226,8 @@ class FillWorker:
         self._tokens_done = 0
         self._busy_s = 0.0
         self._wake: asyncio.Event | None = None
+        # The loop `run` runs on, kept: asyncio.get_running_loop makes a system call (getpid).
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.accepting = True
         self._state_key: tuple | None = None
         self._state: WorkerState | None = None
@@ -254,7 +256,7 @@ class FillWorker:
         return self._state
 
     async def run(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         while True:
             if not self.queue:
@@ -296,11 +298,11 @@ class FillWorker:
         """The step ends at `end_s` on the run's clock (workers.executor runs it on
         another process instead)."""
         self._steps[id(batch)] = batch
-        asyncio.get_running_loop().call_at(end_s, self._complete, batch)
+        self._loop.call_at(end_s, self._complete, batch)
 
     def _complete(self, batch: FillStep) -> None:
         self._steps.pop(id(batch), None)
-        now_s = asyncio.get_running_loop().time()
+        now_s = self._loop.time()
         self._in_flight -= len(batch)
         self.fills.resume(batch.chunks)
         if self.queue and self._wake is not None:

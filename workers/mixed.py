@@ -134,7 +134,7 @@ class MixedWorker(DecodeWorker):
 
     # -- the loop ---------------------------------------------------------------------
     async def run(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         self._interrupt = asyncio.Event()
         while True:
             now_s = loop.time()
@@ -163,7 +163,7 @@ class MixedWorker(DecodeWorker):
             return
         if self._wake_at is not None:
             self._wake_at.cancel()
-        self._wake_at = asyncio.get_running_loop().call_at(at_s, self._loaded_prefix)
+        self._wake_at = self._loop.call_at(at_s, self._loaded_prefix)
 
     def _loaded_prefix(self) -> None:
         self._wake_at = None
@@ -183,12 +183,12 @@ class MixedWorker(DecodeWorker):
         mean_context = self._planned_tokens / len(self.running)
         ends = self.pricer.decode_run_ends_s(now_s, len(self.running), mean_context, steps)
         done = await self._run_steps(ends)
-        self._advance(done, now_s, asyncio.get_running_loop().time())
+        self._advance(done, now_s, self._loop.time())
 
     async def _mixed_step(self, chunks: list[FillChunk], now_s: float) -> None:
         """One step: the running decodes (one token each) and the chunks, priced together.
         Chunks join only once their call's cached prefix is in HBM."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         # Preempts first if the decodes' KV would overflow.
         contexts = self._plan_step(now_s) if self.running else []
         transfer_s, starting = self.fills.begin(chunks, now_s)
