@@ -27,7 +27,13 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from storage.plans import FetchAction, Purpose, StepKind
 from storage.store import BlobStore
 from storage.tiers import Location, StoreLayout, Tier, TierSpec
-from workers.kv_io import fetch, release_fetch, release_handoff, write_for_handoff
+from workers.kv_io import (
+    fetch,
+    release_fetch,
+    release_handoff,
+    write_and_offload,
+    write_for_handoff,
+)
 from workers.kv_policy import trim_retained, write_and_retain
 
 BLOCK_TOKENS = 4
@@ -79,8 +85,8 @@ class BlobStoreMachine(RuleBasedStateMachine):
         # Every plan applied, by these rules or by the policy helpers they call.
         apply = self.store.apply
 
-        def applied(plan):
-            apply(plan)
+        def applied(plan, touch=True):
+            apply(plan, touch)
             if plan.purpose is Purpose.OFFLOAD:
                 # An offload that dropped as many copies at its place as its chain holds
                 # left none of them there (apply then touches none).
@@ -274,6 +280,17 @@ class BlobStoreMachine(RuleBasedStateMachine):
             for blob_id in handoff.pinned:
                 assert self.store.pinned(blob_id, where)
             release_handoff(self.store, handoff, self._tick(dt))
+
+    @rule(session=sessions, blocks=prompts, where=hbms, dt=now_steps)
+    def offload_call(self, session, blocks, where, dt):
+        """A call ends under the offload policy (`kv_io.write_and_offload`): its KV
+        written at ``where`` (or host memory), then offloaded; the write's chain is
+        marked used there once (tests/property/test_kv_io_touch_once.py)."""
+        chain = write_and_offload(self.store, session, tuple(blocks), where, DRAM,
+                                  self._tick(dt))
+        if chain:
+            self.written.append(tuple(blocks))
+            self.refs.setdefault(session, set()).update(self.store.index.chain_of(chain[-1]))
 
     @rule(session=sessions, blocks=prompts)
     def ref(self, session, blocks):
