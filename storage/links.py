@@ -30,6 +30,7 @@ from dataclasses import dataclass
 SHARINGS_KEPT = 4096
 # The loads with no flow in flight (read, never changed).
 _NO_LOADS: dict[str, float] = {}
+_INF = math.inf
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,31 +192,31 @@ class Fabric:
         flows = self._flows
         while flows and self.next_s <= now_s:
             finish_s = self.next_s
-            # Every flow moves to finish_s (never before the fabric's now_s).
-            dt = finish_s - self.now_s
-            if dt > 0.0:
-                for flow in flows.values():
-                    left = flow.remaining_bytes
-                    moved = flow.rate_bytes_per_s * dt
-                    flow.remaining_bytes = left - (moved if moved < left else left)
-            self.now_s = finish_s
             keys, ended = self._keys, self._ended_bytes
             for fid in self._due:  # the flows whose finish is the earliest
                 flow = flows.pop(fid)
                 ended[flow.route[3]] += flow.size_bytes  # by its path's number
                 del keys[fid]
                 done.append((fid, finish_s))
-            self._share()
+            # The others move to finish_s (never before the fabric's now_s) as they
+            # take their new shares.
+            dt = finish_s - self.now_s
+            self.now_s = finish_s
+            self._share(dt)
         if now_s != self.now_s:  # every flow moves on to now_s
             dt = now_s - self.now_s
             if dt < 0.0:
                 raise ValueError(f"Fabric: time went back from {self.now_s} to {now_s}")
-            for flow in flows.values():
-                left = flow.remaining_bytes
-                moved = flow.rate_bytes_per_s * dt
-                flow.remaining_bytes = left - (moved if moved < left else left)
+            self._move(dt)
             self.now_s = now_s
         return done
+
+    def _move(self, dt: float) -> None:
+        """Every flow in flight moves on by `dt` at its rate."""
+        for flow in self._flows.values():
+            left = flow.remaining_bytes
+            moved = flow.rate_bytes_per_s * dt
+            flow.remaining_bytes = left - (moved if moved < left else left)
 
     def next_finish_s(self) -> float | None:
         """When the next flow finishes at today's rates (None with no flow in flight)."""
@@ -247,33 +248,41 @@ class Fabric:
         """Bandwidth in use on link `name` now."""
         return sum(f.rate_bytes_per_s for f in self._flows.values() if name in f.path)
 
-    def _share(self) -> None:
+    def _share(self, dt: float = 0.0) -> None:
         """Max-min fair rates, then each flow's finish at them (they hold until the next
         start or finish: the flows' finishes move only here), the earliest finish, the
-        flows due then and the load on every busy link."""
+        flows due then and the load on every busy link. With `dt` > 0 (after a finish),
+        each flow in flight first moves on by `dt` at its old rate, up to `now_s`, in the
+        same pass (the flows that finished are gone: their bytes left are read no more)."""
         flows = self._flows
         if not flows:  # the fabric emptied (a fifth of the re-shares on the dev traces)
             self.loads = _NO_LOADS
-            self.next_s = math.inf
+            self.next_s = _INF
             self._due = []
             return
         key = tuple(self._keys.values())
         sharing = self._sharings.get(key)
-        if sharing is None:
+        if sharing is None:  # the filling sets the rates in place: the flows move first
+            if dt > 0.0:
+                self._move(dt)
+                dt = 0.0
             sharing = self._work_out_sharing(key)
         rates, self.loads = sharing
         now_s = self.now_s
-        next_s = math.inf
+        next_s = _INF
         due: list[int] = []
         i = 0  # a counter, not zip or enumerate: cheaper over a handful of flows
         for flow in flows.values():
+            left = flow.remaining_bytes
+            if dt > 0.0:
+                moved = flow.rate_bytes_per_s * dt
+                left = flow.remaining_bytes = left - (moved if moved < left else left)
             flow.rate_bytes_per_s = rate = rates[i]
             i += 1  # noqa: SIM113
-            left = flow.remaining_bytes
             if left <= 0.0:
                 finish_s = now_s
             elif rate <= 0.0:
-                finish_s = math.inf
+                finish_s = _INF
             else:
                 finish_s = now_s + left / rate
             if finish_s < next_s:
