@@ -8,6 +8,7 @@ into a `TraceError` that also names the file and line.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 # More than this in one call is a corrupt record, not a long context: no
@@ -136,3 +137,53 @@ class Session:
     @property
     def resets(self) -> int:
         return sum(1 for c in self.calls if c.reset_before)
+
+
+class CallsAsRead(Sequence[Call]):
+    """A session's calls made from another session's calls (`base`) as they are read
+    (`make(call)`), the last two kept: a session reads each call twice, as the next call,
+    then as its own. A session in flight then holds its base calls and the one or two at
+    hand, not a copy of every call (a copy of a repeated trace; a session given a shared
+    prefix, whose block ids, tuples of thousands, the garbage collector would otherwise
+    traverse for as long as the session lasts)."""
+
+    __slots__ = ("_base", "_kept", "_make")
+
+    def __init__(self, base: Sequence[Call], make: Callable[[Call], Call]) -> None:
+        self._base, self._make = base, make
+        self._kept: dict[int, Call] = {}
+
+    def __len__(self) -> int:
+        return len(self._base)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return tuple(self[j] for j in range(*i.indices(len(self._base))))
+        if i < 0:
+            i += len(self._base)
+        call = self._kept.get(i)
+        if call is None:
+            call = self._make(self._base[i])  # IndexError past the end, as a tuple's
+            if len(self._kept) >= 2:
+                del self._kept[min(self._kept)]
+            self._kept[i] = call
+        return call
+
+    def __iter__(self) -> Iterator[Call]:
+        return (self[i] for i in range(len(self._base)))
+
+
+def session_with_calls(session: Session, calls: Sequence[Call],
+                       session_id: str | None = None) -> Session:
+    """`session` with `calls` (and `session_id`, when given), built without Session's
+    check of every call's place: `calls`, made call by call from the session's own
+    (`CallsAsRead`), keep their order and indices, and the check would make every one of
+    them up front, which is what making them as they are read must not do."""
+    copy = object.__new__(Session)
+    for name, value in (("session_id", session.session_id if session_id is None
+                         else session_id),
+                        ("source", session.source), ("start_s", session.start_s),
+                        ("calls", calls),
+                        ("shared_prefix_tokens", session.shared_prefix_tokens)):
+        object.__setattr__(copy, name, value)
+    return copy

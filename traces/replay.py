@@ -19,12 +19,13 @@ or after `duration_s` are not admitted.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 
-from traces.model import Call, Session
+from traces.model import Call, CallsAsRead, Session, session_with_calls
 from traces.shared_prefix import SharedChains, share_prefixes, shared_blocks
 
 # One new agent session a minute: the 113-session collection then starts
@@ -111,53 +112,17 @@ def shifted_blocks(block_ids: tuple[int, ...], shift: int) -> tuple[int, ...]:
     return block_ids[:i] + (block_ids[i] + shift,) + block_ids[i + 1:]  # noqa: RUF005
 
 
-class RepeatedCalls(Sequence[Call]):
-    """The calls of copy `k` of a session, each built when it is read (and the last two
-    kept, as a session reads each call twice: as the next call, then as its own), so a
-    repeated session in flight holds its base session and the one or two calls at hand."""
-
-    __slots__ = ("_base", "_kept", "_shift", "_sid")
-
-    def __init__(self, base: tuple[Call, ...], session_id: str, shift: int) -> None:
-        self._base, self._sid, self._shift = base, session_id, shift
-        self._kept: dict[int, Call] = {}
-
-    def __len__(self) -> int:
-        return len(self._base)
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return tuple(self[j] for j in range(*i.indices(len(self._base))))
-        if i < 0:
-            i += len(self._base)
-        call = self._kept.get(i)
-        if call is None:
-            base = self._base[i]  # IndexError past the end, as a tuple's
-            call = replace(base, session_id=self._sid,
-                           block_ids=shifted_blocks(base.block_ids, self._shift))
-            if len(self._kept) >= 2:
-                del self._kept[min(self._kept)]
-            self._kept[i] = call
-        return call
-
-    def __iter__(self) -> Iterator[Call]:
-        return (self[i] for i in range(len(self._base)))
+def _repeated_call(session_id: str, shift: int, base: Call) -> Call:
+    """`base` as a call of the copy `session_id`, its first own block id moved by `shift`."""
+    return replace(base, session_id=session_id, block_ids=shifted_blocks(base.block_ids, shift))
 
 
 def repeated_session(session: Session, k: int) -> Session:
     """Copy `k` (>= 1) of `session` as a new session: id suffixed `~k`, first block ids
-    shifted, calls built as they are read."""
+    shifted, calls built as they are read (`CallsAsRead`)."""
     sid = f"{session.session_id}~{k}"
-    calls = RepeatedCalls(session.calls, sid, k << REPEAT_SHIFT)
-    # Session checks every call's place at construction: the base session passed that and
-    # a copy changes neither order nor index, so the copy is built without the check (it
-    # would build every call of the copy up front, which is what a repeat must not do).
-    copy = object.__new__(Session)
-    for name, value in (("session_id", sid), ("source", session.source),
-                        ("start_s", session.start_s), ("calls", calls),
-                        ("shared_prefix_tokens", session.shared_prefix_tokens)):
-        object.__setattr__(copy, name, value)
-    return copy
+    calls = CallsAsRead(session.calls, partial(_repeated_call, sid, k << REPEAT_SHIFT))
+    return session_with_calls(session, calls, sid)
 
 
 def repeat_sessions(sessions: Iterable[Session], times: int) -> Iterator[Session]:

@@ -16,11 +16,12 @@ which starts again from those blocks, shares them too.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import fields, replace
+from dataclasses import fields
 from itertools import takewhile
+from operator import attrgetter
 
 from traces._blocks import LOCAL_LIMIT, SHARED_END_ID, SHARED_FIRST_ID
-from traces.model import Call, Session
+from traces.model import Call, CallsAsRead, Session, session_with_calls
 
 
 class SharedChains:
@@ -86,15 +87,19 @@ class _Renaming:
 
 # Call's fields, for a copy with other block ids of the same count: every check Call makes
 # at construction holds for the copy as for the call (its length is all they read of the
-# ids), so the copy is built without them.
+# ids), so the copy is built without them: its slots read in one C call and set through
+# their descriptors (what the frozen class's `object.__setattr__` reaches by name).
 _CALL_FIELDS = tuple(f.name for f in fields(Call))
+_CALL_VALUES = attrgetter(*_CALL_FIELDS)
+_CALL_SETTERS = tuple(getattr(Call, name).__set__ for name in _CALL_FIELDS)
+_SET_BLOCK_IDS = _CALL_SETTERS[_CALL_FIELDS.index("block_ids")]
 
 
 def _with_block_ids(call: Call, block_ids: tuple[int, ...]) -> Call:
     new = object.__new__(Call)
-    for name in _CALL_FIELDS:
-        object.__setattr__(new, name, getattr(call, name))
-    object.__setattr__(new, "block_ids", block_ids)
+    for set_field, value in zip(_CALL_SETTERS, _CALL_VALUES(call), strict=True):
+        set_field(new, value)
+    _SET_BLOCK_IDS(new, block_ids)
     return new
 
 
@@ -111,9 +116,9 @@ def share_prefix(session: Session, tokens: int | None, chains: SharedChains) -> 
     if len(set(keys)) != k:  # a block repeated inside the prefix: keep the first run only
         k = next(i for i, x in enumerate(keys) if first.block_ids.index(x) != i)
         keys = keys[:k]
-    renaming = _Renaming(keys, base)
-    calls = tuple(renaming.renamed(c) for c in session.calls)
-    return replace(session, calls=calls)
+    # Each call renamed as it is read: a session in flight holds the trace's calls and
+    # the one or two at hand, not a renamed copy of every call.
+    return session_with_calls(session, CallsAsRead(session.calls, _Renaming(keys, base).renamed))
 
 
 def share_prefixes(sessions: Iterable[Session], tokens: int | None,

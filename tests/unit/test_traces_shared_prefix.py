@@ -112,3 +112,30 @@ def test_a_session_is_renamed_as_one_id_at_a_time_would(first, tails, keep):
     for before, after in zip(session.calls, shared.calls, strict=True):
         assert after.block_ids == _renamed_one_by_one(before.block_ids, mapping)
         assert after == replace(before, block_ids=after.block_ids)
+
+
+def test_a_sessions_calls_are_renamed_as_they_are_read(sample, monkeypatch):
+    """Sharing a prefix renames no call up front: a session in flight holds the trace's
+    calls and the one or two at hand; read in order, as a session reads them (each as the
+    next call, then as its own), every call is renamed once, to what it was."""
+    import traces.shared_prefix as shared_prefix
+
+    made = []
+    renamed = shared_prefix._with_block_ids
+    monkeypatch.setattr(shared_prefix, "_with_block_ids",
+                        lambda call, ids: made.append(call.index) or renamed(call, ids))
+    session = sample[0]
+    shared = share_prefix(session, 4096, SharedChains())
+    assert made == []
+    calls = shared.calls
+    for i in range(len(calls)):
+        call = calls[i]
+        following = calls[i + 1] if i + 1 < len(calls) else None
+        assert following is None or following.index == i + 1
+        assert call.index == i
+    assert made == list(range(len(session.calls)))
+    eager = [replace(c, block_ids=_renamed_one_by_one(
+        c.block_ids, dict(zip(session.calls[0].block_ids[:4096 // c.block_size],
+                              shared.calls[0].block_ids, strict=False))))
+        for c in session.calls]
+    assert list(shared.calls) == eager
