@@ -17,7 +17,7 @@ from orchestrator.control.observe import Observation
 from orchestrator.control.policies.base import AdmissionDecision
 from orchestrator.control.snapshot import idle_pools, observe
 from orchestrator.run.series import Series
-from orchestrator.run.sessions import Pending
+from orchestrator.run.sessions import Pending, wake_up
 from workers.request import Request
 
 _NAN = float("nan")
@@ -37,12 +37,6 @@ def checked(decision: object, policy_name: str) -> AdmissionDecision:
 
 class ConservationError(AssertionError):
     """Calls appeared or vanished: the emulator is wrong, not the input."""
-
-
-def _wake_up(future: asyncio.Future) -> None:
-    """The fast loop's sleep over (asyncio.sleep's own callback: a cancelled sleep stays so)."""
-    if not future.cancelled():
-        future.set_result(None)
 
 
 def _series_appends(s: Series) -> tuple:
@@ -287,7 +281,7 @@ class FastLoop:
                 # asyncio.sleep(period) (period > 0: ControlConfig) without its coroutine
                 # and the cancel of its fired timer: the same timer and wake-up.
                 woken = loop.create_future()
-                timer = loop.call_later(period, _wake_up, woken)
+                timer = loop.call_later(period, wake_up, woken)
                 try:
                     await woken
                 except asyncio.CancelledError:

@@ -40,6 +40,12 @@ def make_request(call_id: int, call: Call, following: Call | None) -> Request:
                    interactive=not call.is_subagent, own_cached_tokens=call.cached_tokens)
 
 
+def wake_up(future: asyncio.Future) -> None:
+    """A sleep's timer fired (asyncio.sleep's own callback: a cancelled sleep stays so)."""
+    if not future.cancelled():
+        future.set_result(None)
+
+
 class Outcome:
     DONE = "done"
     REJECTED = "rejected"
@@ -51,11 +57,20 @@ async def run_session(session: Session, load: LoadOptions, next_call_id: Callabl
     session (the user gives up). Returns the number of calls issued."""
     calls = session.calls
     issued = 0
+    loop = asyncio.get_running_loop()
     for i, call in enumerate(calls):
         if i:
             gap_s = load.think_s(call)
             if gap_s > 0:
-                await asyncio.sleep(gap_s)
+                # asyncio.sleep(gap_s) without its coroutine and the cancel of its fired
+                # timer: the same timer and wake-up.
+                woken = loop.create_future()
+                timer = loop.call_later(gap_s, wake_up, woken)
+                try:
+                    await woken
+                except asyncio.CancelledError:
+                    timer.cancel()
+                    raise
         following = calls[i + 1] if i + 1 < len(calls) else None
         issued += 1
         if await submit(make_request(next_call_id(), call, following)) == Outcome.REJECTED:
