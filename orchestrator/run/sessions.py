@@ -57,11 +57,13 @@ async def run_session(session: Session, load: LoadOptions, next_call_id: Callabl
     session (the user gives up). Returns the number of calls issued."""
     calls = session.calls
     issued = 0
-    loop = asyncio.get_running_loop()
+    loop = None  # the running loop, once a think gap needs it
     for i, call in enumerate(calls):
         if i:
             gap_s = load.think_s(call)
             if gap_s > 0:
+                if loop is None:
+                    loop = asyncio.get_running_loop()
                 # asyncio.sleep(gap_s) without its coroutine and the cancel of its fired
                 # timer: the same timer and wake-up.
                 woken = loop.create_future()
