@@ -27,11 +27,9 @@ class Commit(Holds):
     counters: StoreCounters
     on_apply: Callable[[TransferPlan], object] | None
 
-    def apply(self, plan: TransferPlan, touch: bool = True) -> object:
+    def apply(self, plan: TransferPlan) -> object:
         """Commit a plan made against the current version of the store. Returns what
-        `on_apply(plan)` returns (None without it). ``touch=False`` leaves marking the
-        plan's chain used at its place to the caller (`workers.kv_io.write_and_offload`:
-        the offload that follows drops those copies, and touches what stays)."""
+        `on_apply(plan)` returns (None without it)."""
         # (Its fields unpacked at once: a named tuple's fields are read one lookup each.)
         (purpose, location, now_s, base_version, fits, _, steps, _, _, requested, _,
          recomputed, _, _, chain, new_blobs, hits, misses, local) = plan
@@ -66,7 +64,7 @@ class Commit(Holds):
             for source in sources:
                 counters.moved_bytes[(source.location.tier, place.tier)] += source.kv_bytes
         last = steps[-1] if steps else None
-        if chain and touch and not (last is not None and last.kind is not _DROP
+        if chain and not (last is not None and last.kind is not _DROP
                 and last.location == location and last.blob_ids[-len(chain):] == chain) and not (
                 purpose is _OFFLOAD and dropped_here == len(chain)):
             # (When the last step added the whole chain there, in order, just now, it is

@@ -28,7 +28,6 @@ from workers.kv_links import Transfer
 _new = tuple.__new__
 # (An enum member off its class is ~0.1 us a read: the hot paths read these.)
 _RECOMPUTE, _HBM = FetchAction.RECOMPUTE, Tier.HBM
-_TOUCH_ONCE = True  # write_and_offload touches a chain once (the tests compare with twice)
 
 
 class FetchResult(NamedTuple):
@@ -65,12 +64,9 @@ def release_fetch(store: BlobStore, hbm: Location, result: FetchResult) -> None:
 
 
 def write_chain(store: BlobStore, session_id: str, block_ids: tuple[int, ...],
-                hbm: Location, host: Location, now_s: float,
-                touch: bool = True) -> TransferPlan | None:
+                hbm: Location, host: Location, now_s: float) -> TransferPlan | None:
     """Record the KV just computed as blobs the session references: in HBM, or in `host`
-    when HBM has no room. The applied write, or None when nothing was written.
-    ``touch=False``: a write to `hbm` leaves its chain's use there to the caller
-    (`Commit.apply`'s ``touch``)."""
+    when HBM has no room. The applied write, or None when nothing was written."""
     if not block_ids:
         return None
     plan = store.plan_write(block_ids, hbm, now_s)
@@ -78,7 +74,7 @@ def write_chain(store: BlobStore, session_id: str, block_ids: tuple[int, ...],
         plan = store.plan_write(block_ids, host, now_s)
         if not plan.fits:
             return None
-    store.apply(plan, touch or plan.location != hbm)
+    store.apply(plan)
     # (The chain's last blob: `ref` marks its ancestors, the rest of the chain, with it.)
     store.ref(session_id, plan.chain[-1:])
     return plan
@@ -87,26 +83,13 @@ def write_chain(store: BlobStore, session_id: str, block_ids: tuple[int, ...],
 def write_and_offload(store: BlobStore, session_id: str, block_ids: tuple[int, ...],
                       hbm: Location, host: Location, now_s: float) -> tuple:
     """Record the KV just computed (`write_chain`), then move the session's copies out of
-    HBM (between turns KV leaves HBM). Returns the chain.
-
-    The write's apply does not mark its chain used at `hbm` when the offload's plan
-    takes that very chain: the offload drops those copies, and its apply marks used the
-    ones that stay (pinned), in chain order at the same `now_s`, as two touches would
-    leave them; an offload's plan reads no use times at `hbm` (it evicts, if at all,
-    one tier down). Otherwise the write's touch is made before the offload is applied,
-    as `apply` would have made it. (`_TOUCH_ONCE`: the tests shut it to compare.)"""
-    once = _TOUCH_ONCE
-    plan = write_chain(store, session_id, block_ids, hbm, host, now_s, touch=not once)
+    HBM (between turns KV leaves HBM). Returns the chain."""
+    plan = write_chain(store, session_id, block_ids, hbm, host, now_s)
     if plan is None:
         return ()
-    chain = plan.chain
     if plan.location.tier is _HBM:
-        out = store.plan_offload(chain, hbm, now_s)
-        if once and not (out.fits and out.chain is chain):
-            store.placement.touch_run(chain, hbm, now_s)  # (the write's own touch)
-        if out.fits:
-            store.apply(out)
-    return chain
+        offload(store, plan.chain, hbm, now_s)
+    return plan.chain
 
 
 def offload(store: BlobStore, chain: tuple, hbm: Location, now_s: float) -> None:

@@ -85,8 +85,8 @@ class BlobStoreMachine(RuleBasedStateMachine):
         # Every plan applied, by these rules or by the policy helpers they call.
         apply = self.store.apply
 
-        def applied(plan, touch=True):
-            apply(plan, touch)
+        def applied(plan):
+            apply(plan)
             if plan.purpose is Purpose.OFFLOAD:
                 # An offload that dropped as many copies at its place as its chain holds
                 # left none of them there (apply then touches none).
@@ -284,8 +284,7 @@ class BlobStoreMachine(RuleBasedStateMachine):
     @rule(session=sessions, blocks=prompts, where=hbms, dt=now_steps)
     def offload_call(self, session, blocks, where, dt):
         """A call ends under the offload policy (`kv_io.write_and_offload`): its KV
-        written at ``where`` (or host memory), then offloaded; the write's chain is
-        marked used there once (tests/property/test_kv_io_touch_once.py)."""
+        written at ``where`` (or host memory), then offloaded."""
         chain = write_and_offload(self.store, session, tuple(blocks), where, DRAM,
                                   self._tick(dt))
         if chain:
