@@ -40,6 +40,13 @@ class FetchAction(Enum):
     RECOMPUTE = "recompute"  # recomputing from text is faster than loading
 
 
+# The members as module constants, for the hot paths to import: on Python 3.11 a member
+# read off its enum class is an attribute lookup of ~0.1 us, a module constant ~15 ns.
+COPY, PLACE, DROP = StepKind.COPY, StepKind.PLACE, StepKind.DROP
+FETCH, WRITE, OFFLOAD = Purpose.FETCH, Purpose.WRITE, Purpose.OFFLOAD
+MISS, HIT, LOAD, RECOMPUTE = FetchAction.MISS, FetchAction.HIT, FetchAction.LOAD, FetchAction.RECOMPUTE
+
+
 class NoFit(Enum):
     """Why a plan does not fit (closed list, exported as a label later)."""
 

@@ -33,11 +33,18 @@ from storage.offload import direct_offload, leading_drops, offload_on_draft
 from storage.placement import Placement
 from storage.plans import (
     _NO_TOKENS,
+    COPY,
+    FETCH,
+    HIT,
+    LOAD,
+    MISS,
+    OFFLOAD,
+    PLACE,
+    WRITE,
     FetchAction,
     NoFit,
     Purpose,
     Step,
-    StepKind,
     TransferPlan,
 )
 from storage.stripes import Stripe, add_sent, sources_of
@@ -50,11 +57,6 @@ _new = tuple.__new__
 _id = attrgetter("id")
 _kv_bytes = attrgetter("kv_bytes")
 _TIERS = tuple(Tier)  # (in order, as miss_tokens gives them)
-# (An enum member read off its class is an attribute lookup of ~0.1 us in Python 3.11: the
-# hot paths read them as module constants.)
-_COPY, _PLACE = StepKind.COPY, StepKind.PLACE
-_FETCH, _WRITE, _OFFLOAD = Purpose.FETCH, Purpose.WRITE, Purpose.OFFLOAD
-_MISS, _HIT, _LOAD = FetchAction.MISS, FetchAction.HIT, FetchAction.LOAD
 
 
 def _sorted_ids(blob_ids: Iterable[BlobId]) -> tuple[BlobId, ...]:
@@ -72,7 +74,7 @@ def _recompute_steps(ids: list[BlobId], dst: Location, missing_bytes: int,
     compute (it batches the recomputed tokens as prefill); the time is the transfer
     time of the evictions."""
     if draft is None:
-        return (_new(Step, (_PLACE, tuple(ids), dst, (), missing_bytes, 0)),), 0
+        return (_new(Step, (PLACE, tuple(ids), dst, (), missing_bytes, 0)),), 0
     draft.place_run(ids, dst, missing_bytes)
     return draft.steps, draft.time_s
 
@@ -90,7 +92,7 @@ def _load_steps(ids: list[BlobId], sizes: list[int], missing_bytes: int, dst: Lo
         add_sent(sent_by, sizes, stripes)
         sources = sources_of(sent_by)
         # (A draft adds the copies' times up in the same order: load_time_s.)
-        steps = (_new(Step, (_COPY, tuple(ids), dst, sources, missing_bytes,
+        steps = (_new(Step, (COPY, tuple(ids), dst, sources, missing_bytes,
                              load_time_s)),)
         for loc, n in sources:
             sent[loc.tier] = sent.get(loc.tier, 0) + n
@@ -98,7 +100,7 @@ def _load_steps(ids: list[BlobId], sizes: list[int], missing_bytes: int, dst: Lo
     draft.copy_run(ids, sizes, dst, stripes, times_s)
     steps = draft.steps
     for step in steps:
-        if step.kind is _COPY and step.location == dst:  # not evictions
+        if step.kind is COPY and step.location == dst:  # not evictions
             for source in step.sources:
                 tier = source.location.tier
                 sent[tier] = sent.get(tier, 0) + source.kv_bytes
@@ -214,15 +216,15 @@ class BlobStore(Commit):
         requested = len(block_ids) * index.block_tokens
         if not chain and self._miss_directly:  # nothing cached: no hits, all misses
             return _new(TransferPlan, (
-                _FETCH, dst, now_s, self.version, True, None, (), 0, _MISS,
+                FETCH, dst, now_s, self.version, True, None, (), 0, MISS,
                 requested, 0, 0, 0.0, 0.0, chain, (), {}, dict.fromkeys(_TIERS, requested), 0))
         hits, local = lookup_tokens(match, dst, self.placement, index.block_tokens, helds)
         unmatched = requested - match.matched_tokens
         if not ids:
             misses = miss_tokens(hits, unmatched)
-            action = _HIT if match.chain else _MISS
+            action = HIT if match.chain else MISS
             return _new(TransferPlan, (
-                _FETCH, dst, now_s, self.version, True, None, (), 0, action, requested,
+                FETCH, dst, now_s, self.version, True, None, (), 0, action, requested,
                 match.matched_tokens, 0, 0.0, 0.0, chain, (), hits, misses, local))
         sizes = list(map(index.sizes.__getitem__, ids))
         missing_bytes = sum(sizes)
@@ -250,8 +252,8 @@ class BlobStore(Commit):
                                           load_time_s, draft)
         served = served_hits(hits, local, dst.tier, sent)
         return _new(TransferPlan, (
-            _FETCH, dst, now_s, self.version, True, None, steps, time_s,
-            _LOAD, requested, match.matched_tokens, 0, load_time_s,
+            FETCH, dst, now_s, self.version, True, None, steps, time_s,
+            LOAD, requested, match.matched_tokens, 0, load_time_s,
             recompute_time_s, chain, (), served, miss_tokens(served, unmatched), local))
 
     def _fetch_lookup(self, block_ids: Sequence[int], dst: Location
@@ -322,10 +324,10 @@ class BlobStore(Commit):
         if self._has_room(dst, need + lost_bytes):
             # One step places both (a draft records consecutive places at one place as one).
             placed = (*lost, *new_ids) if lost else new_ids
-            steps = (_new(Step, (_PLACE, placed, dst, (), lost_bytes + need, 0)),
+            steps = (_new(Step, (PLACE, placed, dst, (), lost_bytes + need, 0)),
                      ) if placed else ()
             return _new(TransferPlan, (
-                _WRITE, dst, now_s, self.version, True, None, steps, 0, None, 0, 0, 0,
+                WRITE, dst, now_s, self.version, True, None, steps, 0, None, 0, 0, 0,
                 0.0, 0.0, chain, new, _NO_TOKENS, _NO_TOKENS, 0))
         draft = self._draft(dst, now_s)
         if not draft.make_room(dst, need + lost_bytes, match.blob_ids):
@@ -349,7 +351,7 @@ class BlobStore(Commit):
         if plain is not None:
             steps, time_s = plain
             return _new(TransferPlan, (
-                _OFFLOAD, src, now_s, self.version, True, None, steps, time_s, None,
+                OFFLOAD, src, now_s, self.version, True, None, steps, time_s, None,
                 0, 0, 0, 0.0, 0.0, chain, (), _NO_TOKENS, _NO_TOKENS, 0))
         draft = self._draft(src, now_s)
         if not offload_on_draft(draft, pins, ids, drops, src, chain):

@@ -23,6 +23,11 @@ class Tier(IntEnum):
     PFS = 3
 
 
+# The members as module constants, for the hot paths to import: on Python 3.11 a member
+# read off its enum class is an attribute lookup of ~0.1 us, a module constant ~15 ns.
+HBM, DRAM, RACK, PFS = Tier.HBM, Tier.DRAM, Tier.RACK, Tier.PFS
+
+
 def _positive_finite(owner: str, name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{owner}.{name} must be a number, got {value!r}")

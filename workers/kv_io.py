@@ -20,14 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from storage.plans import FetchAction, TransferPlan
+from storage.plans import RECOMPUTE, TransferPlan
 from storage.store import BlobStore
-from storage.tiers import Location, Tier
+from storage.tiers import HBM, Location
 from workers.kv_links import Transfer
 
 _new = tuple.__new__
-# (An enum member off its class is ~0.1 us a read: the hot paths read these.)
-_RECOMPUTE, _HBM = FetchAction.RECOMPUTE, Tier.HBM
 
 
 class FetchResult(NamedTuple):
@@ -51,7 +49,7 @@ def fetch(store: BlobStore, block_ids: tuple[int, ...], hbm: Location, now_s: fl
     transfer = store.apply(plan)
     if plan.chain:  # (nothing to pin on a miss)
         store.pin_fetched(plan)
-    recompute = plan.recompute_tokens if plan.action is _RECOMPUTE else 0
+    recompute = plan.recompute_tokens if plan.action is RECOMPUTE else 0
     # (Built by tuple.__new__, every field given: a named tuple's __new__ is a Python call.)
     if store.on_apply is not None and transfer is None:  # nothing moves
         return _new(FetchResult, (plan.prefix_tokens, recompute, 0.0, plan.chain, None))
@@ -87,7 +85,7 @@ def write_and_offload(store: BlobStore, session_id: str, block_ids: tuple[int, .
     plan = write_chain(store, session_id, block_ids, hbm, host, now_s)
     if plan is None:
         return ()
-    if plan.location.tier is _HBM:
+    if plan.location.tier is HBM:
         offload(store, plan.chain, hbm, now_s)
     return plan.chain
 

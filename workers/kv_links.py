@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable
 
 from storage.links import SHARINGS_KEPT, Fabric
-from storage.plans import StepKind, TransferPlan
+from storage.plans import COPY, TransferPlan
 from storage.tiers import Location, Tier
 from workers.cluster import BoundCluster, WorkerSpec
 from workers.link_use import LinkUse, link_utilisation
@@ -29,7 +29,6 @@ from workers.network import Topology, fabric_links, worker_links
 
 # Utilisation windows: the p99 is over the run's windows of this length.
 UTILISATION_WINDOW_S = 1.0
-_COPY = StepKind.COPY  # an enum member read once (a class attribute lookup per step otherwise)
 _INF = math.inf
 
 
@@ -143,7 +142,7 @@ class KvLinks:
         by_path = self.bytes_by_path
         landing = self._landing
         for step in plan.steps:
-            if step.kind is not _COPY:
+            if step.kind is not COPY:
                 continue
             ids, dst = step.blob_ids, step.location
             for src, kv_bytes in step.sources:  # (location, kv_bytes)
@@ -218,7 +217,7 @@ class KvLinks:
         plans a store applies copy nothing (writes placing blobs, drops): they are
         passed over at once."""
         for step in plan.steps:
-            if step.kind is _COPY:
+            if step.kind is COPY:
                 return self.copy(plan, plan.now_s)
         return None
 
