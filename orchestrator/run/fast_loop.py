@@ -17,7 +17,7 @@ from orchestrator.control.observe import Observation
 from orchestrator.control.policies.base import AdmissionDecision
 from orchestrator.control.snapshot import idle_pools, observe
 from orchestrator.run.series import Series
-from orchestrator.run.sessions import Pending, wake_up
+from orchestrator.run.sessions import Pending, sleep_on
 from workers.request import Request
 
 _NAN = float("nan")
@@ -278,15 +278,7 @@ class FastLoop:
                 if skips and self._quiet():
                     await self._skip_idle(loop, now_s)
                     continue
-                # asyncio.sleep(period) (period > 0: ControlConfig) without its coroutine
-                # and the cancel of its fired timer: the same timer and wake-up.
-                woken = loop.create_future()
-                timer = loop.call_later(period, wake_up, woken)
-                try:
-                    await woken
-                except asyncio.CancelledError:
-                    timer.cancel()
-                    raise
+                await sleep_on(loop, period)  # (period > 0: ControlConfig)
         finally:
             self._span = None
 

@@ -46,6 +46,19 @@ def wake_up(future: asyncio.Future) -> None:
         future.set_result(None)
 
 
+async def sleep_on(loop: asyncio.AbstractEventLoop, delay_s: float) -> None:
+    """`asyncio.sleep(delay_s)` on `loop`, as given (asyncio.sleep asks for the running
+    loop, a system call on Python 3.11), without cancelling its timer once it fired:
+    the same timer and wake-up."""
+    woken = loop.create_future()
+    timer = loop.call_later(delay_s, wake_up, woken)
+    try:
+        await woken
+    except asyncio.CancelledError:
+        timer.cancel()
+        raise
+
+
 class Outcome:
     DONE = "done"
     REJECTED = "rejected"
@@ -64,15 +77,7 @@ async def run_session(session: Session, load: LoadOptions, next_call_id: Callabl
             if gap_s > 0:
                 if loop is None:
                     loop = asyncio.get_running_loop()
-                # asyncio.sleep(gap_s) without its coroutine and the cancel of its fired
-                # timer: the same timer and wake-up.
-                woken = loop.create_future()
-                timer = loop.call_later(gap_s, wake_up, woken)
-                try:
-                    await woken
-                except asyncio.CancelledError:
-                    timer.cancel()
-                    raise
+                await sleep_on(loop, gap_s)
         following = calls[i + 1] if i + 1 < len(calls) else None
         issued += 1
         if await submit(make_request(next_call_id(), call, following)) == Outcome.REJECTED:
