@@ -18,6 +18,18 @@ LOCAL_LIMIT = 1 << LOCAL_BITS
 SHARED_NAMESPACE = (1 << 20) - 1
 SHARED_FIRST_ID = SHARED_NAMESPACE << LOCAL_BITS
 SHARED_END_ID = (SHARED_NAMESPACE + 1) << LOCAL_BITS
+# A call's own output blocks, where no call of the trace names them, take negative ids
+# (no reader hands one out): -(call id << OUTPUT_POSITION_BITS) - 1 - position, one per
+# call and block position in its context (contexts are well under 2**32 blocks).
+OUTPUT_POSITION_BITS = 32
+
+
+def output_block_ids(call_id: int, start: int, end: int) -> tuple[int, ...]:
+    """Ids for the blocks at positions `start` .. `end` - 1 of call `call_id`'s context
+    that hold its own output: unique to the call and the position, and never an id of a
+    trace's block."""
+    base = -(call_id << OUTPUT_POSITION_BITS) - 1
+    return tuple(range(base - start, base - end, -1))
 
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:

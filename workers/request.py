@@ -37,8 +37,9 @@ class Request:
     """One call. Identity is the object; `call_id` is unique within a run.
 
     `block_ids` are the input's full blocks (`block_tokens` each);
-    `writeback_block_ids`, when known, the blocks of input plus output that the
-    next call of the session will start from, so decode can write them back.
+    `writeback_block_ids`, when known, the full blocks of input plus output that
+    decode writes when the call retires (`orchestrator.run.sessions.writeback_blocks`
+    names them).
     """
 
     call_id: int

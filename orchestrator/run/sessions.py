@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from traces._blocks import output_block_ids
 from traces.model import Call, Session
 from traces.replay import LoadOptions
 from workers.request import Request
@@ -20,23 +21,34 @@ class Pending:
     interactive: bool
 
 
-def writeback_blocks(call: Call, following: Call | None) -> tuple[int, ...]:
-    """The blocks the next call of the session starts from, covering this call's input
-    and output, when the next call extends this one (no reset in between)."""
-    if following is None:
-        return call.block_ids
+def writeback_blocks(call: Call, following: Call | None, call_id: int) -> tuple[int, ...]:
+    """The blocks a retiring call writes: its input's and its output's full blocks.
+
+    How many is the call's own business (its input and output lengths), never the
+    trace's future. The trace has no ids for output tokens, so the output's blocks take
+    the ids the session's next call gives those positions when it resends this call's
+    input (it resends the answer too: the same content, the same blocks, as a service
+    hashing the tokens it generated would find), and ids of the call's own otherwise
+    (`traces._blocks.output_block_ids`: a compaction, a dip, a sub-agent's turn, the
+    session's last call), which no later call asks for.
+    """
     n = len(call.block_ids)
-    if following.block_ids[:n] != call.block_ids:
-        return call.block_ids
     covered = (call.input_tokens + call.output_tokens) // call.block_size
-    return following.block_ids[:max(n, covered)]
+    if covered <= n:
+        return call.block_ids
+    named = call.block_ids
+    if following is not None and following.block_ids[:n] == named:
+        named = following.block_ids[:covered]
+    if len(named) < covered:
+        named += output_block_ids(call_id, len(named), covered)
+    return named
 
 
 def make_request(call_id: int, call: Call, following: Call | None) -> Request:
     return Request(call_id=call_id, session_id=call.session_id,
                    input_tokens=call.input_tokens, output_tokens=call.output_tokens,
                    block_ids=call.block_ids,
-                   writeback_block_ids=writeback_blocks(call, following),
+                   writeback_block_ids=writeback_blocks(call, following, call_id),
                    interactive=not call.is_subagent, own_cached_tokens=call.cached_tokens)
 
 

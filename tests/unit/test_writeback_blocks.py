@@ -1,0 +1,86 @@
+"""What a retiring call writes depends on the call alone, never on the trace's future."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from orchestrator.run.sessions import make_request, writeback_blocks
+from traces.model import Call
+
+BS = 16
+
+
+def _call(blocks, output_tokens, extra_input=0, index=0):
+    input_tokens = len(blocks) * BS + extra_input
+    return Call(session_id="s", index=index, input_tokens=input_tokens, cached_tokens=0,
+                new_tokens=input_tokens, output_tokens=output_tokens, think_s=0.0,
+                is_subagent=False, reset_before=False, block_size=BS,
+                block_ids=tuple(blocks))
+
+
+def test_the_next_call_names_the_output_it_resends():
+    call = _call(range(10), output_tokens=3 * BS)
+    following = _call(range(20), output_tokens=1, index=1)
+    assert writeback_blocks(call, following, 7) == tuple(range(13))
+
+
+def test_without_a_next_call_the_output_is_written_under_ids_of_its_own():
+    call = _call(range(10), output_tokens=3 * BS + 5)
+    written = writeback_blocks(call, None, 7)
+    assert written[:10] == tuple(range(10))
+    assert len(written) == 13
+    assert all(i < 0 for i in written[10:])
+
+
+def test_a_next_call_that_does_not_resend_the_input_names_nothing():
+    call = _call(range(10), output_tokens=3 * BS)
+    compacted = _call([0, 1, 500, 501, 502, 503, 504, 505, 506, 507, 508, 509, 510, 511],
+                      output_tokens=1, index=1)
+    written = writeback_blocks(call, compacted, 7)
+    assert written == writeback_blocks(call, None, 7)
+    assert not set(written[10:]) & set(compacted.block_ids)
+
+
+def test_a_next_call_shorter_than_the_answer_names_what_it_resends():
+    call = _call(range(10), output_tokens=4 * BS)
+    following = _call(range(12), output_tokens=1, index=1)
+    written = writeback_blocks(call, following, 7)
+    assert written[:12] == tuple(range(12))
+    assert len(written) == 14 and all(i < 0 for i in written[12:])
+
+
+def test_an_answer_under_one_block_beyond_the_input_writes_the_input():
+    call = _call(range(10), output_tokens=BS - 1)
+    assert writeback_blocks(call, None, 7) == call.block_ids
+    # The partial block the input ends with counts with the answer.
+    call = _call(range(10), output_tokens=BS - 1, extra_input=1)
+    assert len(writeback_blocks(call, None, 7)) == 11
+
+
+def test_own_ids_differ_between_calls_and_positions():
+    call = _call(range(10), output_tokens=5 * BS)
+    a = writeback_blocks(call, None, 1)[10:]
+    b = writeback_blocks(call, None, 2)[10:]
+    assert len(set(a)) == len(a) == 5
+    assert not set(a) & set(b)
+
+
+@given(n=st.integers(0, 40), output=st.integers(0, 40 * BS), shared=st.integers(0, 60),
+       tail=st.integers(0, 60), call_id=st.integers(0, 2**40))
+def test_how_much_is_written_never_depends_on_the_next_call(n, output, shared, tail,
+                                                            call_id):
+    call = _call(range(n), output_tokens=output)
+    following = _call(list(range(min(shared, n))) + list(range(1000, 1000 + tail)),
+                      output_tokens=1, index=1)
+    alone = writeback_blocks(call, None, call_id)
+    written = writeback_blocks(call, following, call_id)
+    assert len(written) == len(alone) == max(n, (n * BS + output) // BS)
+    assert written[:n] == alone[:n] == call.block_ids
+
+
+def test_the_request_carries_them():
+    call = _call(range(4), output_tokens=2 * BS)
+    req = make_request(3, call, None)
+    assert req.writeback_block_ids == writeback_blocks(call, None, 3)
+    assert req.block_ids == call.block_ids
