@@ -1,19 +1,20 @@
 """The KV store's CPU per call: a replay's store calls, made again on a store alone.
 
 Replays the 113 weka-cc-dev sessions once (real think times, 240 sessions an hour, the
-default model and cluster, one controller), recording every call the workers, the
+default model and cluster, one controller), or with `--azure` the 10,000-request Azure
+open loop (one HGX H100, Llama-3.1-70B), recording every call the workers, the
 router and the runtime make into the KV store (`workers.kv_io`, `workers.kv_policy`,
 `BlobStore`'s methods) with their arguments and what the worker's recompute estimate
 answered. Then makes the same calls, in the same order, on a fresh store without links,
 `--repeat` times, and prints the process CPU time (`time.process_time()`) of the store's
-part of a replayed call: the median (and the least) over the repeats, per completed call
-of the run, and
-per entry point with `--by-entry`. The replayed store must end as the run's did (counters,
+part of a replayed call (the collector off, as the recorded calls would have it
+traverse them all): the median (and the least) over the repeats, per completed call of
+the run, and per entry point with `--by-entry`. The replayed store must end as the run's did (counters,
 every place's blobs in use order with their times, holders, pins, session references):
 checked after every repeat, exit status 1 if not.
 
     python benchmarks/bench_kv_store.py [--controller buffered] [--repeat 5] [--by-entry]
-                                        [--max-sessions N]
+                                        [--max-sessions N] [--azure]
 
 The store's calls carry no wall-clock time of their own (`now_s` is an argument), so a
 replayed stream measures only the store's CPU, with less noise from a shared machine than
@@ -23,6 +24,7 @@ the whole replay: A/B comparisons of storage/ and workers/kv_*.py use this figur
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import sys
 import time
@@ -31,7 +33,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.replay_runner import DEV_TRACES, positive_ints, shared_missing
+from benchmarks.replay_runner import (
+    AZURE_CONV,
+    DEV_TRACES,
+    H100_LLAMA_CLUSTER,
+    positive_ints,
+    shared_missing,
+)
 
 # The store's entry points as the workers import them: (module, names).
 _ENTRIES = (
@@ -183,20 +191,26 @@ def replay_calls(calls, store, by_entry: dict[str, float] | None) -> float:
         made[index] = fn(*live)
 
     clock = time.process_time
-    if by_entry is None:
-        t0 = clock()
+    # The recorded calls are many: a full collection of them is no part of the store.
+    gc.collect()
+    gc.disable()
+    try:
+        if by_entry is None:
+            t0 = clock()
+            for index, (fn, live, refs) in enumerate(prepared):
+                run(index, fn, live, refs)
+            return clock() - t0
+        total = 0.0
         for index, (fn, live, refs) in enumerate(prepared):
+            t0 = clock()
             run(index, fn, live, refs)
-        return clock() - t0
-    total = 0.0
-    for index, (fn, live, refs) in enumerate(prepared):
-        t0 = clock()
-        run(index, fn, live, refs)
-        seconds = clock() - t0
-        total += seconds
-        label = calls[index][0]
-        by_entry[label] = by_entry.get(label, 0.0) + seconds
-    return total
+            seconds = clock() - t0
+            total += seconds
+            label = calls[index][0]
+            by_entry[label] = by_entry.get(label, 0.0) + seconds
+        return total
+    finally:
+        gc.enable()
 
 
 def state(store) -> tuple:
@@ -215,11 +229,14 @@ def main() -> int:
     ap.add_argument("--repeat", default="5")
     ap.add_argument("--max-sessions", default=None)
     ap.add_argument("--by-entry", action="store_true")
+    ap.add_argument("--azure", action="store_true",
+                    help="the 10,000-request Azure open loop instead of the dev sessions")
     args = ap.parse_args()
     repeat = positive_ints("--repeat", args.repeat)[0]
     max_sessions = (positive_ints("--max-sessions", args.max_sessions)[0]
                     if args.max_sessions is not None else None)
-    missing = shared_missing(DEV_TRACES)
+    trace = AZURE_CONV if args.azure else DEV_TRACES
+    missing = shared_missing(trace)
     if missing:
         print(missing)
         return 0
@@ -229,10 +246,16 @@ def main() -> int:
     from storage.store import BlobStore
     from traces.replay import LoadOptions
 
-    load = LoadOptions(sessions_per_hour=240.0,
-                       **({"max_sessions": max_sessions} if max_sessions else {}))
-    settings = RunSettings(controller=args.controller, seed=1, load=load)
-    prepared = prepare([str(DEV_TRACES)], "weka", settings)
+    limit = {"max_sessions": max_sessions} if max_sessions else {}
+    if args.azure:
+        settings = RunSettings(model="llama-3.1-70b", cluster=str(H100_LLAMA_CLUSTER),
+                               controller=args.controller, seed=1,
+                               load=LoadOptions(**(limit or {"max_sessions": 10000})))
+        prepared = prepare([str(trace)], "azure", settings)
+    else:
+        settings = RunSettings(controller=args.controller, seed=1,
+                               load=LoadOptions(sessions_per_hour=240.0, **limit))
+        prepared = prepare([str(trace)], "weka", settings)
     _, summary = run_replay(prepared, settings)
     recorder.uninstall()
     calls = summary["requests"]["completed"]
@@ -252,7 +275,7 @@ def main() -> int:
             return 1
         cpu.append(seconds)
     median = statistics.median(cpu)
-    print(f"{args.controller}: {calls:,} calls, {len(recorder.calls):,} store calls; store CPU "
+    print(f"{'azure' if args.azure else 'dev'} {args.controller}: {calls:,} calls, {len(recorder.calls):,} store calls; store CPU "
           f"{median:.3f} s (median of {repeat}: {', '.join(f'{c:.3f}' for c in cpu)}), "
           f"{median / calls * 1e6:.1f} us per call (least {min(cpu) / calls * 1e6:.1f})")
     if by_entry is not None:
