@@ -4,8 +4,7 @@
 planning stays pure and a plan that turns out not to fit is simply thrown away.
 The hot paths work on runs of blobs: a draft records consecutive changes of one
 kind at one place as one ``Step`` (a copy's sources striped over its holders as
-``storage.stripes`` works them out). ``StepLog`` records steps the same way for a
-plan that needs no view of its own changes.
+``storage.stripes`` works them out).
 """
 
 from __future__ import annotations
@@ -52,41 +51,6 @@ def _joined_run(runs: list[_Run], kind: StepKind, location: Location) -> _Run:
     run = _Run(kind, location)
     runs.append(run)
     return run
-
-
-class StepLog:
-    """Steps recorded as a draft records them (a change of the kind and place of the last
-    step joins it), for a plan that needs no view of its own changes."""
-
-    __slots__ = ("runs", "times_s")
-
-    def __init__(self) -> None:
-        self.runs: list[_Run] = []
-        self.times_s: list[float] = []  # of the copies, in step order
-
-    def _run(self, kind: StepKind, location: Location) -> _Run:
-        return _joined_run(self.runs, kind, location)
-
-    def copy(self, blob_id: BlobId, kv_bytes: int, dst: Location, stripe: Stripe) -> None:
-        """A copy of the blob to ``dst``, striped as ``stripe`` says (`Draft.copy`)."""
-        run = self._run(StepKind.COPY, dst)
-        time_s = kv_bytes / stripe.rate
-        add_sent(run.sent_bytes, (kv_bytes,), (stripe,))
-        run.times_s.append(time_s)
-        self.times_s.append(time_s)
-        run.blob_ids.append(blob_id)
-        run.kv_bytes += kv_bytes
-
-    def drop(self, blob_ids: Sequence[BlobId], kv_bytes: int, location: Location) -> None:
-        """The copies of ``blob_ids`` (``kv_bytes`` in all) at ``location`` released."""
-        if blob_ids:
-            run = self._run(StepKind.DROP, location)
-            run.blob_ids.extend(blob_ids)
-            run.kv_bytes += kv_bytes
-
-    @property
-    def steps(self) -> tuple[Step, ...]:
-        return tuple(run.step() for run in self.runs)
 
 
 class Draft:

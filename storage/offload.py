@@ -17,7 +17,7 @@ from collections.abc import Collection, Sequence
 from itertools import filterfalse
 
 from storage.blobs import BlobId
-from storage.draft import Draft, StepLog
+from storage.draft import Draft
 from storage.placement import Placement
 from storage.plans import COPY, DROP, Source, Step
 from storage.stripes import Stripe
@@ -31,17 +31,22 @@ def leading_drops(placement: Placement, pins: dict[BlobId, int], ids: tuple[Blob
     """The plain drops that lead an offload of ``ids`` (in increasing order) from ``src``:
     the copies there, not pinned (``pins``: the pins at ``src``), up to the first whose
     blob has no copy slower than ``src``; and the ids from that copy on (to walk)."""
+    slowest = placement.slowest_tier
+    here = placement.at[src]
+    tier = src.tier
+    if ids:  # a chain just written: its first copy is here, unpinned, and goes down
+        first = ids[0]
+        if first in here and first not in pins and slowest[placement.copies[first]] <= tier:
+            return [], ids
     # The leading blobs that also have a slower copy are plain drops (pinned ones and
     # those not here are passed over): found in C.
-    slowest = placement.slowest_tier
-    present = list(filter(placement.at[src].__contains__, ids))
+    present = list(filter(here.__contains__, ids))
     if pins:
         present = list(filterfalse(pins.__contains__, present))
     # A chain's blobs share a few holder sets: the lead ends at the first blob
     # whose set has no copy slower than src.
     helds = list(map(placement.copies.__getitem__, present))
-    tier = src.tier
-    if helds and slowest[helds[0]] <= tier:  # (a chain just written: the first)
+    if helds and slowest[helds[0]] <= tier:
         lead = 0
     else:
         lead = len(present)
@@ -133,6 +138,22 @@ def direct_offload(placement: Placement, sizes: list[int],
     return _roomy_offload(placement, sizes, before, demoted, pending, src, lower)
 
 
+def _copy_step(blob_id: BlobId, kv_bytes: int, dst: Location, stripe: Stripe
+               ) -> tuple[Step, float]:
+    """The step copying one blob of ``kv_bytes`` to ``dst`` striped as ``stripe`` says,
+    and its time: the step a draft records for it (its sources what `add_sent` and
+    `sources_of` give: the stripe's holders are in order and distinct)."""
+    time_s = kv_bytes / stripe.rate
+    holders = stripe.holders
+    if len(holders) == 1:  # (one holder sends it all)
+        sources = (_new(Source, (holders[0], kv_bytes)),) if kv_bytes else ()
+    else:
+        sources = tuple(_new(Source, (loc, n))
+                        for loc, n in zip(holders, stripe.sent_bytes((kv_bytes,)), strict=True)
+                        if n)
+    return _new(Step, (COPY, (blob_id,), dst, sources, kv_bytes, time_s)), time_s
+
+
 def _roomy_offload(placement: Placement, sizes: list[int], before: list[list[BlobId]],
                    demoted: list[BlobId], after: list[BlobId], src: Location,
                    lower: Location) -> tuple[tuple[Step, ...], float]:
@@ -154,17 +175,9 @@ def _roomy_offload(placement: Placement, sizes: list[int], before: list[list[Blo
         stripe = known.get(held)
         if stripe is None:
             stripe = known[held] = Stripe.to(placement.layout, lower, held)
-        time_s = kv_bytes / stripe.rate
+        step, time_s = _copy_step(blob_id, kv_bytes, lower, stripe)
         times_s.append(time_s)
-        holders = stripe.holders
-        if len(holders) == 1:  # (one holder sends it all, as add_sent would find)
-            sources = (_new(Source, (holders[0], kv_bytes)),) if kv_bytes else ()
-        else:  # (what add_sent and sources_of give: the holders are in order, distinct)
-            sources = tuple(_new(Source, (loc, n))
-                            for loc, n in zip(holders, stripe.sent_bytes((kv_bytes,)), strict=True)
-                            if n)
-        steps.append(_new(Step, (COPY, (blob_id,), lower, sources, kv_bytes,
-                                 time_s)))
+        steps.append(step)
         dropped = (blob_id, *drops)
         steps.append(_new(Step, (DROP, dropped, src, (),
                                  sum(map(sizes.__getitem__, dropped)), 0)))
@@ -180,19 +193,25 @@ def _evicting_offload(placement: Placement, sizes: list[int],
     demotes: as a draft's `make_room` would, least recently used first (pinned and
     ``protect``ed copies stay), a copy held elsewhere too is dropped and any other
     moved a tier down, where there is room as committed. None when that does not
-    free enough, or a copy cannot move down so (the draft decides then)."""
+    free enough, or a copy cannot move down so (the draft decides then).
+
+    The steps are those a draft records: every copy is a step of its own (a drop
+    follows each), and drops at one place in a row are one step (`ids`, `place`,
+    `dropped`: the run of drops not yet made a step)."""
     copies = placement.copies
-    layout = placement.layout
-    log = StepLog()
     sizes_of = sizes.__getitem__
-    log.drop(before[0], sum(map(sizes_of, before[0])), src)
+    steps: list[Step] = []
+    times_s: list[float] = []  # of the copies, in step order
+    ids: list[BlobId] = list(before[0])
+    place = src
+    dropped = sum(map(sizes_of, ids))
     capacity = placement.capacity_bytes[lower]
     free = capacity - placement.used_bytes[lower]
     resident = placement.at[lower]
     pinned = pins.get(lower, ())
     evicted: set[BlobId] = set()
     protected: frozenset[BlobId] | None = None
-    below = layout.lower(lower)
+    below = placement.layout.lower(lower)
     free_below = 0 if below is None else (placement.capacity_bytes[below]
                                           - placement.used_bytes[below])
     for blob_id, drops in zip(demoted, (*before[1:], after), strict=True):
@@ -209,20 +228,40 @@ def _evicting_offload(placement: Placement, sizes: list[int],
                     continue
                 held = copies[victim]
                 size = sizes[victim]
-                if len(held) == 1:  # the only copy: moved down
+                if len(held) == 1:  # the only copy: moved down, then dropped here
                     if free_below < size:
                         return None
                     free_below -= size
-                    log.copy(victim, size, below, _stripe(placement, below, held))
-                log.drop((victim,), size, lower)
+                    if ids:
+                        steps.append(_new(Step, (DROP, tuple(ids), place, (), dropped, 0)))
+                    step, time_s = _copy_step(victim, size, below,
+                                              _stripe(placement, below, held))
+                    steps.append(step)
+                    times_s.append(time_s)
+                    ids, place, dropped = [victim], lower, size
+                elif ids and place == lower:  # dropped with the drops there before it
+                    ids.append(victim)
+                    dropped += size
+                else:
+                    if ids:
+                        steps.append(_new(Step, (DROP, tuple(ids), place, (), dropped, 0)))
+                    ids, place, dropped = [victim], lower, size
                 evicted.add(victim)
                 free += size
             if free < kv_bytes:
                 return None
         free -= kv_bytes
-        log.copy(blob_id, kv_bytes, lower, _stripe(placement, lower, copies[blob_id]))
-        log.drop((blob_id, *drops), sum(map(sizes_of, (blob_id, *drops))), src)
-    return log.steps, sum(log.times_s)
+        if ids:
+            steps.append(_new(Step, (DROP, tuple(ids), place, (), dropped, 0)))
+        step, time_s = _copy_step(blob_id, kv_bytes, lower,
+                                  _stripe(placement, lower, copies[blob_id]))
+        steps.append(step)
+        times_s.append(time_s)
+        ids, place = [blob_id, *drops], src
+        dropped = sum(map(sizes_of, ids))
+    if ids:
+        steps.append(_new(Step, (DROP, tuple(ids), place, (), dropped, 0)))
+    return tuple(steps), sum(times_s)
 
 
 def _stripe(placement: Placement, dst: Location, held: frozenset[Location]) -> Stripe:
