@@ -52,7 +52,30 @@ def max_live_speed(fast_period_s: float) -> float:
     return fast_period_s / TIMER_TICK_S
 
 __all__ = ["TIMER_TICK_S", "Clock", "LiveClock", "VirtualClock", "VirtualEventLoop", "make_clock",
-           "max_live_speed"]
+           "max_live_speed", "sleep_on"]
+
+
+def wake_up(future: asyncio.Future) -> None:
+    """A sleep's timer fired (asyncio.sleep's own callback: a cancelled sleep stays so)."""
+    if not future.cancelled():
+        future.set_result(None)
+
+
+async def sleep_on(loop: asyncio.AbstractEventLoop, delay_s: float) -> None:
+    """`asyncio.sleep(delay_s)` on `loop`, as given (asyncio.sleep asks for the running
+    loop, a system call on Python 3.11), without cancelling its timer once it fired:
+    the same timer and wake-up. A delay <= 0 is asyncio.sleep's own (one turn of the
+    loop, no timer)."""
+    if delay_s <= 0:
+        await asyncio.sleep(delay_s)
+        return
+    woken = loop.create_future()
+    timer = loop.call_later(delay_s, wake_up, woken)
+    try:
+        await woken
+    except asyncio.CancelledError:
+        timer.cancel()
+        raise
 
 
 def _check_speed(speed: float) -> float:

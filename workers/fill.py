@@ -18,6 +18,7 @@ from collections.abc import Callable
 from storage.store import BlobStore
 from storage.tiers import Location, Tier
 from workers.batching import FillChunk, next_fill_chunk
+from workers.clock import sleep_on
 from workers.cluster import BatchPolicySpec, WorkerSpec
 from workers.events import EventLog
 from workers.kv_io import (
@@ -285,7 +286,7 @@ class FillWorker:
                 [c.tokens for c in chunks], [c.cached_tokens for c in chunks])
             self._start_step(step, loop.time() + transfer_s + latency_s)
             self._busy_s += transfer_s + occupancy_s
-            await asyncio.sleep(transfer_s + occupancy_s)
+            await sleep_on(loop, transfer_s + occupancy_s)
 
     def release_handoffs(self, now_s: float) -> None:
         """The worker stops: the KV it still holds for decode workers goes to host

@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 from storage.store import BlobStore
 from workers.batching import FillChunk
+from workers.clock import sleep_on
 from workers.cluster import WorkerSpec
 from workers.decode import DecodeWorker
 from workers.events import EventLog
@@ -200,7 +201,7 @@ class MixedWorker(DecodeWorker):
         decodes = len(self.running)
         latency_s, _ = self.pricer.mixed_step_s(
             [c.tokens for c in chunks], [c.cached_tokens for c in chunks], contexts)
-        await asyncio.sleep(now_s + transfer_s + latency_s - loop.time())
+        await sleep_on(loop, now_s + transfer_s + latency_s - loop.time())
         end_s = loop.time()
         self.fills.resume(chunks)
         self._advance(1 if decodes else 0, now_s, end_s)

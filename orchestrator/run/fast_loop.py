@@ -17,7 +17,8 @@ from orchestrator.control.observe import Observation
 from orchestrator.control.policies.base import AdmissionDecision
 from orchestrator.control.snapshot import idle_pools, observe
 from orchestrator.run.series import Series
-from orchestrator.run.sessions import Pending, sleep_on
+from orchestrator.run.sessions import Pending
+from workers.clock import sleep_on
 from workers.request import Request
 
 _NAN = float("nan")

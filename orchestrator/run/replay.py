@@ -32,11 +32,12 @@ from orchestrator.run.idle_spans import IdleSpans
 from orchestrator.run.ledger import LedgerListener, held_call_ids
 from orchestrator.run.reconfig import Reconfigurer
 from orchestrator.run.result import ReplayResult, decode_slots
-from orchestrator.run.sessions import Outcome, Pending, run_session
+from orchestrator.run.sessions import Outcome, Pending, make_request, run_session
 from storage.tiers import Tier
 from traces.model import Session
 from traces.replay import LoadOptions, session_starts
 from traces.shared_prefix import SharedChains
+from workers.clock import sleep_on
 from workers.cluster import BoundCluster
 from workers.kv_policy import DEFAULT_KV_POLICY, KVPolicy
 from workers.request import Request
@@ -100,12 +101,19 @@ class Orchestrator(FastLoop, IdleSpans):
         # it stops there (finish reason "length").
         self.max_context_tokens = int(cluster.model.max_context_tokens)
         self.queue: deque[Pending] = deque()
+        self._loop: asyncio.AbstractEventLoop | None = None  # the run's, set when it starts
         self._pending: dict[int, Pending] = {}
         self._call_ids = iter(range(1, 1 << 62))
         self.realloc_decisions: list[ReallocDecision] = []
         self.realloc_times_s: list[float] = []
         self.done = CompletedCalls()  # completed calls, as columns
         self._rejected_arrivals_s: list[float] = []
+        # Sessions ended, of how many (progress); one-call sessions still running, and the
+        # future the feeder waits on for them once all have started (`_feed`).
+        self._sessions_finished = 0
+        self._sessions_total = 0
+        self._alone_left = 0
+        self._alone_over: asyncio.Future | None = None
         self._candidate_memo: dict = {}  # by worker name: (its figures, its FillCandidate)
         # A policy that decides at every event on the cluster as it is (policies.local).
         self._event_driven = bool(getattr(policy, "event_driven", False))
@@ -118,28 +126,40 @@ class Orchestrator(FastLoop, IdleSpans):
         return next(self._call_ids)
 
     async def _submit(self, req: Request) -> str:
-        loop = asyncio.get_running_loop()
+        return await self._arrive(req, self._loop.create_future()).future
+
+    def _arrive(self, req: Request, future: asyncio.Future | None) -> Pending:
+        """A call arrives now: queued for admission, or refused for its length. Its
+        pending call; `future` gets the outcome (None: the call of a one-call session
+        that has no task, `_feed`)."""
+        loop = self._loop
         if self._span is not None:  # the idle span's samples before this arrival
             self.flush_idle(loop.time_ns())
         req.arrival_s = loop.time()
-        pending = Pending(req, loop.create_future(), req.interactive)
+        pending = Pending(req, future, req.interactive)
         self.counters["submitted"] += 1
         if (req.input_tokens + req.output_tokens > self.max_context_tokens
                 and self._refused_for_context(pending)):
-            return await pending.future
+            return pending
         self.queue.append(pending)
         self._pending[req.call_id] = pending
         self._wake.set()
         self._notify("on_submit", req, req.arrival_s)
         if self._event_driven:
             self._decide_now(req.arrival_s)
-        return await pending.future
+        return pending
+
+    def _submit_alone(self, session: Session) -> None:
+        """`run_session` of a one-call session, as its task's first step would run it: the
+        call made and submitted; the session ends with its call (`_session_finished`)."""
+        self._arrive(make_request(self._next_call_id(), session.calls[0], None), None)
 
     def _on_done(self, req: Request, now_s: float) -> None:
         pending = self._pending.pop(req.call_id, None)
         # A cancelled future: the run was stopped (deadline, signal) and the call finished
         # while it wound down. It did complete; its session is gone.
-        if pending is None or (pending.future.done() and not pending.future.cancelled()):
+        future = None if pending is None else pending.future
+        if pending is None or (future is not None and future.done() and not future.cancelled()):
             raise ConservationError(f"call {req.call_id} completed twice")
         self.counters["completed"] += 1
         if req.decode_worker is not None:
@@ -149,8 +169,10 @@ class Orchestrator(FastLoop, IdleSpans):
         self._notify("on_done", req, now_s)
         self.done.append(req)  # its row, for the summary
         req.compact()  # the period's calls keep it until the next sample: not its block ids
-        if not pending.future.done():
-            pending.future.set_result(Outcome.DONE)
+        if future is None:
+            self._session_finished(alone=True)
+        elif not future.done():
+            future.set_result(Outcome.DONE)
         if self._event_driven and self.queue:
             self._decide_now(now_s)
 
@@ -172,8 +194,11 @@ class Orchestrator(FastLoop, IdleSpans):
         del self._pending[pending.request.call_id]
         self._rejected_arrivals_s.append(pending.request.arrival_s)
         self.counters["rejected"] += 1
-        self._notify("on_reject", pending.request, asyncio.get_running_loop().time())
-        pending.future.set_result(Outcome.REJECTED)
+        self._notify("on_reject", pending.request, self._loop.time())
+        if pending.future is None:
+            self._session_finished(alone=True)
+        else:
+            pending.future.set_result(Outcome.REJECTED)
 
     # -- the fast loop ---------------------------------------------------------------
     def _candidates(self, resident: dict[str, int] | None = None) -> list[FillCandidate]:
@@ -243,42 +268,61 @@ class Orchestrator(FastLoop, IdleSpans):
 
     # -- the run -------------------------------------------------------------------------
     async def _feed(self, rng: np.random.Generator) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         # The sessions' tasks in start order, less those that returned: the gather at the
         # end waits for the rest as it would for all (the last started is among them), and
         # a task that failed or was cancelled stays for it to raise.
         tasks: dict[asyncio.Task, None] = {}
         started = 0
-        finished = 0
-        total = len(self.sessions) * self.load.repeat
+        self._sessions_total = len(self.sessions) * self.load.repeat
         if self.load.max_sessions is not None:
-            total = min(total, self.load.max_sessions)
+            self._sessions_total = min(self._sessions_total, self.load.max_sessions)
 
         def on_finished(task: asyncio.Task) -> None:
-            nonlocal finished
-            finished += 1
             if not task.cancelled() and task.exception() is None:
                 del tasks[task]
-            if self.on_progress is not None:
-                self.on_progress(finished, total)
+            self._session_finished(alone=False)
 
         for start_s, session in session_starts(self.sessions, self.load, rng,
                                                self.shared_chains):
             if start_s > loop.time():
-                await asyncio.sleep(start_s - loop.time())
-            task = asyncio.create_task(run_session(session, self.load, self._next_call_id,
-                                                   self._submit))
-            task.add_done_callback(on_finished)
-            tasks[task] = None
+                await sleep_on(loop, start_s - loop.time())
+            if len(session.calls) == 1:
+                # A one-call session (the open loop's): its call is submitted by a callback
+                # where its task's first step would run, and the session ends with the
+                # call (`_on_done`, `_reject`), without a task, its wake-up at the call's
+                # end and its done callback.
+                loop.call_soon(self._submit_alone, session)
+                self._alone_left += 1
+            else:
+                task = loop.create_task(run_session(session, self.load, self._next_call_id,
+                                                    self._submit))
+                task.add_done_callback(on_finished)
+                tasks[task] = None
             if not started:
                 self.first_session_s = loop.time()
             self.last_session_s = loop.time()
             started += 1
         if self.on_progress is not None:
-            self.on_progress(finished, started)
-        total = started
+            self.on_progress(self._sessions_finished, started)
+        self._sessions_total = started
         self.sessions_run = started  # also when the run is stopped before they finish
-        await asyncio.gather(*tasks)
+        if self._alone_left:  # one-call sessions still running: done when the last ends
+            self._alone_over = loop.create_future()
+            await asyncio.gather(*tasks, self._alone_over)
+        else:
+            await asyncio.gather(*tasks)
+
+    def _session_finished(self, alone: bool) -> None:
+        """A session ended (`alone`: a one-call session without a task): counted, and the
+        progress told; the last one-call session's end ends the feeder's wait for them."""
+        self._sessions_finished += 1
+        if self.on_progress is not None:
+            self.on_progress(self._sessions_finished, self._sessions_total)
+        if alone:
+            self._alone_left -= 1
+            if not self._alone_left and self._alone_over is not None and not self._alone_over.done():
+                self._alone_over.set_result(None)
 
     async def run(self) -> ReplayResult:
         with fewer_young_collections():
@@ -304,7 +348,8 @@ class Orchestrator(FastLoop, IdleSpans):
     async def _run(self) -> ReplayResult:
         wall0 = time.perf_counter()  # wall-clock ok: reported as sim.wall_s
         self._set_up()
-        loop = asyncio.get_running_loop()
+        # Kept: asyncio.get_running_loop makes a system call (getpid) on Python 3.11.
+        loop = self._loop = asyncio.get_running_loop()
         feeder_box: list[asyncio.Task] = []
         self._crash: BaseException | None = None
 

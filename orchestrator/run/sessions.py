@@ -9,15 +9,17 @@ from dataclasses import dataclass
 from traces._blocks import output_block_ids
 from traces.model import Call, Session
 from traces.replay import LoadOptions
+from workers.clock import sleep_on
 from workers.request import Request
 
 
 @dataclass
 class Pending:
-    """A call waiting for admission, and the future its session awaits."""
+    """A call waiting for admission, and the future its session awaits (none for the
+    call of a one-call session run without a task: `Orchestrator._feed`)."""
 
     request: Request
-    future: asyncio.Future
+    future: asyncio.Future | None  # None: a one-call session's, which nobody awaits
     interactive: bool
 
 
@@ -50,25 +52,6 @@ def make_request(call_id: int, call: Call, following: Call | None) -> Request:
                    block_ids=call.block_ids,
                    writeback_block_ids=writeback_blocks(call, following, call_id),
                    interactive=not call.is_subagent, own_cached_tokens=call.cached_tokens)
-
-
-def wake_up(future: asyncio.Future) -> None:
-    """A sleep's timer fired (asyncio.sleep's own callback: a cancelled sleep stays so)."""
-    if not future.cancelled():
-        future.set_result(None)
-
-
-async def sleep_on(loop: asyncio.AbstractEventLoop, delay_s: float) -> None:
-    """`asyncio.sleep(delay_s)` on `loop`, as given (asyncio.sleep asks for the running
-    loop, a system call on Python 3.11), without cancelling its timer once it fired:
-    the same timer and wake-up."""
-    woken = loop.create_future()
-    timer = loop.call_later(delay_s, wake_up, woken)
-    try:
-        await woken
-    except asyncio.CancelledError:
-        timer.cancel()
-        raise
 
 
 class Outcome:

@@ -82,3 +82,41 @@ def test_as_a_listener_it_counts_every_completed_call():
     assert progress.calls == len(result.requests) == 8
     assert shown[-1][:2] == (2, 2)
     assert progress.simulated_s > 0
+
+
+def _mixed_sessions():
+    """Three one-call sessions (run without a task each) among two agent sessions."""
+    from tests.factories import single_call_sessions
+
+    return [*single_call_sessions([0.0, 0.5, 1.0]), *short_agent_sessions(2, 3, seed=2)]
+
+
+def test_one_call_sessions_are_counted_and_waited_for():
+    control = ControlConfig(realloc_enabled=False)
+    finished = []
+    orch = Orchestrator(small_cluster().bind(load_model("llama-3.1-70b")), _mixed_sessions(),
+                        make_policy("buffered", control, 4), control,
+                        LoadOptions(sessions_per_hour=3600, think_scale=0.05), 1,
+                        on_progress=lambda done, total: finished.append((done, total)))
+    result = VirtualClock().run(orch.run())
+    assert len(result.requests) == 3 + 6 == result.counters["submitted"]
+    assert result.sessions == 5
+    # Each session's end told as it ends (the feeder tells the count so far once more when
+    # the last session has started), the last of the five at the end.
+    done = [d for d, _ in finished]
+    assert done == sorted(done) and [d for d in dict.fromkeys(done) if d] == [1, 2, 3, 4, 5]
+    assert finished[-1] == (5, 5)
+
+
+def test_a_deadline_leaves_one_call_sessions_in_flight():
+    control = ControlConfig(realloc_enabled=False)
+    orch = Orchestrator(small_cluster().bind(load_model("llama-3.1-70b")), _mixed_sessions(),
+                        make_policy("buffered", control, 4), control,
+                        LoadOptions(sessions_per_hour=3600, think_scale=0.05), 1,
+                        deadline_s=3.0)
+    result = VirtualClock().run(orch.run())
+    c = result.counters
+    # Two one-call sessions started and their calls still running at the deadline: the
+    # run stops, with them reported in flight.
+    assert orch.timed_out and c["completed"] == 0 and c["submitted"] == 2
+    assert [p.future for p in orch._pending.values()] == [None, None]
