@@ -81,6 +81,9 @@ class DecodeWorker(DecodeKv):
         self.accepting = True
         self._resident: float | None = None  # kv_resident_bytes, until the batch changes
         self._planned_tokens = 0  # the running sequences' context tokens at the last plan
+        # The running sequences' least remaining output at the last run's plan, while the
+        # batch is as planned (`_batch_changed` clears it): fewer steps retire none.
+        self._least_remaining = 0
         self._state_key: tuple | None = None
         self._state: WorkerState | None = None
         ready.subscribe(self._on_ready)
@@ -241,6 +244,13 @@ class DecodeWorker(DecodeKv):
         sequence's last step may accept drafts past its end: they are not output)."""
         self._busy_s += now_s - start_s
         self._reserve.decay(steps)
+        if gained is None and steps < self._least_remaining:
+            # Short of the planned run's first retirement: every sequence goes on.
+            for req in self.running:
+                req.generated += steps
+            self._tokens_done += len(self.running) * steps
+            self._batch_changed()
+            return
         still: list[Request] = []
         if gained is None:
             # Every sequence gains `steps` tokens but those that end: the count of tokens

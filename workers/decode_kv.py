@@ -58,6 +58,7 @@ class DecodeKv:
     _reserve: GrowthReserve
     _resident: float | None
     _planned_tokens: int
+    _least_remaining: int
     _replan: bool
     _requeueing: bool
 
@@ -95,6 +96,7 @@ class DecodeKv:
     def _batch_changed(self) -> None:
         """Called wherever `running` or a running sequence's length changes."""
         self._resident = None
+        self._least_remaining = 0
 
     def _mtp_run(self, horizon: int) -> MtpRun:
         """Draw the next steps' tokens (1 + accepted drafts per sequence) and find where
@@ -137,6 +139,8 @@ class DecodeKv:
             fit = steps_that_fit(self.kv, contexts, other, until_retire)
         # The batch's context tokens, for the run's mean context (an exact int sum).
         self._planned_tokens = sum(contexts)
+        if self.jump:  # `until_retire` is the least remaining output (`_advance`)
+            self._least_remaining = until_retire
         # A lone sequence larger than the instance runs anyway: nothing else to free.
         steps = min(until_retire, fit) if fit > 0 else until_retire
         steps = min(steps, self._steps_until_admission(contexts, steps))

@@ -22,7 +22,6 @@ vectorised core, without its per-call overhead. Split (attention-FFN) decode sta
 from __future__ import annotations
 
 from functools import lru_cache
-from itertools import accumulate
 
 import numpy as np
 
@@ -201,7 +200,7 @@ class StepPricer:
         # decode_steps_s's tail, looked up once.
         tail = self._tail(Phase.DECODE, self.per_rank(sequences), 1)
         if steps <= SCALAR_RUN_STEPS:
-            return [start_s + t for t in accumulate(tail.tpots_s(mean_context, steps))]
+            return tail.tpots_s(mean_context, steps, start_s)
         # cumsum as the ufunc's accumulate: the same additions in the same order, without
         # the method's ~1 us of overhead.
         ends = np.add.accumulate(tail.tpots_array_s(mean_context, steps))

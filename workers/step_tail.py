@@ -9,6 +9,8 @@ with multi-token prediction, the draft passes) and gives the cost core's
 
 from __future__ import annotations
 
+from itertools import accumulate
+
 import numpy as np
 
 from costmodel.kernels import Phase
@@ -48,15 +50,17 @@ class StepTail:
     def tpot_s(self, step_s):
         return step_s / self.accepted if self.decode else step_s
 
-    def tpots_s(self, first: float, steps: int) -> list[float]:
+    def tpots_s(self, first: float, steps: int, start: float | None = None) -> list[float]:
         """`[tpot_s(step_s(first + float(i))) for i in range(steps)]`, the same doubles: a
         short decode run's steps, the passes' terms read once and their operations (those
         of `AttentionTerms.time_s`, `PassTail.time_s` and `step_s`) inline. The compute
         side is left out where the memory side is the larger at every step, as in
         `tpots_array_s`; `max` and `min` are comparisons that pick the operand the
-        builtins pick."""
+        builtins pick. With `start`, the steps' ends instead: `start` plus each running
+        sum of the steps (`itertools.accumulate`'s, the same additions in order)."""
         if self.first is not None:  # draft passes: priced as steps
-            return [self.tpot_s(self.step_s(first + float(i))) for i in range(steps)]
+            out = [self.tpot_s(self.step_s(first + float(i))) for i in range(steps)]
+            return out if start is None else [start + t for t in accumulate(out)]
         main, a = self.main, self.main.attn
         half, q_tok, a_ctx, tp = a.half, a.q_tok, a.a_ctx, a.tp
         n_full, n_slide, window, lin_flops = a.n_full, a.n_slide, a.window, a.lin_flops
@@ -73,6 +77,7 @@ class StepTail:
         t_dense, t_always, t_experts, t_head = after
         out = []
         append = out.append
+        total = 0.0  # the running sum, with `start` (0.0 + the first step is that step)
         for i in range(steps):
             context = first + float(i)
             ctx_end = context + q_tok
@@ -99,7 +104,13 @@ class StepTail:
             if overlap is not None:  # min(t_cm, network)
                 stage_s = stage_s - overlap * (network if network < t_cm else t_cm)
             step_s = pp * stage_s + overhead  # no draft pass: draft_s is 0.0
-            append(step_s / accepted if accepted is not None else step_s)
+            if accepted is not None:
+                step_s = step_s / accepted
+            if start is None:
+                append(step_s)
+            else:
+                total += step_s
+                append(start + total)
         return out
 
     def tpots_array_s(self, first: float, steps: int) -> np.ndarray:
