@@ -54,7 +54,7 @@ class MixedWorker(DecodeWorker):
         self._mixed_key: tuple | None = None  # (the decode side's state, queue, filling)
         self._mixed_state: WorkerState | None = None
         self._needs: dict[int, float] | None = None  # call id -> admission need, one plan
-        self._fixed: tuple[frozenset, list[float]] | None = None  # `_may_start`'s, one plan
+        self._fixed: list[float] | None = None  # `_may_start`'s, one plan
 
     # -- intake: the router hands calls here as to a fill worker -------------------
     def submit(self, req: Request, now_s: float) -> None:
@@ -105,13 +105,13 @@ class MixedWorker(DecodeWorker):
         needs = {} if self._needs is None else self._needs
         fixed = self._fixed if self._needs is not None else None
         if fixed is None:
-            members = [*super()._held(), *self._filling.values()]
-            fixed = (frozenset(map(id, members)), self._admission_needs(members))
+            fixed = self._admission_needs([*super()._held(), *self._filling.values()])
             if self._needs is not None:
                 self._fixed = fixed
         # A call fetched by this plan is both loading (in `_held()`) and in `starting`:
         # it counts once.
-        if id(req) in fixed[0]:  # not a call that has yet to start: no shortcut
+        if (req.call_id in self._filling or req.call_id in self._loading or req in self.running
+                or req in self._loaded):  # held already, not yet to start: no shortcut
             held = [r for r in dict.fromkeys((*self._held(), *starting)) if r is not req]
             values = [self._need(r, needs) for r in held]
         else:
@@ -120,7 +120,7 @@ class MixedWorker(DecodeWorker):
                                                 if r.call_id in fetched
                                                 and r.call_id not in filling],
                                               *starting)) if r is not req]
-            values = fixed[1] + [self._need(r, needs) for r in tail]
+            values = fixed + [self._need(r, needs) for r in tail]
         if not values:
             return True
         if len(values) >= self.target_batch:

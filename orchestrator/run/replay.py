@@ -208,7 +208,7 @@ class Orchestrator(FastLoop, IdleSpans):
         memo = self._candidate_memo
         for w in self.runtime.intake_workers():  # fill workers and mixed workers
             queue = w.queue
-            queued = sum(r.input_tokens - r.prefix_tokens for r in queue) if queue else 0
+            queued = sum([r.input_tokens - r.prefix_tokens for r in queue]) if queue else 0
             key = (w, queued, w.accepting, resident.get(w.name, 0) if resident else 0)
             last = memo.get(w.name)
             if last is None or last[0] != key:  # candidates are frozen: a repeat is shared
