@@ -25,7 +25,8 @@ class Commit(Holds):
 
     def apply(self, plan: TransferPlan) -> object:
         """Commit a plan made against the current version of the store. Returns what
-        `on_apply(plan)` returns (None without it)."""
+        `on_apply(plan)` returns when the plan moves bytes (None without it, or when
+        nothing moves: a write placing blobs, drops, a fetch that loads nothing)."""
         # (Its fields unpacked at once: a named tuple's fields are read one lookup each.)
         (purpose, location, now_s, base_version, fits, _, steps, _, _, requested, _,
          recomputed, _, _, chain, new_blobs, hits, misses, local) = plan
@@ -41,6 +42,7 @@ class Commit(Holds):
         placement = self.placement
         counters = self.counters
         dropped_here = 0  # copies dropped at the plan's own place
+        moves = False  # some copy sends bytes
         for kind, blob_ids, place, sources, kv_bytes, _ in steps:  # (~9 steps a dev call)
             if kind is DROP:
                 if place == location:
@@ -57,8 +59,9 @@ class Commit(Holds):
             placement.add_run(blob_ids, place, kv_bytes, now_s)
             if placement.used_bytes[place] > placement.capacity_bytes[place]:
                 raise AssertionError(f"plan overfills {place}")
-            for source in sources:
+            for source in sources:  # (a step's sources are the holders that send bytes)
                 counters.moved_bytes[(source.location.tier, place.tier)] += source.kv_bytes
+                moves = True
         last = steps[-1] if steps else None
         if chain and not (last is not None and last.kind is not DROP
                 and last.location == location and last.blob_ids[-len(chain):] == chain) and not (
@@ -79,4 +82,4 @@ class Commit(Holds):
             counters.recomputed_tokens += recomputed
             counters.local_hit_tokens += local
         self.version += 1
-        return None if self.on_apply is None else self.on_apply(plan)
+        return None if self.on_apply is None or not moves else self.on_apply(plan)

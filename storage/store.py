@@ -119,8 +119,9 @@ class BlobStore(Commit):
         self.counters = StoreCounters()
         self.version = 0  # bumped by every mutation; a plan applies to its version only
         super().__init__()  # session references and pins (`Holds`, a base of `Commit`)
-        # Told of every plan applied, once committed; what it returns, `apply` returns (the
-        # workers' links shell starts the plan's copies on the cluster's links there).
+        # Told of every plan applied that moves bytes, once committed; what it returns,
+        # `apply` returns (the workers' links shell starts the plan's copies on the
+        # cluster's links there).
         self.on_apply: Callable[[TransferPlan], object] | None = None
 
     # -- lookups ----------------------------------------------------------
