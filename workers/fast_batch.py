@@ -98,6 +98,26 @@ class BatchTail:
         dec_mean = pairwise_sum(dec) / len(dec) if dec else 0.0
         return self._step(all(decoding), n, q_sum, t_attn, len(dec), dec_mean)
 
+    def mixed_step_s(self, chunk_tokens: list[int], chunk_cached: list[int],
+                     decode_contexts: list[int]) -> float:
+        """`step_s` of prefill chunks then decodes (a mixed worker's step), the same
+        doubles: without a layer of sliding attention, the decodes' terms are the
+        same operations on their contexts with their query tokens' factors worked out
+        once, and no per-request flag is read."""
+        if self.attention.n_slide:
+            k, d = len(chunk_tokens), len(decode_contexts)
+            return self.step_s(chunk_tokens + [1] * d, chunk_cached + decode_contexts,
+                               (False,) * k + (True,) * d)
+        q_dec = 1.0 + self.lay.mtp
+        chunk_q = [float(t) for t in chunk_tokens]
+        chunk_c = [float(c) for c in chunk_cached]
+        dec = [float(c) for c in decode_contexts]
+        q_sum = pairwise_sum(chunk_q + [q_dec] * len(dec))
+        t_attn = self.attention.mixed_time_s(chunk_q, chunk_c, q_dec, dec, q_sum, self.ranks)
+        dec_mean = pairwise_sum(dec) / len(dec) if dec else 0.0
+        return self._step(not chunk_q, len(chunk_q) + len(dec), q_sum, t_attn, len(dec),
+                          dec_mean)
+
     def step_arrays_s(self, new_tokens: np.ndarray, cached_tokens: np.ndarray,
                       decoding: np.ndarray) -> float:
         """A step of many requests: the per-request terms as numpy arrays, in the order
@@ -170,6 +190,22 @@ class _BatchAttention:
         attn_bytes = attn_bytes + tokens * self.hidden * ACT_BYTES * self.app * (
             self.n_layers / tp)
         return max(proj / self.peak_dense + ctx / self.peak_attn, attn_bytes / self.hbm_bw)
+
+    def mixed_time_s(self, chunk_q: list, chunk_c: list, q_dec: float, dec: list,
+                     q_sum: float, ranks: float) -> float:
+        """`time_s` of chunks (query tokens `chunk_q` after `chunk_c`) then decodes (`q_dec`
+        query tokens each, after `dec`), no sliding layer: the same operations, each
+        decode's `q * f_dec` and `(q + 1.0) / 2.0` the same doubles worked out once."""
+        tp, nf, f_pre, kv_layer = self.tp, self.n_full, self.f_pre, self.kv_layer
+        qf, half = q_dec * self.f_dec, (q_dec + 1.0) / 2.0
+        ctx_terms = [q * f_pre * (nf * (c + (q + 1.0) / 2.0))
+                     for q, c in zip(chunk_q, chunk_c, strict=True)]
+        ctx_terms += [qf * (nf * (c + half)) for c in dec]
+        kv_terms = [kv_layer * (nf * (c + q)) for q, c in zip(chunk_q, chunk_c, strict=True)]
+        kv_terms += [kv_layer * (nf * (c + q_dec)) for c in dec]
+        return self._finish(pairwise_sum(ctx_terms) / ranks / tp,
+                            pairwise_sum(kv_terms) / ranks, q_sum / ranks, len(kv_terms),
+                            ranks)
 
     def time_s(self, q_tok: list, q_sum: float, cached: list, decoding: tuple,
                ranks: float) -> float:

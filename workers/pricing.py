@@ -135,12 +135,10 @@ class StepPricer:
         never repeats: priced without the memo (whose hit gives the same doubles) and
         without converting what is already an int."""
         decodes = len(decode_contexts)
-        new_tokens = chunk_tokens + [1] * decodes
-        cached_tokens = chunk_cached + decode_contexts
-        decoding = (False,) * len(chunk_tokens) + (True,) * decodes
-        if len(cached_tokens) > SCALAR_BATCH_REQUESTS:
-            return self.fill_step_s(new_tokens, cached_tokens, decoding)
-        step_s = self._batch_tail.step_s(new_tokens, cached_tokens, decoding)
+        if len(chunk_tokens) + decodes > SCALAR_BATCH_REQUESTS:
+            return self.fill_step_s(chunk_tokens + [1] * decodes, chunk_cached + decode_contexts,
+                                    (False,) * len(chunk_tokens) + (True,) * decodes)
+        step_s = self._batch_tail.mixed_step_s(chunk_tokens, chunk_cached, decode_contexts)
         return step_s, step_s / self.layout.pp
 
     def fill_core_s(self, phase: Phase, sequences: int, new_tokens: int,
