@@ -21,6 +21,9 @@ class LatencyPart(IntEnum):
         return self.name.lower()
 
 
+_PARTS = len(LatencyPart)  # read per call made (an enum's len is a Python call)
+
+
 class RequestState(IntEnum):
     """Ordered, so "finished" is one comparison."""
 
@@ -70,7 +73,7 @@ class Request:
     handoff: object = field(default=None, repr=False)
     preemptions: int = 0  # times a decode worker retracted it to free KV
     recomputed_tokens: int = 0  # generated tokens whose KV was recomputed on a resume
-    parts_s: list[float] = field(default_factory=lambda: [0.0] * len(LatencyPart), repr=False)
+    parts_s: list[float] = field(default_factory=lambda: [0.0] * _PARTS, repr=False)
     _part: LatencyPart | None = field(default=None, repr=False)
     _since_s: float = field(default=0.0, repr=False)
 

@@ -184,11 +184,16 @@ class Series:
             records[0] = n + 1
             return
         rows = [r.parts_s for r in done]
+        n = records[0]
         for part, names in _BREAKDOWN_COLUMNS:
             values = sorted([row[part] for row in rows])
             for q, name in zip(QUANTILES, names, strict=True):
-                cols[name].put(percentile(values, q))
-        records[0] += 1
+                value = percentile(values, q)
+                if value == value:  # SparseColumn.put, inline
+                    col = cols[name]
+                    col._at.append(n)
+                    col._values.append(value)
+        records[0] = n + 1
 
     def array(self, name: str) -> np.ndarray:
         """One value per sample, records expanded."""
