@@ -21,7 +21,7 @@ class StepTail:
     """(step_time_s, tpot_s) of one worker's steps at a given phase, batch and new
     tokens, as `costmodel.phase.step_times` gives them, for any context."""
 
-    __slots__ = ("_arrays", "accepted", "decode", "drafts", "first", "later", "main",
+    __slots__ = ("_arrays", "_plain", "accepted", "decode", "drafts", "first", "later", "main",
                  "overhead_s", "pp")
 
     def __init__(self, pricing: Pricing, phase: Phase, n_seq: float, new_tokens: float):
@@ -36,6 +36,14 @@ class StepTail:
         if self.drafts > 0:
             self.first = pricing.draft_pass(n_seq, self.accepted)
             self.later = pricing.draft_pass(n_seq, 1.0)
+        # A plain decode tail (a dense model's, one stage, one token a step, no sliding
+        # layer, no per-sequence state, an overlap): `tpots_s`'s steps' ends leave out
+        # the operations that leave a value as it is (+ 0.0, x 1.0, / 1.0).
+        attn, after = self.main.attn, self.main.after
+        self._plain = (decode and self.first is None and self.accepted == 1.0
+                       and self.pp == 1.0 and not attn.n_slide and attn.state == 0.0
+                       and self.main.overlap is not None and after[1] == 0.0
+                       and after[2] == 0.0)
 
     def draft_s(self, context, mx=max, mn=min):
         if self.first is None:
@@ -78,6 +86,17 @@ class StepTail:
         out = []
         append = out.append
         total = 0.0  # the running sum, with `start` (0.0 + the first step is that step)
+        if self._plain and not compute and start is not None:
+            # The loop below for a plain tail (`__init__`) whose memory side is the larger
+            # at every step: each value the same double (every term it leaves out adds
+            # +0.0 to a positive value, or multiplies or divides by 1.0).
+            for i in range(steps):
+                t_cm = (w_bytes + kv_seq * (n_full * (first + float(i) + q_tok))
+                        + act_bytes) / hbm_bw + t_dense + t_head
+                total += (t_cm + network + latency
+                          - overlap * (network if network < t_cm else t_cm)) + overhead
+                append(start + total)
+            return out
         for i in range(steps):
             context = first + float(i)
             ctx_end = context + q_tok

@@ -144,6 +144,16 @@ def test_the_power_is_raised_as_the_core_raises_it():
     check_batch_step(pricer, [(10, 1000, False)] * 2)
 
 
+def test_a_plain_tails_short_runs_price_as_the_core():
+    # A dense model on one stage, one token a step, with an overlap: a short run's step
+    # ends leave out the operations that change nothing (StepTail._plain).
+    pricer = StepPricer(MODELS["llama-3.1-70b"], HARDWARE["h100"], Layout(tp=4))
+    for sequences, context in ((17, 2345.6), (1, 0.0), (64, 120_000.0), (128, 7.25)):
+        assert pricer._tail(Phase.DECODE, pricer.per_rank(sequences), 1)._plain
+        for steps in (1, 2, 5, SCALAR_STEPS, SCALAR_RUN_STEPS):
+            check_decode_runs(pricer, sequences, context, steps)
+
+
 @pytest.mark.parametrize("model, hardware, layout, sequences, context, steps, memory, net", [
     # A small batch: memory-bound at every step (the compute side is not worked out).
     ("llama-3.1-70b", "h100", Layout(tp=8, ep=8), 1, 1000.0, 200, True, False),
