@@ -46,3 +46,21 @@ def test_the_young_threshold_is_raised_for_the_run_and_restored():
         assert gc.get_threshold() == (0, 10, 10)
     finally:
         gc.set_threshold(*before)
+
+
+def test_what_the_run_keeps_goes_to_the_oldest_generation_and_a_freeze_stays():
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        result = _replay(_Thresholds())
+        # Promoted as it stood when the run ended, not left young for a collection to walk.
+        assert any(o is result.series for o in gc.get_objects(generation=2))
+        assert gc.get_freeze_count() == 0
+        kept = [object()]
+        gc.freeze()  # the caller's own frozen objects stay frozen through a replay
+        _replay(_Thresholds())
+        assert gc.get_freeze_count() > 0
+        assert not any(o is kept for o in gc.get_objects())  # not back in a generation
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
