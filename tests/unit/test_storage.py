@@ -225,6 +225,26 @@ def test_offload_between_turns_leaves_hbm_in_under_a_second():
     assert offload.time_s == pytest.approx(6.4 * GB / (50 * GB))
 
 
+def test_the_links_hook_hears_of_the_plans_that_move_bytes_only():
+    store = make_store()
+    told = []
+    store.on_apply = lambda plan: told.append(plan) or len(told)
+    assert store.apply(store.plan_fetch(list(range(10)), HBM, 0.0)) is None  # a miss
+    plan = write(store, list(range(10)))  # placed where it was computed
+    store.ref("s1", plan.chain)
+    assert store.apply(store.plan_fetch(list(range(10)), HBM, 1.0)) is None  # a local hit
+    assert told == []
+    offload = store.plan_offload(plan.chain, HBM, 2.0)  # down to DRAM, dropped at HBM
+    assert store.apply(offload) == 1
+    assert told == [offload]
+    fetch = store.plan_fetch(list(range(10)), HBM1, 3.0)
+    assert fetch.action is FetchAction.LOAD and store.apply(fetch) == 2
+    drops = store.plan_offload(plan.chain, HBM1, 4.0)  # DRAM holds them: plain drops
+    assert [s.kind for s in drops.steps] == [StepKind.DROP]
+    assert store.apply(drops) is None
+    assert told == [offload, fetch]
+
+
 def test_the_last_copy_of_a_live_blob_is_never_dropped():
     store = make_store(
         hbm_bytes=64 * 1_000_000, dram_bytes=64 * 1_000_000, pfs_bytes=64 * 1_000_000
