@@ -164,7 +164,10 @@ class KvLinks:
                             if after is None:
                                 after = {}
                             after[earlier] = None
-            landed.append((dst, ids))
+            if landed and landed[-1][0] is dst:  # (an offload's copies down: one place)
+                landed[-1] = (dst, landed[-1][1] + ids)
+            else:
+                landed.append((dst, ids))
         if not flows:
             return None
         transfer = Transfer(landed, len(flows) if after is None else len(flows) + len(after))
