@@ -178,9 +178,11 @@ def _roomy_offload(placement: Placement, sizes: list[int], before: list[list[Blo
         step, time_s = _copy_step(blob_id, kv_bytes, lower, stripe)
         times_s.append(time_s)
         steps.append(step)
-        dropped = (blob_id, *drops)
-        steps.append(_new(Step, (DROP, dropped, src, (),
-                                 sum(map(sizes.__getitem__, dropped)), 0)))
+        if drops:
+            steps.append(_new(Step, (DROP, (blob_id, *drops), src, (),
+                                     kv_bytes + sum(map(sizes.__getitem__, drops)), 0)))
+        else:  # (the common case: a chain just written demotes blob after blob)
+            steps.append(_new(Step, (DROP, (blob_id,), src, (), kv_bytes, 0)))
     return tuple(steps), sum(times_s)
 
 
@@ -258,7 +260,7 @@ def _evicting_offload(placement: Placement, sizes: list[int],
         steps.append(step)
         times_s.append(time_s)
         ids, place = [blob_id, *drops], src
-        dropped = sum(map(sizes_of, ids))
+        dropped = kv_bytes + sum(map(sizes_of, drops)) if drops else kv_bytes
     if ids:
         steps.append(_new(Step, (DROP, tuple(ids), place, (), dropped, 0)))
     return tuple(steps), sum(times_s)
