@@ -198,7 +198,8 @@ class DecodeWorker(DecodeKv):
         while True:
             now_s = loop.time()
             self._admit(now_s)
-            self._join(now_s)
+            if self._loaded:
+                self._join(now_s)
             self._interrupt.clear()
             if not self.running:
                 await self._interrupt.wait()

@@ -137,16 +137,20 @@ class MixedWorker(DecodeWorker):
     async def run(self) -> None:
         loop = self._loop = asyncio.get_running_loop()
         self._interrupt = asyncio.Event()
+        step_tokens, decode_tokens = self.spec.batch.max_batch_tokens, 1 + self.spec.layout.mtp
         while True:
             now_s = loop.time()
             self._admit(now_s)  # sequences it preempted, resuming
-            self._join(now_s)
+            if self._loaded:
+                self._join(now_s)
             self._interrupt.clear()
-            budget = self.spec.batch.max_batch_tokens - len(self.running) * (1 + self.spec.layout.mtp)
-            self._needs, self._fixed = {}, None
-            chunks = self.fills.prepare(self.hbm, now_s, budget, self._may_start,
-                                        skip_loading=True)
-            self._needs = self._fixed = None
+            chunks = []
+            if self.queue:  # (a plan of no call is no chunk)
+                self._needs, self._fixed = {}, None
+                chunks = self.fills.prepare(self.hbm, now_s,
+                                            step_tokens - len(self.running) * decode_tokens,
+                                            self._may_start, skip_loading=True)
+                self._needs = self._fixed = None
             self._wake_when_loaded(now_s)
             if chunks:
                 await self._mixed_step(chunks, now_s)
