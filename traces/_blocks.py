@@ -19,17 +19,25 @@ SHARED_NAMESPACE = (1 << 20) - 1
 SHARED_FIRST_ID = SHARED_NAMESPACE << LOCAL_BITS
 SHARED_END_ID = (SHARED_NAMESPACE + 1) << LOCAL_BITS
 # A call's own output blocks, where no call of the trace names them, take negative ids
-# (no reader hands one out): -(call id << OUTPUT_POSITION_BITS) - 1 - position, one per
-# call and block position in its context (contexts are well under 2**32 blocks).
+# (no reader hands one out). The first is the call's own, -(call id << OUTPUT_POSITION_BITS)
+# - 1 - position, so a blob of them is the call's alone: the store keys a blob on the
+# chain before it and its first block. The others are -1 - position, the same int objects
+# for every call (`_OUTPUT_POSITIONS`): ~3 a call on agent traffic that would otherwise
+# stay in the store as ints of their own. Contexts are well under 2**32 blocks, so the
+# two ranges never meet.
 OUTPUT_POSITION_BITS = 32
+_OUTPUT_POSITIONS: tuple[int, ...] = ()  # -1 - p at index p, grown as calls need
 
 
 def output_block_ids(call_id: int, start: int, end: int) -> tuple[int, ...]:
-    """Ids for the blocks at positions `start` .. `end` - 1 of call `call_id`'s context
-    that hold its own output: unique to the call and the position, and never an id of a
-    trace's block."""
-    base = -(call_id << OUTPUT_POSITION_BITS) - 1
-    return tuple(range(base - start, base - end, -1))
+    """Ids for the blocks at positions `start` .. `end` - 1 (`start` < `end`) of call
+    `call_id`'s (>= 1) context that hold its own output: never an id of a trace's block,
+    and the first unique to the call and the position."""
+    global _OUTPUT_POSITIONS
+    if end > len(_OUTPUT_POSITIONS):
+        _OUTPUT_POSITIONS = tuple(range(-1, -1 - max(end, 2 * len(_OUTPUT_POSITIONS)), -1))
+    first = -(call_id << OUTPUT_POSITION_BITS) - 1 - start
+    return (first, *_OUTPUT_POSITIONS[start + 1:end])
 
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:

@@ -6,6 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from orchestrator.run.sessions import make_request, writeback_blocks
+from traces._blocks import output_block_ids
 from traces.model import Call
 
 BS = 16
@@ -58,12 +59,23 @@ def test_an_answer_under_one_block_beyond_the_input_writes_the_input():
     assert len(writeback_blocks(call, None, 7)) == 11
 
 
-def test_own_ids_differ_between_calls_and_positions():
+def test_own_ids_start_with_one_of_the_call_and_never_meet_a_trace_id():
     call = _call(range(10), output_tokens=5 * BS)
     a = writeback_blocks(call, None, 1)[10:]
     b = writeback_blocks(call, None, 2)[10:]
-    assert len(set(a)) == len(a) == 5
-    assert not set(a) & set(b)
+    assert len(a) == len(b) == 5
+    assert len(set(a)) == 5  # one id per position
+    # The first differs (a blob of them is the call's alone: the store keys a blob on
+    # its chain and its first block); the rest are shared int objects.
+    assert a[0] != b[0]
+    assert a[1:] == b[1:] and all(x is y for x, y in zip(a[1:], b[1:], strict=True))
+    assert max(a + b) < 0
+
+
+def test_the_shared_ids_grow_with_the_longest_context():
+    assert output_block_ids(3, 0, 1) == (-(3 << 32) - 1,)
+    ids = output_block_ids(3, 100_000, 100_004)
+    assert ids == (-(3 << 32) - 100_001, -100_002, -100_003, -100_004)
 
 
 @given(n=st.integers(0, 40), output=st.integers(0, 40 * BS), shared=st.integers(0, 60),
