@@ -62,6 +62,11 @@ class Commit(Holds):
             for source in sources:  # (a step's sources are the holders that send bytes)
                 counters.moved_bytes[(source.location.tier, place.tier)] += source.kv_bytes
                 moves = True
+        if new_blobs and purpose is OFFLOAD:
+            # A write and offload as one plan: its new blobs were computed at its place
+            # and left it at once (never placed there): each counts as a copy dropped there.
+            counters.dropped_blobs += len(new_blobs)
+            dropped_here += len(new_blobs)
         last = steps[-1] if steps else None
         if chain and not (last is not None and last.kind is not DROP
                 and last.location == location and last.blob_ids[-len(chain):] == chain) and not (
@@ -69,7 +74,9 @@ class Commit(Holds):
             # (When the last step added the whole chain there, in order, just now, it is
             # already the most recently used, in chain order: touching it changes nothing.
             # An offload drops only copies of its chain at its place, each once: when it
-            # dropped as many as the chain holds, none is left there to touch.)
+            # dropped as many as the chain holds, none is left there to touch. What is
+            # left there of a write and offload's chain, the pinned copies, is touched
+            # once here: the write's touch, then the offload's, would leave it so.)
             placement.touch_run(chain, location, now_s)
         if purpose is FETCH:
             totals = counters.hit_tokens

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from itertools import filterfalse
 
-from storage.blobs import BlobId
+from storage.blobs import Blob, BlobId
 from storage.draft import Draft
 from storage.placement import Placement
 from storage.plans import COPY, DROP, Source, Step
@@ -98,13 +98,18 @@ def offload_on_draft(draft: Draft, pins: dict[BlobId, int], ids: Sequence[BlobId
 
 def direct_offload(placement: Placement, sizes: list[int],
                    pins: dict[Location, dict[BlobId, int]], ids: Sequence[BlobId],
-                   drops: list[BlobId], src: Location, protect: Collection[BlobId]
-                   ) -> tuple[tuple[Step, ...], float] | None:
+                   drops: list[BlobId], src: Location, protect: Collection[BlobId],
+                   new: Sequence[Blob] = ()) -> tuple[tuple[Step, ...], float] | None:
     """The steps and time of an offload that drops ``drops`` and then walks ``ids``,
     when each copy it demotes (one with no slower copy) finds room one tier down as
     committed (`_roomy_offload`), or once least recently used copies there are dropped
     or moved a tier further down (`_evicting_offload`): the steps a draft would record, built
-    without one. None otherwise (the draft decides then)."""
+    without one. None otherwise (the draft decides then).
+
+    ``new``: blobs computed at ``src`` that are not placed yet (a call's write and
+    offload as one plan, `BlobStore.plan_write_offload`): each is demoted after the
+    walk, as a copy there that only ``src`` holds would be, but it is never placed at
+    ``src``, so no step drops it there."""
     here = placement.at[src]
     copies = placement.copies
     pinned = pins.get(src, ())
@@ -112,7 +117,7 @@ def direct_offload(placement: Placement, sizes: list[int],
     tier = src.tier
     # The drops before each demoted copy. Nothing the walk passes is changed before
     # it gets there, so the committed placement answers for the draft's view.
-    before: list[list[BlobId]] = []
+    before: list[list[BlobId] | None] = []
     demoted: list[BlobId] = []
     pending = list(drops)
     for blob_id in ids:
@@ -124,18 +129,31 @@ def direct_offload(placement: Placement, sizes: list[int],
         before.append(pending)
         demoted.append(blob_id)
         pending = []
-    if not demoted:  # plain drops alone: one step
+    if not demoted and not new:  # plain drops alone: one step
         return ((_new(Step, (DROP, tuple(pending), src, (),
                              sum(map(sizes.__getitem__, pending)), 0)),)
                 if pending else ()), 0
     lower = placement.layout.lower(src)
     if lower is None:
         return None
-    if (placement.capacity_bytes[lower] - placement.used_bytes[lower]
-            < sum(map(sizes.__getitem__, demoted))):
-        return _evicting_offload(placement, sizes, pins, before, demoted, pending, src,
-                                 lower, protect)
-    return _roomy_offload(placement, sizes, before, demoted, pending, src, lower)
+    # Each demoted copy's bytes and holders (a new blob's: ``src`` alone, as once placed).
+    kvs = list(map(sizes.__getitem__, demoted))
+    helds = list(map(copies.__getitem__, demoted))
+    after: list[BlobId] | None = pending
+    if new:
+        # The drops after the last copy placed at src go with its drop; a new blob
+        # has none (None: it was never placed, so no drop follows its copy).
+        solo = placement.shared_set((src,))
+        for blob in new:
+            before.append(after)
+            demoted.append(blob.id)
+            kvs.append(blob.kv_bytes)
+            helds.append(solo)
+            after = None
+    if placement.capacity_bytes[lower] - placement.used_bytes[lower] < sum(kvs):
+        return _evicting_offload(placement, sizes, pins, before, demoted, kvs, helds, after,
+                                 src, lower, protect)
+    return _roomy_offload(placement, sizes, before, demoted, kvs, helds, after, src, lower)
 
 
 def _copy_step(blob_id: BlobId, kv_bytes: int, dst: Location, stripe: Stripe
@@ -154,13 +172,14 @@ def _copy_step(blob_id: BlobId, kv_bytes: int, dst: Location, stripe: Stripe
     return _new(Step, (COPY, (blob_id,), dst, sources, kv_bytes, time_s)), time_s
 
 
-def _roomy_offload(placement: Placement, sizes: list[int], before: list[list[BlobId]],
-                   demoted: list[BlobId], after: list[BlobId], src: Location,
-                   lower: Location) -> tuple[tuple[Step, ...], float]:
+def _roomy_offload(placement: Placement, sizes: list[int],
+                   before: list[list[BlobId] | None], demoted: list[BlobId], kvs: list[int],
+                   helds: list[frozenset[Location]], after: list[BlobId] | None,
+                   src: Location, lower: Location) -> tuple[tuple[Step, ...], float]:
     """`direct_offload`'s steps when ``lower`` has room as committed for the copies it
-    demotes: the drops before each demoted copy (``before``; ``after``: those after the
-    last), its copy down, then its drop with the plain drops up to the next."""
-    copies = placement.copies
+    demotes (``kvs`` bytes each, held at ``helds``): the drops before each demoted copy
+    (``before``; ``after``: those after the last), its copy down, then its drop with the
+    plain drops up to the next (None after a new blob: it has no drop, never placed)."""
     known = placement.stripes.setdefault(lower, {})
     steps: list[Step] = []
     if before[0]:
@@ -169,9 +188,8 @@ def _roomy_offload(placement: Placement, sizes: list[int], before: list[list[Blo
     times_s = []
     # Each demotion copies one tier down, then drops the copy here along with the
     # plain drops up to the next demotion (one run of drops).
-    for blob_id, drops in zip(demoted, (*before[1:], after), strict=True):
-        kv_bytes = sizes[blob_id]
-        held = copies[blob_id]
+    for blob_id, kv_bytes, held, drops in zip(demoted, kvs, helds, (*before[1:], after),
+                                              strict=True):
         stripe = known.get(held)
         if stripe is None:
             stripe = known[held] = Stripe.to(placement.layout, lower, held)
@@ -181,20 +199,21 @@ def _roomy_offload(placement: Placement, sizes: list[int], before: list[list[Blo
         if drops:
             steps.append(_new(Step, (DROP, (blob_id, *drops), src, (),
                                      kv_bytes + sum(map(sizes.__getitem__, drops)), 0)))
-        else:  # (the common case: a chain just written demotes blob after blob)
+        elif drops is not None:  # (the common case: a chain just written demotes blob after blob)
             steps.append(_new(Step, (DROP, (blob_id,), src, (), kv_bytes, 0)))
     return tuple(steps), sum(times_s)
 
 
 def _evicting_offload(placement: Placement, sizes: list[int],
-                      pins: dict[Location, dict[BlobId, int]], before: list[list[BlobId]],
-                      demoted: list[BlobId], after: list[BlobId], src: Location,
-                      lower: Location, protect: Collection[BlobId]
-                      ) -> tuple[tuple[Step, ...], float] | None:
+                      pins: dict[Location, dict[BlobId, int]],
+                      before: list[list[BlobId] | None], demoted: list[BlobId],
+                      kvs: list[int], helds: list[frozenset[Location]],
+                      after: list[BlobId] | None, src: Location, lower: Location,
+                      protect: Collection[BlobId]) -> tuple[tuple[Step, ...], float] | None:
     """`direct_offload`'s steps when ``lower`` must make room for the copies it
-    demotes: as a draft's `make_room` would, least recently used first (pinned and
-    ``protect``ed copies stay), a copy held elsewhere too is dropped and any other
-    moved a tier down, where there is room as committed. None when that does not
+    demotes (arguments as `_roomy_offload`'s): as a draft's `make_room` would, least
+    recently used first (pinned and ``protect``ed copies stay), a copy held elsewhere
+    too is dropped and any other moved a tier down, where there is room as committed. None when that does not
     free enough, or a copy cannot move down so (the draft decides then).
 
     The steps are those a draft records: every copy is a step of its own (a drop
@@ -216,8 +235,8 @@ def _evicting_offload(placement: Placement, sizes: list[int],
     below = placement.layout.lower(lower)
     free_below = 0 if below is None else (placement.capacity_bytes[below]
                                           - placement.used_bytes[below])
-    for blob_id, drops in zip(demoted, (*before[1:], after), strict=True):
-        kv_bytes = sizes[blob_id]
+    for blob_id, kv_bytes, held_here, drops in zip(demoted, kvs, helds,
+                                                   (*before[1:], after), strict=True):
         if kv_bytes > capacity:
             return None
         if free < kv_bytes:
@@ -256,11 +275,14 @@ def _evicting_offload(placement: Placement, sizes: list[int],
         if ids:
             steps.append(_new(Step, (DROP, tuple(ids), place, (), dropped, 0)))
         step, time_s = _copy_step(blob_id, kv_bytes, lower,
-                                  _stripe(placement, lower, copies[blob_id]))
+                                  _stripe(placement, lower, held_here))
         steps.append(step)
         times_s.append(time_s)
-        ids, place = [blob_id, *drops], src
-        dropped = kv_bytes + sum(map(sizes_of, drops)) if drops else kv_bytes
+        if drops is None:  # (a new blob: never placed at src, so not dropped there)
+            ids, place, dropped = [], src, 0
+        else:
+            ids, place = [blob_id, *drops], src
+            dropped = kv_bytes + sum(map(sizes_of, drops)) if drops else kv_bytes
     if ids:
         steps.append(_new(Step, (DROP, tuple(ids), place, (), dropped, 0)))
     return tuple(steps), sum(times_s)

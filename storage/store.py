@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from itertools import filterfalse, islice
 from operator import attrgetter, lt, truediv
 
-from storage.blobs import BlobId, BlobIndex, PrefixMatch
+from storage.blobs import Blob, BlobId, BlobIndex, PrefixMatch
 from storage.commit import Commit
 from storage.counters import (
     CounterSnapshot,
@@ -318,7 +318,12 @@ class BlobStore(Commit):
         self._check(dst, now_s)
         match, new = self.index.describe(block_ids, segment_ends)
         new_ids = tuple(map(_id, new))
-        chain = match.blob_ids + new_ids
+        return self._write_plan(match, new, new_ids, match.blob_ids + new_ids, dst, now_s)
+
+    def _write_plan(self, match: PrefixMatch, new: tuple[Blob, ...], new_ids: tuple[BlobId, ...],
+                    chain: tuple[BlobId, ...], dst: Location, now_s: float) -> TransferPlan:
+        """`plan_write`'s plan, once the index has described the write (``match``, then
+        the ``new`` blobs, ``new_ids``; ``chain``: both)."""
         lost = list(filterfalse(self.placement.copies.__contains__, match.blob_ids))
         lost_bytes = sum(map(self.index.sizes.__getitem__, lost))
         need = sum(map(_kv_bytes, new))
@@ -337,6 +342,40 @@ class BlobStore(Commit):
         # Not in the index until applied, so their sizes are given.
         draft.place_run(new_ids, dst, need)
         return self._plan(draft, Purpose.WRITE, dst, chain=chain, new_blobs=new)
+
+    def plan_write_offload(self, block_ids: Sequence[int], src: Location,
+                           now_s: float) -> TransferPlan:
+        """A call's end under the offload policy as one plan: the KV just computed at
+        ``src`` recorded as blobs (``plan_write``, no segment ends) and the chain's copies
+        moved out of ``src`` (``plan_offload``), its new blobs copied down from ``src``
+        without being placed there first. The plan (an offload with ``new_blobs``) has
+        the offload's steps but the new blobs' drops at ``src``, and applied it leaves
+        the store as the write and then the offload would, each applied (the same
+        copies in the same order, the same counters, the same use order everywhere).
+
+        Made so when the write has room at ``src`` as committed, re-places no dropped
+        blob and the offload needs no draft (`direct_offload`); otherwise the write's
+        own plan (``plan_write``'s: purpose WRITE, maybe not fitting) is returned, for
+        the caller to apply and offload after, as two plans."""
+        self._check(src, now_s)
+        match, new = self.index.describe(block_ids, ())
+        new_ids = tuple(map(_id, new))
+        old = match.blob_ids
+        chain = old + new_ids
+        placement = self.placement
+        if (all(map(placement.copies.__contains__, old))  # (no blob of it to place again)
+                and self._has_room(src, sum(map(_kv_bytes, new)))):
+            # A chain is in increasing order by construction (a blob's parent is older),
+            # as `_sorted_ids` would give it; the new blobs are none of `src`'s copies yet.
+            pins = self._pins.get(src, {})
+            drops, ids = leading_drops(placement, pins, old, src)
+            plain = self._plain_offload(ids, drops, src, chain, new)
+            if plain is not None:
+                steps, time_s = plain
+                return _new(TransferPlan, (
+                    OFFLOAD, src, now_s, self.version, True, None, steps, time_s, None,
+                    0, 0, 0, 0.0, 0.0, chain, new, _NO_TOKENS, _NO_TOKENS, 0))
+        return self._write_plan(match, new, new_ids, chain, src, now_s)
 
     def plan_offload(self, blob_ids: Iterable[BlobId], src: Location, now_s: float) -> TransferPlan:
         """Move these blobs' copies out of ``src`` (between turns KV leaves HBM).
@@ -360,11 +399,12 @@ class BlobStore(Commit):
         return self._plan(draft, Purpose.OFFLOAD, src, chain=chain)
 
     def _plain_offload(self, ids: Sequence[BlobId], drops: list[BlobId], src: Location,
-                       protect: Collection[BlobId]) -> tuple[tuple[Step, ...], float] | None:
+                       protect: Collection[BlobId], new: Sequence[Blob] = ()
+                       ) -> tuple[tuple[Step, ...], float] | None:
         """`storage.offload.direct_offload` over this store (the state machine's tests
         switch it off to compare with the draft's plans)."""
         return direct_offload(self.placement, self.index.sizes, self._pins, ids, drops, src,
-                              protect)
+                              protect, new)
 
     def plan_evict(self, location: Location, need_bytes: int, now_s: float) -> TransferPlan:
         """Make ``need_bytes`` free at ``location`` (LRU, demoting down the tiers)."""

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from storage.plans import RECOMPUTE, TransferPlan
+from storage.plans import OFFLOAD, RECOMPUTE, TransferPlan
 from storage.store import BlobStore
 from storage.tiers import HBM, Location
 from workers.kv_links import Transfer
@@ -67,7 +67,14 @@ def write_chain(store: BlobStore, session_id: str, block_ids: tuple[int, ...],
     when HBM has no room. The applied write, or None when nothing was written."""
     if not block_ids:
         return None
-    plan = store.plan_write(block_ids, hbm, now_s)
+    return _commit_write(store, session_id, block_ids, store.plan_write(block_ids, hbm, now_s),
+                         host, now_s)
+
+
+def _commit_write(store: BlobStore, session_id: str, block_ids: tuple[int, ...],
+                  plan: TransferPlan, host: Location, now_s: float) -> TransferPlan | None:
+    """Apply a write planned at HBM (`plan`), or at `host` when that one does not fit, and
+    reference its chain. The applied write, or None when neither fits."""
     if not plan.fits:
         plan = store.plan_write(block_ids, host, now_s)
         if not plan.fits:
@@ -80,14 +87,25 @@ def write_chain(store: BlobStore, session_id: str, block_ids: tuple[int, ...],
 
 def write_and_offload(store: BlobStore, session_id: str, block_ids: tuple[int, ...],
                       hbm: Location, host: Location, now_s: float) -> tuple:
-    """Record the KV just computed (`write_chain`), then move the session's copies out of
-    HBM (between turns KV leaves HBM). Returns the chain."""
-    plan = write_chain(store, session_id, block_ids, hbm, host, now_s)
-    if plan is None:
+    """Record the KV just computed (as `write_chain`), then move the session's copies out
+    of HBM (between turns KV leaves HBM). Returns the chain.
+
+    Most calls do both as one plan (`BlobStore.plan_write_offload`: the new blobs go down
+    from HBM without being placed there first); the others apply the write, then the
+    offload. The store ends the same either way, and the same copies run on the links."""
+    if not block_ids:
         return ()
-    if plan.location.tier is HBM:
-        offload(store, plan.chain, hbm, now_s)
-    return plan.chain
+    plan = store.plan_write_offload(block_ids, hbm, now_s)
+    if plan.purpose is OFFLOAD:  # written and offloaded at once
+        store.apply(plan)
+        store.ref(session_id, plan.chain[-1:])  # (with its ancestors: the whole chain)
+        return plan.chain
+    written = _commit_write(store, session_id, block_ids, plan, host, now_s)
+    if written is None:
+        return ()
+    if written.location.tier is HBM:
+        offload(store, written.chain, hbm, now_s)
+    return written.chain
 
 
 def offload(store: BlobStore, chain: tuple, hbm: Location, now_s: float) -> None:

@@ -16,6 +16,7 @@ Workers fetch and pin a prefix and hand a call's KV off as `workers.kv_io` does
 pinned where they are): every copy pinned is there.
 """
 
+import copy
 import itertools
 from fractions import Fraction
 
@@ -29,9 +30,11 @@ from storage.store import BlobStore
 from storage.tiers import Location, StoreLayout, Tier, TierSpec
 from workers.kv_io import (
     fetch,
+    offload,
     release_fetch,
     release_handoff,
     write_and_offload,
+    write_chain,
     write_for_handoff,
 )
 from workers.kv_policy import trim_retained, write_and_retain
@@ -60,6 +63,33 @@ def small_layout(dram_blocks: int = 8) -> StoreLayout:
             (PFS, spec(Tier.PFS, 12, 100.0), None),
         ]
     )
+
+
+def written_then_offloaded(store: BlobStore, session: str, blocks: tuple, where: Location,
+                           now_s: float) -> tuple:
+    """A call's end under the offload policy as two plans: the write applied, then the
+    offload (what `kv_io.write_and_offload` does when one plan cannot do both)."""
+    plan = write_chain(store, session, blocks, where, DRAM, now_s)
+    if plan is None:
+        return ()
+    if plan.location.tier is Tier.HBM:
+        offload(store, plan.chain, where, now_s)
+    return plan.chain
+
+
+def same_store(store: BlobStore, twin: BlobStore) -> None:
+    """Two stores hold the same: blobs, copies, each place's use order and times, bytes,
+    counters, session references and pins."""
+    assert [store.index[b] for b in range(len(store.index))] == [
+        twin.index[b] for b in range(len(twin.index))]
+    a, b = store.placement, twin.placement
+    assert a.copies == b.copies
+    for where in ALL:
+        assert list(a.at[where].items()) == list(b.at[where].items()), where
+    assert a.used_bytes == b.used_bytes
+    assert store.snapshot() == twin.snapshot()
+    assert store._refs == twin._refs and store._ref_count == twin._ref_count
+    assert store._pins == twin._pins
 
 
 # Few distinct block ids and a shared "system prompt" make prefixes collide often.
@@ -92,7 +122,8 @@ class BlobStoreMachine(RuleBasedStateMachine):
                 # left none of them there (apply then touches none).
                 dropped = sum(len(step.blob_ids) for step in plan.steps
                               if step.kind is StepKind.DROP and step.location == plan.location)
-                if dropped == len(plan.chain):
+                # (A write and offload as one plan: its new blobs were never placed there.)
+                if dropped + len(plan.new_blobs) == len(plan.chain):
                     at = self.store.placement.at[plan.location]
                     assert not any(blob_id in at for blob_id in plan.chain)
             self.moved_bytes += plan.moved_bytes
@@ -284,9 +315,26 @@ class BlobStoreMachine(RuleBasedStateMachine):
     @rule(session=sessions, blocks=prompts, where=hbms, dt=now_steps)
     def offload_call(self, session, blocks, where, dt):
         """A call ends under the offload policy (`kv_io.write_and_offload`): its KV
-        written at ``where`` (or host memory), then offloaded."""
-        chain = write_and_offload(self.store, session, tuple(blocks), where, DRAM,
-                                  self._tick(dt))
+        written at ``where`` (or host memory), then offloaded, as one plan when the store
+        can (`plan_write_offload`). Its twin, a copy of the store taken before, applies
+        the write and then the offload as two plans: the same copies must reach the links
+        (every float's bits), and the two stores must end the same (`same_store`)."""
+        now_s = self._tick(dt)
+        twin = copy.deepcopy(self.store)
+        for name in ("apply", "plan_fetch", "plan_write", "plan_offload"):
+            del twin.__dict__[name]  # (this machine's checks, which act on self.store)
+        seen: list = []
+        twin_seen: list = []
+        self.store.on_apply = lambda plan: seen.extend(map(repr, plan.steps))
+        twin.on_apply = lambda plan: twin_seen.extend(map(repr, plan.steps))
+        try:
+            chain = write_and_offload(self.store, session, tuple(blocks), where, DRAM, now_s)
+        finally:
+            self.store.on_apply = None
+        assert chain == written_then_offloaded(twin, session, tuple(blocks), where, now_s)
+        copies = [step for step in seen if step.startswith("Step(kind=<StepKind.COPY")]
+        assert copies == [step for step in twin_seen if step.startswith("Step(kind=<StepKind.COPY")]
+        same_store(self.store, twin)
         if chain:
             self.written.append(tuple(blocks))
             self.refs.setdefault(session, set()).update(self.store.index.chain_of(chain[-1]))
