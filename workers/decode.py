@@ -37,7 +37,7 @@ from workers.kv_io import FetchResult, fetch, release_fetch, release_handoff
 from workers.kv_policy import DEFAULT_KV_POLICY, KVPolicy, finish_call
 from workers.pricing import StepPricer
 from workers.ready import ReadyBuffer
-from workers.request import LatencyPart, Request, RequestState
+from workers.request import DECODE, DECODE_WAIT, DECODING, LOADING, TRANSFER, Request
 from workers.run_wait import RunWait
 from workers.state import WorkerState, worker_state
 
@@ -145,9 +145,9 @@ class DecodeWorker(DecodeKv):
             if req.handoff is not None:  # copied from its fill worker's HBM: that copy goes
                 release_handoff(self.store, req.handoff, now_s)
             recompute_s = self._recompute_s(req)
-            req.state = RequestState.LOADING
+            req.state = LOADING
             req.decode_worker = self.name
-            req.enter(LatencyPart.TRANSFER, now_s)
+            req.enter(TRANSFER, now_s)
             self._loading[req.call_id] = req
             self._fetches[req.call_id] = result
             self.log.add(now_s, self.name, "load", req.call_id)
@@ -174,18 +174,18 @@ class DecodeWorker(DecodeKv):
 
     def _on_loaded(self, call_id: int) -> None:
         req = self._loading.pop(call_id)
-        req.enter(LatencyPart.DECODE_WAIT, self._loop.time())
+        req.enter(DECODE_WAIT, self._loop.time())
         self._loaded.append(req)
         self._poke()
 
     def _join(self, now_s: float) -> None:
         for req in self._loaded:
-            req.state = RequestState.DECODING
+            req.state = DECODING
             if req.decode_start_s is None:
                 req.decode_start_s = now_s
             if req.first_token_s is None:
                 req.first_token_s = now_s  # the decode worker streams the output
-            req.enter(LatencyPart.DECODE, now_s)
+            req.enter(DECODE, now_s)
             self.running.append(req)
             self.log.add(now_s, self.name, "join", req.call_id)
         if self._loaded:

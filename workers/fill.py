@@ -33,7 +33,7 @@ from workers.kv_io import (
 from workers.kv_policy import DEFAULT_KV_POLICY, KVPolicy, finish_call
 from workers.pricing import StepPricer
 from workers.ready import ReadyBuffer
-from workers.request import LatencyPart, Request, RequestState
+from workers.request import DECODE_WAIT, FILL, FILLING, QUEUED, Request
 from workers.state import WorkerState, worker_state
 
 # The run's clock keeps integer nanoseconds (workers.clock): a timer set for a float time
@@ -155,10 +155,10 @@ class ChunkedFills:
     @staticmethod
     def _start(req: Request, now_s: float) -> None:
         """The request's fill starts now (or started with its prefix's load)."""
-        req.state = RequestState.FILLING
+        req.state = FILLING
         if req.fill_start_s is None:
             req.fill_start_s = now_s
-        req.enter(LatencyPart.FILL, now_s)
+        req.enter(FILL, now_s)
         req.computed_tokens = req.input_tokens - req.prefix_tokens
 
     def next_load_s(self, now_s: float) -> float | None:
@@ -234,7 +234,7 @@ class FillWorker:
         self._state: WorkerState | None = None
 
     def submit(self, req: Request, now_s: float) -> None:
-        req.state = RequestState.QUEUED
+        req.state = QUEUED
         req.fill_worker = self.name
         self.queue.append(req)
         self.log.add(now_s, self.name, "queued", req.call_id)
@@ -339,5 +339,5 @@ class FillWorker:
             if self.on_done is not None:
                 self.on_done(req, now_s)
         else:
-            req.enter(LatencyPart.DECODE_WAIT, now_s)
+            req.enter(DECODE_WAIT, now_s)
             self.ready.put(req)

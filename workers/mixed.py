@@ -34,7 +34,7 @@ from workers.kv_io import FetchResult, release_fetch
 from workers.kv_policy import KVPolicy, finish_call, write_through
 from workers.pricing import StepPricer
 from workers.ready import ReadyBuffer
-from workers.request import LatencyPart, Request, RequestState
+from workers.request import DECODE_WAIT, FILL, LOADING, QUEUED, Request
 from workers.state import WorkerState, replaced
 
 
@@ -58,7 +58,7 @@ class MixedWorker(DecodeWorker):
 
     # -- intake: the router hands calls here as to a fill worker -------------------
     def submit(self, req: Request, now_s: float) -> None:
-        req.state = RequestState.QUEUED
+        req.state = QUEUED
         req.fill_worker = self.name
         self.queue.append(req)
         self.log.add(now_s, self.name, "queued", req.call_id)
@@ -199,7 +199,7 @@ class MixedWorker(DecodeWorker):
         transfer_s, starting = self.fills.begin(chunks, now_s)
         for req in starting:
             self._filling[req.call_id] = req
-            req.enter(LatencyPart.FILL, now_s)
+            req.enter(FILL, now_s)
         if starting:
             self.log.add(now_s, self.name, "fill_start", *(r.call_id for r in starting))
         decodes = len(self.running)
@@ -232,9 +232,9 @@ class MixedWorker(DecodeWorker):
                 self.on_done(req, now_s)
             return
         req.kv_chain, pinned = self._write_resident(req, now_s)
-        req.state = RequestState.LOADING
+        req.state = LOADING
         req.decode_worker = self.name
-        req.enter(LatencyPart.DECODE_WAIT, now_s)
+        req.enter(DECODE_WAIT, now_s)
         self._fetches[req.call_id] = FetchResult(req.prefix_tokens, 0, 0.0, pinned)
         self._loaded.append(req)
 

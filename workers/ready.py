@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
-from workers.request import Request, RequestState
+from workers.request import READY, Request
 
 
 class ReadyBuffer:
@@ -35,7 +35,7 @@ class ReadyBuffer:
         self._subscribers.remove(wake)
 
     def put(self, req: Request) -> None:
-        req.state = RequestState.READY
+        req.state = READY
         self._items.append(req)
         self.put_total += 1
         first = self.prefer(req) if self.prefer is not None else None

@@ -35,6 +35,12 @@ class RequestState(IntEnum):
     DONE = 5
 
 
+# The members as module constants, read on the per-call paths (a member read off its
+# class is a Python-level lookup on Python 3.11, several times a global's).
+ADMISSION_WAIT, FILL, DECODE_WAIT, TRANSFER, DECODE = LatencyPart
+QUEUED, FILLING, READY, LOADING, DECODING, DONE = RequestState
+
+
 @dataclass(eq=False)
 class Request:
     """One call. Identity is the object; `call_id` is unique within a run.
@@ -81,15 +87,15 @@ class Request:
         """The call's time from now on counts as `part`; the part it was in is closed. The
         first call closes the admission wait, which runs from `arrival_s`."""
         if self._part is None:
-            self._part, self._since_s = LatencyPart.ADMISSION_WAIT, self.arrival_s
+            self._part, self._since_s = ADMISSION_WAIT, self.arrival_s
         self.parts_s[self._part] += now_s - self._since_s
         self._part, self._since_s = part, now_s
 
     def finish(self, now_s: float) -> None:
         """Done at `now_s`: close the part the call was in."""
-        self.enter(self._part if self._part is not None else LatencyPart.ADMISSION_WAIT, now_s)
+        self.enter(self._part if self._part is not None else ADMISSION_WAIT, now_s)
         self.done_s = now_s
-        self.state = RequestState.DONE
+        self.state = DONE
 
     def compact(self) -> None:
         """Drop what only a call in flight needs (its block ids and KV chain: thousands of
@@ -98,7 +104,7 @@ class Request:
         keeps its completed calls as rows of columns (orchestrator.run.completed); the
         request itself may be held a while longer (the period's completed calls until
         the next sample, listeners), then without its ids."""
-        if self.state is not RequestState.DONE:
+        if self.state is not DONE:
             raise RuntimeError(f"call {self.call_id} compacted in state {self.state.name}")
         self.block_ids = self.writeback_block_ids = self.kv_chain = ()
 
@@ -129,7 +135,7 @@ class Request:
         multi-token prediction a step's time is shared by the tokens it yields."""
         if self.done_s is None or self.output_tokens < 2:
             return None
-        return self.parts_s[LatencyPart.DECODE] / (self.output_tokens - 1)
+        return self.parts_s[DECODE] / (self.output_tokens - 1)
 
     @property
     def tpot_s(self) -> float | None:

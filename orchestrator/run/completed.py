@@ -17,7 +17,7 @@ from array import array
 from collections.abc import Iterator, Sequence
 from operator import attrgetter
 
-from workers.request import LatencyPart, Request, RequestState
+from workers.request import DONE, LatencyPart, Request, RequestState
 
 _INTS = ("call_id", "input_tokens", "output_tokens", "prefix_tokens", "own_cached_tokens",
          "computed_tokens", "generated", "preemptions", "recomputed_tokens")
@@ -48,7 +48,7 @@ class CompletedCalls(Sequence):
 
     def append(self, req: Request) -> None:
         """Keep a completed call's row (its block ids and KV chain are not kept)."""
-        if req.state is not RequestState.DONE:
+        if req.state is not DONE:
             raise RuntimeError(f"call {req.call_id} kept in state {req.state.name}")
         self._ints.extend(_get_ints(req))
         times = _get_times(req)
