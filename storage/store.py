@@ -351,7 +351,8 @@ class BlobStore(Commit):
         without being placed there first. The plan (an offload with ``new_blobs``) has
         the offload's steps but the new blobs' drops at ``src``, and applied it leaves
         the store as the write and then the offload would, each applied (the same
-        copies in the same order, the same counters, the same use order everywhere).
+        copies in the same order, the same counters, the same use order everywhere;
+        only its version moves by one, not two: one apply).
 
         Made so when the write has room at ``src`` as committed, re-places no dropped
         blob and the offload needs no draft (`direct_offload`); otherwise the write's

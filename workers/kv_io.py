@@ -92,7 +92,8 @@ def write_and_offload(store: BlobStore, session_id: str, block_ids: tuple[int, .
 
     Most calls do both as one plan (`BlobStore.plan_write_offload`: the new blobs go down
     from HBM without being placed there first); the others apply the write, then the
-    offload. The store ends the same either way, and the same copies run on the links."""
+    offload. The store ends the same either way (but for its version count), and the same
+    copies run on the links."""
     if not block_ids:
         return ()
     plan = store.plan_write_offload(block_ids, hbm, now_s)
