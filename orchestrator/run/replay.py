@@ -1,7 +1,7 @@
 """The control plane's async shell: sessions in, admission, routing, the two loops.
 
-Only this module (with `fast_loop`, `idle_spans` and `reconfig`) awaits anything
-on the orchestrator side. The fast loop (`orchestrator.run.fast_loop`, mixed in,
+Only this module (with `feeder`, which starts the sessions, `fast_loop`,
+`idle_spans` and `reconfig`) awaits anything on the orchestrator side. The fast loop (`orchestrator.run.fast_loop`, mixed in,
 asleep over idle spans in `orchestrator.run.idle_spans`) samples the cluster
 every period, hands the admission policy its lagged observation and applies
 its decision; the slow loop here does the same for reallocation; both record
@@ -28,14 +28,15 @@ from orchestrator.control.snapshot import HbmPeak, energy_j
 from orchestrator.run.collector import fewer_young_collections
 from orchestrator.run.completed import CompletedCalls
 from orchestrator.run.fast_loop import ConservationError, FastLoop
+from orchestrator.run.feeder import Feeder
 from orchestrator.run.idle_spans import IdleSpans
 from orchestrator.run.ledger import LedgerListener, held_call_ids
 from orchestrator.run.reconfig import Reconfigurer
 from orchestrator.run.result import ReplayResult, decode_slots
-from orchestrator.run.sessions import Outcome, Pending, make_request, run_session
+from orchestrator.run.sessions import Outcome, Pending
 from storage.tiers import Tier
 from traces.model import Session
-from traces.replay import LoadOptions, session_starts
+from traces.replay import LoadOptions
 from traces.shared_prefix import SharedChains
 from workers.cluster import BoundCluster
 from workers.kv_policy import DEFAULT_KV_POLICY, KVPolicy
@@ -51,7 +52,7 @@ def _block_tokens(sessions: Sequence[Session]) -> int:
     return sizes.pop()
 
 
-class Orchestrator(FastLoop, IdleSpans):
+class Orchestrator(Feeder, FastLoop, IdleSpans):
     def __init__(self, cluster: BoundCluster, sessions: Sequence[Session], policy: AdmissionPolicy,
                  control: ControlConfig, load: LoadOptions, seed: int,
                  on_progress: Callable[[int, int], None] | None = None, logger=None,
@@ -107,18 +108,12 @@ class Orchestrator(FastLoop, IdleSpans):
         self.realloc_times_s: list[float] = []
         self.done = CompletedCalls()  # completed calls, as columns
         self._rejected_arrivals_s: list[float] = []
-        # Sessions ended, of how many (progress); one-call sessions still running, and the
-        # future the feeder waits on for them once all have started (`_feed`).
-        self._sessions_finished = 0
-        self._sessions_total = 0
-        self._alone_left = 0
-        self._alone_over: asyncio.Future | None = None
         self._candidate_memo: dict = {}  # by worker name: (its figures, its FillCandidate)
         # A policy that decides at every event on the cluster as it is (policies.local).
         self._event_driven = bool(getattr(policy, "event_driven", False))
         self.shared_chains = SharedChains()  # what the sessions share (traces.shared_prefix)
         self.kv_policy = kv_policy  # where a call's KV goes when it ends (workers.kv_policy)
-        super().__init__()  # the fast loop's and its idle spans' own state
+        super().__init__()  # the feeder's, the fast loop's and its idle spans' own state
 
     # -- sessions and calls ----------------------------------------------------------
     def _next_call_id(self) -> int:
@@ -147,11 +142,6 @@ class Orchestrator(FastLoop, IdleSpans):
         if self._event_driven:
             self._decide_now(req.arrival_s)
         return pending
-
-    def _submit_alone(self, session: Session) -> None:
-        """`run_session` of a one-call session, as its task's first step would run it: the
-        call made and submitted; the session ends with its call (`_session_finished`)."""
-        self._arrive(make_request(self._next_call_id(), session.calls[0], None), None)
 
     def _on_done(self, req: Request, now_s: float) -> None:
         pending = self._pending.pop(req.call_id, None)
@@ -266,99 +256,6 @@ class Orchestrator(FastLoop, IdleSpans):
             await asyncio.sleep(self.control.slow_period_s)
 
     # -- the run -------------------------------------------------------------------------
-    async def _feed(self, rng: np.random.Generator) -> None:
-        loop = self._loop
-        # The sessions' tasks in start order, less those that returned: the gather at the
-        # end waits for the rest as it would for all (the last started is among them), and
-        # a task that failed or was cancelled stays for it to raise.
-        tasks: dict[asyncio.Task, None] = {}
-        started = 0
-        self._sessions_total = len(self.sessions) * self.load.repeat
-        if self.load.max_sessions is not None:
-            self._sessions_total = min(self._sessions_total, self.load.max_sessions)
-        starts = iter(session_starts(self.sessions, self.load, rng, self.shared_chains))
-        # Set once every session has started: the wait for them to end (a gather).
-        fed = loop.create_future()
-        # The timer of the next start, or the feeder's turn it woke (cancelled with the
-        # feeder).
-        waiting: list[asyncio.Handle | None] = [None]
-
-        def on_finished(task: asyncio.Task) -> None:
-            if not task.cancelled() and task.exception() is None:
-                del tasks[task]
-            self._session_finished(alone=False)
-
-        def step(due: tuple | None = None) -> None:
-            """The feeder's turn: the sessions due start, then a timer is set for the
-            next one's start, as a sleep would be. `due`: the session a timer was set
-            for, which starts as the feeder wakes (the clock rounds to nanoseconds)."""
-            nonlocal started
-            waiting[0] = None
-            while True:
-                if due is None:
-                    due = next(starts, None)
-                    if due is None:
-                        break
-                    if due[0] > loop.time():
-                        waiting[0] = loop.call_later(due[0] - loop.time(), wake, due)
-                        return
-                session = due[1]
-                due = None
-                if len(session.calls) == 1:
-                    # A one-call session (the open loop's): its call is submitted by a
-                    # callback where its task's first step would run, and the session ends
-                    # with the call (`_on_done`, `_reject`), without a task, its wake-up at
-                    # the call's end and its done callback.
-                    loop.call_soon(self._submit_alone, session)
-                    self._alone_left += 1
-                else:
-                    task = loop.create_task(run_session(session, self.load,
-                                                        self._next_call_id, self._submit))
-                    task.add_done_callback(on_finished)
-                    tasks[task] = None
-                if not started:
-                    self.first_session_s = loop.time()
-                self.last_session_s = loop.time()
-                started += 1
-            if self.on_progress is not None:
-                self.on_progress(self._sessions_finished, started)
-            self._sessions_total = started
-            self.sessions_run = started  # also when the run is stopped before they finish
-            if self._alone_left:  # one-call sessions still running: done when the last ends
-                self._alone_over = loop.create_future()
-                fed.set_result(asyncio.gather(*tasks, self._alone_over))
-            else:
-                fed.set_result(asyncio.gather(*tasks))
-
-        def wake(due: tuple) -> None:
-            """A start's timer fired: the feeder's turn comes next, where a woken task's
-            would (a sleep's timer wakes its task through the ready queue)."""
-            waiting[0] = loop.call_soon(step, due)
-
-        # Callbacks, not a task that sleeps between starts: the same timers and turns, no
-        # future, wake-up and task step a session.
-        step()
-        try:
-            gathered = await fed
-        except asyncio.CancelledError:
-            if waiting[0] is not None:
-                waiting[0].cancel()
-            if fed.done():
-                fed.result().cancel()
-            raise
-        await gathered
-
-    def _session_finished(self, alone: bool) -> None:
-        """A session ended (`alone`: a one-call session without a task): counted, and the
-        progress told; the last one-call session's end ends the feeder's wait for them."""
-        self._sessions_finished += 1
-        if self.on_progress is not None:
-            self.on_progress(self._sessions_finished, self._sessions_total)
-        if alone:
-            self._alone_left -= 1
-            if not self._alone_left and self._alone_over is not None and not self._alone_over.done():
-                self._alone_over.set_result(None)
-
     async def run(self) -> ReplayResult:
         with fewer_young_collections():
             return await self._run()

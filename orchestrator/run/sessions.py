@@ -16,7 +16,7 @@ from workers.request import Request
 @dataclass
 class Pending:
     """A call waiting for admission, and the future its session awaits (none for the
-    call of a one-call session run without a task: `Orchestrator._feed`)."""
+    call of a one-call session run without a task: `orchestrator.run.feeder`)."""
 
     request: Request
     future: asyncio.Future | None  # None: a one-call session's, which nobody awaits

@@ -1,0 +1,134 @@
+"""Sessions into the run: the half of `Orchestrator` (orchestrator.run.replay) that
+starts them.
+
+`Feeder._feed` starts each session at its start time (`traces.replay.session_starts`)
+from timer callbacks, not from a task that sleeps between starts (the same timers and
+turns, no future, wake-up and task step a session): a session of several calls runs as
+a task (`orchestrator.run.sessions.run_session`), and a one-call session (the open
+loop's) has its call submitted by a callback where its task's first step would run, the
+session ending with its call. It counts the sessions finished for the progress bar and
+waits for the last of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from orchestrator.run.sessions import make_request, run_session
+from traces.model import Session
+from traces.replay import session_starts
+
+
+class Feeder:
+    """Mixed into `Orchestrator`, whose state it reads and writes (its sessions, load,
+    loop, `_arrive`, `_submit`); `_on_done` and `_reject` end a one-call session through
+    `_session_finished`."""
+
+    def __init__(self) -> None:
+        # Sessions ended, of how many (progress); one-call sessions still running, and the
+        # future the feeder waits on for them once all have started (`_feed`).
+        self._sessions_finished = 0
+        self._sessions_total = 0
+        self._alone_left = 0
+        self._alone_over: asyncio.Future | None = None
+        super().__init__()
+
+    async def _feed(self, rng: np.random.Generator) -> None:
+        loop = self._loop
+        # The sessions' tasks in start order, less those that returned: the gather at the
+        # end waits for the rest as it would for all (the last started is among them), and
+        # a task that failed or was cancelled stays for it to raise.
+        tasks: dict[asyncio.Task, None] = {}
+        started = 0
+        self._sessions_total = len(self.sessions) * self.load.repeat
+        if self.load.max_sessions is not None:
+            self._sessions_total = min(self._sessions_total, self.load.max_sessions)
+        starts = iter(session_starts(self.sessions, self.load, rng, self.shared_chains))
+        # Set once every session has started: the wait for them to end (a gather).
+        fed = loop.create_future()
+        # The timer of the next start, or the feeder's turn it woke (cancelled with the
+        # feeder).
+        waiting: list[asyncio.Handle | None] = [None]
+
+        def on_finished(task: asyncio.Task) -> None:
+            if not task.cancelled() and task.exception() is None:
+                del tasks[task]
+            self._session_finished(alone=False)
+
+        def step(due: tuple | None = None) -> None:
+            """The feeder's turn: the sessions due start, then a timer is set for the
+            next one's start, as a sleep would be. `due`: the session a timer was set
+            for, which starts as the feeder wakes (the clock rounds to nanoseconds)."""
+            nonlocal started
+            waiting[0] = None
+            while True:
+                if due is None:
+                    due = next(starts, None)
+                    if due is None:
+                        break
+                    if due[0] > loop.time():
+                        waiting[0] = loop.call_later(due[0] - loop.time(), wake, due)
+                        return
+                session = due[1]
+                due = None
+                if len(session.calls) == 1:
+                    # A one-call session (the open loop's): its call is submitted by a
+                    # callback where its task's first step would run, and the session ends
+                    # with the call (`_on_done`, `_reject`), without a task, its wake-up at
+                    # the call's end and its done callback.
+                    loop.call_soon(self._submit_alone, session)
+                    self._alone_left += 1
+                else:
+                    task = loop.create_task(run_session(session, self.load,
+                                                        self._next_call_id, self._submit))
+                    task.add_done_callback(on_finished)
+                    tasks[task] = None
+                if not started:
+                    self.first_session_s = loop.time()
+                self.last_session_s = loop.time()
+                started += 1
+            if self.on_progress is not None:
+                self.on_progress(self._sessions_finished, started)
+            self._sessions_total = started
+            self.sessions_run = started  # also when the run is stopped before they finish
+            if self._alone_left:  # one-call sessions still running: done when the last ends
+                self._alone_over = loop.create_future()
+                fed.set_result(asyncio.gather(*tasks, self._alone_over))
+            else:
+                fed.set_result(asyncio.gather(*tasks))
+
+        def wake(due: tuple) -> None:
+            """A start's timer fired: the feeder's turn comes next, where a woken task's
+            would (a sleep's timer wakes its task through the ready queue)."""
+            waiting[0] = loop.call_soon(step, due)
+
+        # Callbacks, not a task that sleeps between starts: the same timers and turns, no
+        # future, wake-up and task step a session.
+        step()
+        try:
+            gathered = await fed
+        except asyncio.CancelledError:
+            if waiting[0] is not None:
+                waiting[0].cancel()
+            if fed.done():
+                fed.result().cancel()
+            raise
+        await gathered
+
+    def _session_finished(self, alone: bool) -> None:
+        """A session ended (`alone`: a one-call session without a task): counted, and the
+        progress told; the last one-call session's end ends the feeder's wait for them."""
+        self._sessions_finished += 1
+        if self.on_progress is not None:
+            self.on_progress(self._sessions_finished, self._sessions_total)
+        if alone:
+            self._alone_left -= 1
+            if not self._alone_left and self._alone_over is not None and not self._alone_over.done():
+                self._alone_over.set_result(None)
+
+    def _submit_alone(self, session: Session) -> None:
+        """`run_session` of a one-call session, as its task's first step would run it: the
+        call made and submitted; the session ends with its call (`_session_finished`)."""
+        self._arrive(make_request(self._next_call_id(), session.calls[0], None), None)
