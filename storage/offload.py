@@ -172,6 +172,19 @@ def _copy_step(blob_id: BlobId, kv_bytes: int, dst: Location, stripe: Stripe
     return _new(Step, (COPY, (blob_id,), dst, sources, kv_bytes, time_s)), time_s
 
 
+def _drops_then_copy(steps: list[Step], times_s: list[float], ids: list[BlobId],
+                     place: Location, dropped: int, blob_id: BlobId, kv_bytes: int,
+                     dst: Location, stripe: Stripe) -> None:
+    """`_evicting_offload`'s run of drops not yet a step (``ids`` at ``place``,
+    ``dropped`` bytes; none when empty) made one, then the copy of ``blob_id`` to
+    ``dst`` (`_copy_step`), its time to ``times_s``."""
+    if ids:
+        steps.append(_new(Step, (DROP, tuple(ids), place, (), dropped, 0)))
+    step, time_s = _copy_step(blob_id, kv_bytes, dst, stripe)
+    steps.append(step)
+    times_s.append(time_s)
+
+
 def _roomy_offload(placement: Placement, sizes: list[int],
                    before: list[list[BlobId] | None], demoted: list[BlobId], kvs: list[int],
                    helds: list[frozenset[Location]], after: list[BlobId] | None,
@@ -253,12 +266,8 @@ def _evicting_offload(placement: Placement, sizes: list[int],
                     if free_below < size:
                         return None
                     free_below -= size
-                    if ids:
-                        steps.append(_new(Step, (DROP, tuple(ids), place, (), dropped, 0)))
-                    step, time_s = _copy_step(victim, size, below,
-                                              _stripe(placement, below, held))
-                    steps.append(step)
-                    times_s.append(time_s)
+                    _drops_then_copy(steps, times_s, ids, place, dropped, victim, size, below,
+                                     _stripe(placement, below, held))
                     ids, place, dropped = [victim], lower, size
                 elif ids and place == lower:  # dropped with the drops there before it
                     ids.append(victim)
@@ -272,12 +281,8 @@ def _evicting_offload(placement: Placement, sizes: list[int],
             if free < kv_bytes:
                 return None
         free -= kv_bytes
-        if ids:
-            steps.append(_new(Step, (DROP, tuple(ids), place, (), dropped, 0)))
-        step, time_s = _copy_step(blob_id, kv_bytes, lower,
-                                  _stripe(placement, lower, held_here))
-        steps.append(step)
-        times_s.append(time_s)
+        _drops_then_copy(steps, times_s, ids, place, dropped, blob_id, kv_bytes, lower,
+                         _stripe(placement, lower, held_here))
         if drops is None:  # (a new blob: never placed at src, so not dropped there)
             ids, place, dropped = [], src, 0
         else:
