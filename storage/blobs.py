@@ -55,6 +55,31 @@ class Blob:
 _blob_id = operator.attrgetter("id")
 
 
+class KnownIds(tuple):
+    """Block ids with what their maker knows of them by construction: they start with
+    the ids ``starts_with`` and are the first ids of ``prefix_of`` (either may be None).
+
+    The run shell makes a retiring call's write-back ids from the call's input (which
+    they start with) and, when the session's next call resends it, from the first ids of
+    that call's input (`orchestrator.run.sessions.writeback_blocks`). A walk resumed
+    from one of those sequences' walks (`BlobIndex._resume`) then needs no compare of
+    the thousands of ids the two share: the maker compared them already, or made one
+    from the other. A tuple in every other respect."""
+
+    starts_with: tuple[int, ...] | None
+    prefix_of: tuple[int, ...] | None
+
+    @classmethod
+    def of(cls, ids: tuple[int, ...], starts_with: tuple[int, ...] | None,
+           prefix_of: tuple[int, ...] | None) -> KnownIds:
+        """``ids`` (which must start with ``starts_with`` and be the first ids of
+        ``prefix_of``, where given) as known ids."""
+        known = cls(ids)
+        known.starts_with = starts_with
+        known.prefix_of = prefix_of
+        return known
+
+
 @dataclass(frozen=True, slots=True)
 class PrefixMatch:
     """The blobs covering the longest cached prefix of a block sequence.
@@ -237,13 +262,19 @@ class BlobIndex:
         if not group:
             return None
         n = len(seq)
+        # What the maker of ids knows of them (`KnownIds`): the ids they start with.
+        starts_with = seq.starts_with if type(seq) is KnownIds else None
         for tip in reversed(group.values()):
             prev, end = tip[0], tip[3]
             if prev is seq:
                 return tip
-            # The last block first: another session sharing the first ones differs there.
-            if end <= n and seq[end - 1] == prev[end - 1] and seq[:end] == (
-                    prev if end == len(prev) else prev[:end]):
+            # Known when seq starts with prev or prev is seq's first ids (a walk stands
+            # within its sequence); else compared, the last block first: another session
+            # sharing the first ones differs there.
+            if end <= n and (prev is starts_with or (
+                    type(prev) is KnownIds and prev.prefix_of is seq) or (
+                    seq[end - 1] == prev[end - 1] and seq[:end] == (
+                        prev if end == len(prev) else prev[:end]))):
                 return tip
         return None
 

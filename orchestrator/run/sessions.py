@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from storage.blobs import KnownIds
 from traces._blocks import output_block_ids
 from traces.model import Call, Session
 from traces.replay import LoadOptions
@@ -39,11 +40,16 @@ def writeback_blocks(call: Call, following: Call | None, call_id: int) -> tuple[
     if covered <= n:
         return call.block_ids
     named = call.block_ids
+    whole = None  # the next call's input, when these are its first ids
     if following is not None and following.block_ids[:n] == named:
         named = following.block_ids[:covered]
+        whole = following.block_ids
     if len(named) < covered:
         named += output_block_ids(call_id, len(named), covered)
-    return named
+        whole = None
+    # What is known of them (they start with the input; maybe the next call's first
+    # ids) saves the store's index comparing them again (`KnownIds`).
+    return KnownIds.of(named, call.block_ids, whole)
 
 
 def make_request(call_id: int, call: Call, following: Call | None) -> Request:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from storage.blobs import BlobIndex
+from storage.blobs import BlobIndex, KnownIds
 from storage.plans import Step, StepKind
 from storage.store import BlobStore
 from storage.tiers import Location, StoreLayout, Tier, TierSpec
@@ -231,3 +231,24 @@ def test_sessions_sharing_a_prompt_each_resume_their_own_walk():
     resumed = index._resume(nxt)
     assert resumed is not None and resumed[0] == (*a, 12, 13) and resumed[3] == 7
     assert index.match(nxt) == fresh.match(nxt)
+
+
+def test_a_walk_resumes_on_what_its_ids_know_of_themselves():
+    """Ids that say they start with a walked sequence, or begin the sequence walked
+    next (`KnownIds`, as a retiring call's write-back ids do), resume that walk without
+    comparing the ids they share, and find what a walk from the root finds."""
+    index = BlobIndex(block_tokens=4, kv_bytes_per_token=1)
+    fresh = BlobIndex(block_tokens=4, kv_bytes_per_token=1)
+    prompt = (7, 1, 2)
+    other = (*prompt, 30, 31)  # another session's walk, latest in the group
+    first = (*prompt, 10, 11)
+    nxt = (*first, 12, 13, 14)
+    written = KnownIds.of((*first, 12), first, nxt)
+    replay_against_fresh(index, fresh, [first, other])
+    assert index._resume(written)[0] is first
+    replay_against_fresh(index, fresh, [written])
+    assert index._resume(nxt)[0] is written
+    replay_against_fresh(index, fresh, [nxt])
+    # The maker's word is taken: a claim is not checked (so only its maker may make one).
+    liar = KnownIds.of((*first, 99, 98, 97), nxt, None)
+    assert index._resume(liar)[0] is nxt

@@ -6,6 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from orchestrator.run.sessions import make_request, writeback_blocks
+from storage.blobs import KnownIds
 from traces._blocks import output_block_ids
 from traces.model import Call
 
@@ -89,6 +90,29 @@ def test_how_much_is_written_never_depends_on_the_next_call(n, output, shared, t
     written = writeback_blocks(call, following, call_id)
     assert len(written) == len(alone) == max(n, (n * BS + output) // BS)
     assert written[:n] == alone[:n] == call.block_ids
+    # What they say of themselves is true (the store's index takes their word for it).
+    for ids in (alone, written):
+        if type(ids) is KnownIds:
+            assert ids.starts_with is call.block_ids
+            assert ids[:n] == call.block_ids
+            if ids.prefix_of is not None:
+                assert ids.prefix_of is following.block_ids
+                assert following.block_ids[:len(ids)] == ids
+        else:  # (an answer under one block beyond the input: the input itself)
+            assert ids is call.block_ids
+    assert alone.prefix_of is None if type(alone) is KnownIds else True
+
+
+def test_they_say_what_they_start_with_and_what_they_begin():
+    call = _call(range(10), output_tokens=3 * BS)
+    following = _call(range(20), output_tokens=1, index=1)
+    written = writeback_blocks(call, following, 7)
+    assert type(written) is KnownIds and written == tuple(range(13))
+    assert written.starts_with is call.block_ids and written.prefix_of is following.block_ids
+    # Past the next call's input, or without one: they begin nothing known.
+    short = _call(range(12), output_tokens=1, index=1)
+    assert writeback_blocks(call, short, 7).prefix_of is None
+    assert writeback_blocks(call, None, 7).starts_with is call.block_ids
 
 
 def test_the_request_carries_them():
