@@ -26,6 +26,7 @@ from storage.tiers import Location, Tier
 from workers.cluster import BoundCluster, WorkerSpec
 from workers.link_use import LinkUse, link_utilisation
 from workers.network import Topology, fabric_links, worker_links
+from workers.virtual_loop import VirtualEventLoop
 
 # Utilisation windows: the p99 is over the run's windows of this length.
 UTILISATION_WINDOW_S = 1.0
@@ -91,6 +92,9 @@ class KvLinks:
         self._flows: dict[int, Transfer] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_s = _INF
+        # On a virtual loop, the timer that fired last while it is not armed again: the
+        # next timer is that handle again (`VirtualEventLoop.call_at_again`).
+        self._fired: asyncio.TimerHandle | None = None
         self._last_s = 0.0
         self._last_window = 0  # the utilisation window _last_s is in
         # Per link that carried any (in the order they first did), its bytes up to _last_s.
@@ -258,7 +262,14 @@ class KvLinks:
         if self._timer is not None:
             self._timer.cancel()
         self._timer_s = next_s
-        self._timer = None if next_s == _INF else loop.call_at(next_s, self._wake, loop)
+        fired = self._fired
+        if next_s == _INF:
+            self._timer = None
+        elif fired is not None:  # the timer that fired last, armed again (no new handle)
+            self._fired = None
+            self._timer = loop.call_at_again(fired, next_s)  # type: ignore[attr-defined]
+        else:
+            self._timer = loop.call_at(next_s, self._wake, loop)
 
     def _keep_busy(self, loads: dict[str, float]
                    ) -> tuple[dict[str, float], list[tuple[LinkUse, float]]]:
@@ -281,6 +292,8 @@ class KvLinks:
         moves) is due on `loop`, the timer's: `_settle` there (a finish arms the timer
         again; when none did, the fabric is as it was and the timer is armed here)."""
         due_s = self._timer_s
+        if isinstance(loop, VirtualEventLoop):
+            self._fired = self._timer
         self._timer, self._timer_s = None, _INF
         # The loop's clock keeps integer nanoseconds: it may stand a rounding before
         # the finish it was woken for.

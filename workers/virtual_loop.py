@@ -209,6 +209,29 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         heappush(self._scheduled, (when_ns, seq, timer))
         return timer
 
+    def call_at_again(self, timer: asyncio.TimerHandle, when: float) -> asyncio.TimerHandle:
+        """`timer`, a timer of this loop whose callback has run (so neither scheduled nor
+        waiting to run: the caller knows, e.g. from inside that callback), scheduled again
+        at `when` with its callback, arguments and context: `call_at(when, callback,
+        *args)` without making a new handle (the links re-arm their timer at almost every
+        event). Ordered as a timer made now would be (the next sequence number). A
+        closed or debugging loop makes a new handle, with the stdlib's checks."""
+        if timer._scheduled or timer._cancelled:
+            raise ValueError("call_at_again: the timer is still scheduled, or cancelled")
+        if self._closed or self._debug or type(timer) is not _VirtualTimerHandle:
+            return self.call_at(when, timer._callback, *timer._args, context=timer._context)
+        if type(when) is float and isfinite(when):
+            when_ns = round(when * NS_PER_S)
+        else:
+            when_ns = seconds_to_ns(when)
+        seq = self._timer_seq = self._timer_seq + 1
+        timer._when = when_ns / NS_PER_S
+        timer._when_ns = when_ns
+        timer._seq = seq
+        timer._scheduled = True
+        heappush(self._scheduled, (when_ns, seq, timer))
+        return timer
+
     # -- one iteration ----------------------------------------------------
     def _watching_io(self) -> bool:
         """Anything registered beyond the loop's own wake-up pipe, or a signal handler:

@@ -133,6 +133,59 @@ def test_equal_deadlines_fire_in_scheduling_order():
     assert run_virtual(main()) == list(range(200))
 
 
+def test_a_timer_armed_again_fires_as_a_new_timer_would():
+    """`call_at_again` re-arms a timer that has fired (the same handle) and orders it as a
+    timer made at that moment: the same callbacks at the same times, in the same order,
+    as with `call_at`, against other timers due at the same nanosecond too."""
+    def trace(again: bool) -> list:
+        loop = VirtualEventLoop()
+        fired, timer = [], []
+
+        def tick():
+            fired.append((loop.time_ns(), "tick"))
+            if len(fired) > 10:
+                loop.stop()
+                return
+            # Another timer for the next tick's nanosecond, armed first: it fires first.
+            loop.call_at(loop.time() + 0.25, lambda: fired.append((loop.time_ns(), "other")))
+            if again:
+                assert loop.call_at_again(timer[0], loop.time() + 0.25) is timer[0]
+            else:
+                timer[0] = loop.call_at(loop.time() + 0.25, tick)
+
+        timer.append(loop.call_at(0.5, tick))
+        loop.run_forever()
+        loop.close()
+        return fired
+
+    assert trace(again=True) == trace(again=False)
+    assert trace(again=True)[:3] == [(500_000_000, "tick"), (750_000_000, "other"),
+                                     (750_000_000, "tick")]
+
+
+def test_only_a_timer_that_fired_can_be_armed_again():
+    loop = VirtualEventLoop()
+    try:
+        timer = loop.call_at(1.0, lambda: None)
+        with pytest.raises(ValueError, match="still scheduled"):
+            loop.call_at_again(timer, 2.0)
+        timer.cancel()
+        with pytest.raises(ValueError, match="cancelled"):
+            loop.call_at_again(timer, 2.0)
+        loop.set_debug(True)  # a debugging loop makes a new handle, with its checks
+        ran = []
+        fired = loop.call_at(1.0, ran.append, 1)
+        loop.call_at(1.5, loop.stop)
+        loop.run_forever()
+        again = loop.call_at_again(fired, 2.0)
+        assert again is not fired and again.when() == 2.0
+        loop.call_at(2.5, loop.stop)
+        loop.run_forever()
+        assert ran == [1, 1]
+    finally:
+        loop.close()
+
+
 def test_many_concurrent_sleepers_wake_in_deadline_order():
     delays_ms = [(i * 7919) % 1000 for i in range(500)]
 
