@@ -9,16 +9,21 @@ from workers.runtime import ClusterRuntime
 
 
 def observe(rt: ClusterRuntime, now_s: float, counters: dict[str, int], queue_total: int,
-            queue_interactive: int, predictor, busy_fraction: dict[str, float],
+            queue_interactive: int, predictor, busy_fraction: dict[str, float] | None,
             fill_states: list | None = None, decode_states: list | None = None,
-            pool_memo: dict | None = None, same_as: Observation | None = None) -> Observation:
+            pool_memo: dict | None = None, same_as: Observation | None = None,
+            totals: tuple | None = None) -> Observation:
     """The cluster now; `fill_states`/`decode_states`: the workers' states, when the
     caller has just taken them. `pool_memo`: a dict the caller keeps between calls, so a
     pool whose figures did not change gets its last PoolObservation again. `same_as`: an
     observation built from these very states (the same objects, so no busy time since):
     its worker and pool figures are taken, with idle pools, instead of walking the
-    workers again (`busy_fraction` is not read)."""
-    if same_as is not None:
+    workers again (`busy_fraction` is not read). `totals`: the walk's figures, when the
+    caller has just made it (`worker_totals`; `busy_fraction` is not read)."""
+    if totals is not None:
+        (fill_queue, fill_running, decode_loading, decode_running, decode_slots,
+         pool_obs) = totals
+    elif same_as is not None:
         fill_queue, fill_running = same_as.fill_queue, same_as.fill_running
         decode_loading, decode_running = same_as.decode_loading, same_as.decode_running
         decode_slots = same_as.decode_slots
@@ -44,21 +49,32 @@ def observe(rt: ClusterRuntime, now_s: float, counters: dict[str, int], queue_to
     return obs
 
 
-def _worker_totals(rt: ClusterRuntime, busy_fraction: dict[str, float],
+def _worker_totals(rt: ClusterRuntime, busy_fraction: dict[str, float] | None,
                    fill_states: list | None, decode_states: list | None,
                    pool_memo: dict | None) -> tuple:
-    """`observe`'s walk over the workers' states (taken here when not given): the fill
-    and decode totals and the pools' observations, as (fill_queue, fill_running,
-    decode_loading, decode_running, decode_slots, pools)."""
+    """`observe`'s walk over the workers' states (taken here when not given)."""
     if fill_states is None:
         fill_states = [w.state() for w in rt.fill_workers.values()]
     if decode_states is None:
         decode_states = [w.state() for w in rt.decode_workers.values()]
+    return worker_totals(fill_states, decode_states, pool_memo, busy_fraction)
+
+
+def worker_totals(fill_states: list, decode_states: list, pool_memo: dict | None,
+                  busy_fraction: dict[str, float] | None = None,
+                  busy_last: dict[str, float] | None = None, period_s: float = 1.0) -> tuple:
+    """The fill and decode totals and the pools' observations of the workers' states, as
+    (fill_queue, fill_running, decode_loading, decode_running, decode_slots, pools).
+    Each worker's busy fraction is `busy_fraction`'s (0.0 if not there) or, given
+    `busy_last` (a worker's busy_s at the last look, by name; brought up to date), its
+    busy time since then over `period_s`, at most 1.0, worked out in the same pass.
+    `pool_memo`: as `observe`'s."""
     # One pass over the workers: per pool [phase, workers, queued, running, slots, busy, n].
     pools: dict[str, list] = {}
     fill_queue = fill_running = 0
     decode_loading = decode_running = decode_slots = 0
-    get_busy = busy_fraction.get
+    get_busy = busy_fraction.get if busy_last is None else None
+    last = busy_last.get if busy_last is not None else None
     for decode, states in ((False, fill_states), (True, decode_states)):
         for st in states:
             queued, running, accepting = st.queue_depth, st.running, st.accepting
@@ -78,7 +94,13 @@ def _worker_totals(rt: ClusterRuntime, busy_fraction: dict[str, float],
             p[3] += running
             if accepting and st.phase == "decode":
                 p[4] += st.target_batch
-            p[5] += get_busy(st.name, 0.0)
+            if last is None:
+                p[5] += get_busy(st.name, 0.0)
+            else:
+                name, busy_s = st.name, st.busy_s
+                busy = (busy_s - last(name, 0.0)) / period_s
+                busy_last[name] = busy_s
+                p[5] += busy if busy < 1.0 else 1.0  # min(1.0, busy)
             p[6] += 1
     if pool_memo is None:
         pool_obs = tuple(PoolObservation(name, p[0], p[1], p[2], p[3], p[4], p[5] / p[6])

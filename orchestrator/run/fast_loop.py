@@ -15,7 +15,7 @@ from operator import is_
 
 from orchestrator.control.observe import Observation
 from orchestrator.control.policies.base import AdmissionDecision
-from orchestrator.control.snapshot import idle_pools, observe
+from orchestrator.control.snapshot import idle_pools, observe, worker_totals
 from orchestrator.run.series import Series
 from orchestrator.run.sessions import Pending
 from workers.clock import sleep_on
@@ -165,17 +165,10 @@ class FastLoop:
             obs = observe(rt, now_s, self.counters, len(self.queue), interactive,
                           self.predictor, {}, pool_memo=self._pool_memo, same_as=looked[2])
         else:
-            period = self._fast_period_s
-            busy = {}
-            busy_last = self._busy_last
-            for states in (fill_states, decode_states):
-                for st in states:
-                    name, busy_s = st.name, st.busy_s
-                    fraction = (busy_s - busy_last.get(name, 0.0)) / period
-                    busy[name] = fraction if fraction < 1.0 else 1.0  # min(1.0, fraction)
-                    busy_last[name] = busy_s
+            totals = worker_totals(fill_states, decode_states, self._pool_memo,
+                                   busy_last=self._busy_last, period_s=self._fast_period_s)
             obs = observe(rt, now_s, self.counters, len(self.queue), interactive,
-                          self.predictor, busy, fill_states, decode_states, self._pool_memo)
+                          self.predictor, None, totals=totals)
         self._looked = (fill_states, decode_states, obs)
         self.lag.record(obs)
         self._restampable = obs
