@@ -39,7 +39,7 @@ from workers.pricing import StepPricer
 from workers.ready import ReadyBuffer
 from workers.request import DECODE, DECODE_WAIT, DECODING, LOADING, TRANSFER, Request
 from workers.run_wait import RunWait
-from workers.state import WorkerState, worker_state
+from workers.state import WorkerState, new_state
 
 
 class DecodeWorker(DecodeKv):
@@ -95,17 +95,15 @@ class DecodeWorker(DecodeKv):
     def state(self) -> WorkerState:
         # Asked every fast-loop period: the last state is handed out again (it is frozen)
         # while nothing in it changed.
+        resident = self._resident  # kv_resident_bytes(), without a call while it is kept
         key = (len(self._loading) + len(self._loaded), len(self.running),
-               self.kv_resident_bytes(), self._tokens_done, self._busy_s, self.target_batch,
-               self.accepting)
+               self.kv_resident_bytes() if resident is None else resident, self._tokens_done,
+               self._busy_s, self.target_batch, self.accepting)
         if key == self._state_key:
             return self._state
         self._state_key = key
-        self._state = worker_state(
-            name=self.name, pool=self.spec.pool, phase="decode",
-            queue_depth=key[0], running=key[1], kv_resident_bytes=key[2],
-            kv_capacity_bytes=float(self.kv.instance_bytes),
-            tokens_done=key[3], busy_s=key[4], target_batch=key[5], accepting=key[6])
+        self._state = new_state(self.name, self.spec.pool, "decode", key[0], key[1], key[2],
+                                float(self.kv.instance_bytes), key[3], key[4], key[5], key[6])
         return self._state
 
     def set_target_batch(self, sequences: int) -> None:

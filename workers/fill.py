@@ -34,7 +34,7 @@ from workers.kv_policy import DEFAULT_KV_POLICY, KVPolicy, finish_call
 from workers.pricing import StepPricer
 from workers.ready import ReadyBuffer
 from workers.request import DECODE_WAIT, FILL, FILLING, QUEUED, Request
-from workers.state import WorkerState, worker_state
+from workers.state import WorkerState, new_state
 
 # The run's clock keeps integer nanoseconds (workers.clock): a timer set for a float time
 # may fire up to a tick before it, which must count as on time.
@@ -232,6 +232,9 @@ class FillWorker:
         self.accepting = True
         self._state_key: tuple | None = None
         self._state: WorkerState | None = None
+        # The state's figures that only the spec sets, worked out once.
+        self._state_fixed = (spec.pool, spec.phase.name.lower(), float(spec.kv_capacity_bytes),
+                             spec.batch.max_batch_sequences)
 
     def submit(self, req: Request, now_s: float) -> None:
         req.state = QUEUED
@@ -248,12 +251,9 @@ class FillWorker:
         if key == self._state_key:
             return self._state
         self._state_key = key
-        self._state = worker_state(
-            name=self.name, pool=self.spec.pool, phase=self.spec.phase.name.lower(),
-            queue_depth=key[0], running=key[1],
-            kv_resident_bytes=0.0, kv_capacity_bytes=float(self.spec.kv_capacity_bytes),
-            tokens_done=key[2], busy_s=key[3],
-            target_batch=self.spec.batch.max_batch_sequences, accepting=key[4])
+        pool, phase, capacity, target = self._state_fixed
+        self._state = new_state(self.name, pool, phase, key[0], key[1], 0.0, capacity, key[2],
+                                key[3], target, key[4])
         return self._state
 
     async def run(self) -> None:

@@ -26,15 +26,18 @@ class WorkerState:
 _FIELDS = frozenset(f.name for f in fields(WorkerState))
 
 
-def worker_state(**values) -> WorkerState:
-    """`WorkerState(**values)`, every field given, without the frozen dataclass's per-field
-    `object.__setattr__` (workers build one whenever their figures change, several times
-    a fast-loop period on a busy cluster)."""
-    if values.keys() != _FIELDS:
-        raise TypeError(f"worker_state: fields {sorted(_FIELDS ^ values.keys())} missing or "
-                        f"unknown")
+def new_state(name: str, pool: str, phase: str, queue_depth: int, running: int,
+              kv_resident_bytes: float, kv_capacity_bytes: float, tokens_done: int,
+              busy_s: float, target_batch: int, accepting: bool) -> WorkerState:
+    """`WorkerState(...)`, every field given in order, without the frozen dataclass's
+    per-field `object.__setattr__` (a worker's figures change at each of its steps;
+    tests/unit/test_worker_state.py checks it against the class)."""
     new = object.__new__(WorkerState)
-    new.__dict__.update(values)
+    new.__dict__.update({
+        "name": name, "pool": pool, "phase": phase, "queue_depth": queue_depth,
+        "running": running, "kv_resident_bytes": kv_resident_bytes,
+        "kv_capacity_bytes": kv_capacity_bytes, "tokens_done": tokens_done, "busy_s": busy_s,
+        "target_batch": target_batch, "accepting": accepting})
     return new
 
 
