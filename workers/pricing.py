@@ -108,6 +108,13 @@ class StepPricer:
         return self._fill(phase, int(sequences), round(mean_new_tokens),
                           round(mean_cached_tokens))
 
+    def fill_once_s(self, phase: Phase, sequences: int, mean_new_tokens: float,
+                    mean_cached_tokens: float) -> float:
+        """`fill_s(...)[0]`, the same double, for a caller that keeps its own memo of it
+        (the controller's predictor): not kept in this pricer's."""
+        return self._fill_uncached(phase, int(sequences), round(mean_new_tokens),
+                                   round(mean_cached_tokens))[0]
+
     def fill_step_s(self, new_tokens, cached_tokens, decoding=False) -> tuple[float, float]:
         """(latency, occupancy) of one step of a heterogeneous batch, priced per request
         (`costmodel.batch`): chunked prefill, or decodes with prefill chunks riding along

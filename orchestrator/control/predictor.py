@@ -75,6 +75,15 @@ class Predictor:
         self._cache: dict[tuple, float] = {}
         self._rates: tuple[tuple, float] | None = None  # (what it depends on, value)
         self._fill: tuple[tuple, float] | None = None
+        # What the two predictions are made of and that a completion rarely moves (their
+        # corrections and output length move at every one): the typical call's rounded
+        # shape, the fill pools' worst fill, each decode worker's step time.
+        self._new_rounded = Rounding(-2)
+        self._cached_rounded = Rounding(-3)
+        self._context_rounded = Rounding(-3)
+        self._fill_model: tuple[tuple, float] | None = None  # (pools and shape, worst fill)
+        self._fill_pools: tuple[tuple, list] | None = None  # (pools, each pool and phase)
+        self._tpots: tuple[tuple, list] | None = None  # (workers and context, step times)
 
     def _model_fill_s(self, pool: str, phase: Phase, new_tokens: float, cached: float) -> float:
         return self._model_fill_rounded_s(pool, phase, round(new_tokens, -2), round(cached, -3))
@@ -85,9 +94,8 @@ class Predictor:
         key = ("fill", pool, phase, new_tokens, cached)
         value = self._cache.get(key)
         if value is None:
-            value = self._cache[key] = float(self._pricers[pool].fill_s(phase, 1,
-                                                                        new_tokens or 1,
-                                                                        cached)[0])
+            value = self._cache[key] = float(self._pricers[pool].fill_once_s(
+                phase, 1, new_tokens or 1, cached))
         return value * self.settings.error
 
     def _model_tpot_s(self, pool: str, sequences: int, context: float) -> float:
@@ -138,12 +146,17 @@ class Predictor:
                      for w in rt.decode_workers.values()])
         if self._rates is not None and self._rates[0] == key:
             return self._rates[1]
-        context = round(self.input_tokens + self.output_tokens / 2, -3)
+        context = self._context_rounded.of(self.input_tokens + self.output_tokens / 2)
+        tpots = self._tpots
+        if tpots is None or tpots[0] != (key, context):
+            # Each accepting worker's (target batch, step time at it), in the workers' order.
+            tpots = self._tpots = ((key, context), [
+                (w.target_batch, self._model_tpot_rounded_s(w.spec.pool, w.target_batch,
+                                                            context))
+                for w in rt.decode_workers.values() if w.accepting])
         total = 0.0
-        for w in rt.decode_workers.values():
-            if w.accepting:
-                tpot = self._model_tpot_rounded_s(w.spec.pool, w.target_batch, context)
-                total += w.target_batch / (tpot * self.decode_correction * self.output_tokens)
+        for batch, tpot in tpots[1]:
+            total += batch / (tpot * self.decode_correction * self.output_tokens)
         self._rates = (key, total)
         return total
 
@@ -151,13 +164,45 @@ class Predictor:
         key = tuple([w.spec.pool for w in rt.fill_workers.values()])
         if self._fill is not None and self._fill[0] == key:
             return self._fill[1]
-        new_tokens = round(self.new_tokens, -2)
-        cached = round(max(self.input_tokens - self.new_tokens, 0.0), -3)
-        worst = 0.0
-        # Workers of one pool and phase predict the same fill: one figure for them all.
-        for pool, phase in dict.fromkeys((w.spec.pool, w.spec.phase)
-                                         for w in rt.fill_workers.values()):
-            phase = Phase.MIDFILL if phase is Phase.MIDFILL else Phase.PREFILL
-            worst = max(worst, self._model_fill_rounded_s(pool, phase, new_tokens, cached))
-        self._fill = (key, worst * self.fill_correction)
+        new_tokens = self._new_rounded.of(self.new_tokens)
+        cached = self._cached_rounded.of(max(self.input_tokens - self.new_tokens, 0.0))
+        model = self._fill_model
+        if model is None or model[0] != (key, new_tokens, cached):
+            pools = self._fill_pools
+            if pools is None or pools[0] != key:
+                # Workers of one pool and phase predict the same fill: one figure for them
+                # all (a pool's workers share its phase).
+                pools = self._fill_pools = (key, [
+                    (pool, Phase.MIDFILL if phase is Phase.MIDFILL else Phase.PREFILL)
+                    for pool, phase in dict.fromkeys((w.spec.pool, w.spec.phase)
+                                                     for w in rt.fill_workers.values())])
+            worst = 0.0
+            for pool, phase in pools[1]:
+                worst = max(worst, self._model_fill_rounded_s(pool, phase, new_tokens, cached))
+            model = self._fill_model = ((key, new_tokens, cached), worst)
+        self._fill = (key, model[1] * self.fill_correction)
         return self._fill[1]
+
+
+class Rounding:
+    """`round(x, digits)` of a float that moves a little at a time (an EWMA), for
+    `digits` <= 0: while x stays strictly within half a unit of the last value (a
+    multiple of 10 ** -digits, > 0), that value again, without rounding (~0.6 us a
+    `round` of a float to tens or more); the same double `round` gives (the nearest
+    multiple: no tie inside the open interval)."""
+
+    __slots__ = ("_digits", "_half", "_hi", "_lo", "_value")
+
+    def __init__(self, digits: int) -> None:
+        self._digits, self._half = digits, 10.0 ** -digits / 2
+        self._value, self._lo, self._hi = 0.0, 0.0, 0.0  # an empty interval
+
+    def of(self, x: float) -> float:
+        if self._lo < x < self._hi:
+            return self._value
+        value = self._value = round(x, self._digits)
+        if value > 0.0:  # (a zero's sign follows x's: not kept)
+            self._lo, self._hi = value - self._half, value + self._half
+        else:
+            self._lo = self._hi = 0.0
+        return value

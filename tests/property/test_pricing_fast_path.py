@@ -50,6 +50,8 @@ def check_steps_of_every_phase(pricer, phase, batch, new_tokens, context):
 def check_fill(pricer, phase, sequences, new_tokens, cached_tokens):
     args = (phase, sequences, new_tokens, cached_tokens)
     assert pricer._fill_uncached(*args) == pricer.fill_core_s(*args)
+    # Unmemoised (the predictor's own memo keeps it): the memoised call's latency.
+    assert pricer.fill_once_s(*args) == pricer.fill_s(*args)[0]
 
 
 def check_decode_runs(pricer, sequences, context, steps):
