@@ -79,19 +79,23 @@ class Placement:
         self.add_run((blob_id,), location, kv_bytes, now_s)
 
     def add_run(
-        self, blob_ids: Iterable[BlobId], location: Location, kv_bytes: int, now_s: float
+        self, blob_ids: Collection[BlobId], location: Location, kv_bytes: int, now_s: float
     ) -> None:
         """Copies of ``blob_ids`` (``kv_bytes`` in all) now exist at ``location``."""
         here = self.at[location]
         copies = self.copies
+        held_by = copies.get
         grown_from = self._plus[location].get
+        before = len(here)
         for blob_id in blob_ids:
-            if blob_id in here:
-                raise ValueError(f"blob {blob_id} already has a copy at {location}")
             here[blob_id] = now_s
-            held = copies.get(blob_id)
+            held = held_by(blob_id)
             grown = grown_from(held)
             copies[blob_id] = self._with(held, location) if grown is None else grown
+        # (One check a run, not a lookup a blob: a copy already here, or an id given
+        # twice, leaves the place fewer new copies than ids.)
+        if len(here) - before != len(blob_ids):
+            raise ValueError(f"a blob of {tuple(blob_ids)} already had a copy at {location}")
         self.used_bytes[location] += kv_bytes
 
     def remove(self, blob_id: BlobId, location: Location, kv_bytes: int) -> None:
@@ -102,22 +106,24 @@ class Placement:
         """The copies of ``blob_ids`` (``kv_bytes`` in all) at ``location`` are gone.
         Returns the blobs whose last copy that was (usually none)."""
         here = self.at[location]
-        pop = here.pop
         copies = self.copies
         rest_of = self._minus[location].get
         gone: list[BlobId] = []
-        for blob_id in blob_ids:
-            if pop(blob_id, None) is None:  # (a use time is never None)
-                raise ValueError(f"blob {blob_id} has no copy at {location}")
-            held = copies[blob_id]
-            rest = rest_of(held, _UNKNOWN)
-            if rest is _UNKNOWN:
-                rest = self._without(held, location)
-            if rest is None:
-                del copies[blob_id]
-                gone.append(blob_id)
-            else:
-                copies[blob_id] = rest
+        blob_id = None
+        try:
+            for blob_id in blob_ids:
+                del here[blob_id]  # (a statement, not a method call: KeyError when absent)
+                held = copies[blob_id]
+                rest = rest_of(held, _UNKNOWN)
+                if rest is _UNKNOWN:
+                    rest = self._without(held, location)
+                if rest is None:
+                    del copies[blob_id]
+                    gone.append(blob_id)
+                else:
+                    copies[blob_id] = rest
+        except KeyError:
+            raise ValueError(f"blob {blob_id} has no copy at {location}") from None
         self.used_bytes[location] -= kv_bytes
         return gone
 
