@@ -47,7 +47,7 @@ from storage.plans import (
     Step,
     TransferPlan,
 )
-from storage.stripes import Stripe, add_sent, sources_of
+from storage.stripes import SentByChain, Stripe, sources_of
 from storage.tiers import Location, StoreLayout, Tier
 
 _rate = attrgetter("rate")
@@ -81,16 +81,15 @@ def _recompute_steps(ids: list[BlobId], dst: Location, missing_bytes: int,
 
 def _load_steps(ids: list[BlobId], sizes: list[int], missing_bytes: int, dst: Location,
                 stripes: list[Stripe], times_s: list[float], load_time_s: float,
-                draft: Draft | None) -> tuple[tuple[Step, ...], float, dict[Tier, int]]:
+                draft: Draft | None, sent_memo: SentByChain
+                ) -> tuple[tuple[Step, ...], float, dict[Tier, int]]:
     """The steps, time and bytes sent by tier of a fetch that loads the missing blobs
     ``ids`` (``sizes``, ``missing_bytes`` in all) to ``dst``, each striped as ``stripes``
     says and taking ``times_s`` (``load_time_s`` in all): the draft's evictions, if any,
-    then one copy."""
+    then one copy (its bytes by holder through ``sent_memo``, the loads to ``dst`` kept)."""
     sent: dict[Tier, int] = {}  # the load's bytes by the sending holder's tier
     if draft is None:
-        sent_by: dict[Location, int] = {}
-        add_sent(sent_by, sizes, stripes)
-        sources = sources_of(sent_by)
+        sources = sources_of(sent_memo.sent(ids, sizes, stripes))
         # (A draft adds the copies' times up in the same order: load_time_s.)
         steps = (_new(Step, (COPY, tuple(ids), dst, sources, missing_bytes,
                              load_time_s)),)
@@ -123,6 +122,8 @@ class BlobStore(Commit):
         # `apply` returns (the workers' links shell starts the plan's copies on the
         # cluster's links there).
         self.on_apply: Callable[[TransferPlan], object] | None = None
+        # What each holder sent for the latest loads to each place (`SentByChain`).
+        self._sent_by_chain: dict[Location, SentByChain] = {}
 
     # -- lookups ----------------------------------------------------------
     def match(self, block_ids: Sequence[int]) -> PrefixMatch:
@@ -249,8 +250,11 @@ class BlobStore(Commit):
                                 match.matched_tokens, missing_tokens, load_time_s,
                                 recompute_time_s, chain, hit_tokens=hits,
                                 miss_tokens=miss_tokens(hits, unmatched), local_tokens=local)
+        memo = self._sent_by_chain.get(dst)
+        if memo is None:
+            memo = self._sent_by_chain[dst] = SentByChain()
         steps, time_s, sent = _load_steps(ids, sizes, missing_bytes, dst, stripes, times_s,
-                                          load_time_s, draft)
+                                          load_time_s, draft, memo)
         served = served_hits(hits, local, dst.tier, sent)
         return _new(TransferPlan, (
             FETCH, dst, now_s, self.version, True, None, steps, time_s,
