@@ -92,9 +92,11 @@ class KvLinks:
         self._flows: dict[int, Transfer] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_s = _INF
-        # On a virtual loop, the timer that fired last while it is not armed again: the
-        # next timer is that handle again (`VirtualEventLoop.call_at_again`).
+        # On a virtual loop, the timer that fired last while it is not armed again, and
+        # its loop: the next timer on that loop is that handle again
+        # (`VirtualEventLoop.call_at_again`).
         self._fired: asyncio.TimerHandle | None = None
+        self._fired_on: asyncio.AbstractEventLoop | None = None
         self._last_s = 0.0
         self._last_window = 0  # the utilisation window _last_s is in
         # Per link that carried any (in the order they first did), its bytes up to _last_s.
@@ -265,7 +267,7 @@ class KvLinks:
         fired = self._fired
         if next_s == _INF:
             self._timer = None
-        elif fired is not None:  # the timer that fired last, armed again (no new handle)
+        elif fired is not None and self._fired_on is loop:  # armed again: no new handle
             self._fired = None
             self._timer = loop.call_at_again(fired, next_s)  # type: ignore[attr-defined]
         else:
@@ -293,7 +295,7 @@ class KvLinks:
         again; when none did, the fabric is as it was and the timer is armed here)."""
         due_s = self._timer_s
         if isinstance(loop, VirtualEventLoop):
-            self._fired = self._timer
+            self._fired, self._fired_on = self._timer, loop
         self._timer, self._timer_s = None, _INF
         # The loop's clock keeps integer nanoseconds: it may stand a rounding before
         # the finish it was woken for.

@@ -216,8 +216,9 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         *args)` without making a new handle (the links re-arm their timer at almost every
         event). Ordered as a timer made now would be (the next sequence number). A
         closed or debugging loop makes a new handle, with the stdlib's checks."""
-        if timer._scheduled or timer._cancelled:
-            raise ValueError("call_at_again: the timer is still scheduled, or cancelled")
+        if timer._scheduled or timer._cancelled or timer._loop is not self:
+            raise ValueError("call_at_again: the timer is still scheduled, cancelled or "
+                             "another loop's")
         if self._closed or self._debug or type(timer) is not _VirtualTimerHandle:
             return self.call_at(when, timer._callback, *timer._args, context=timer._context)
         if type(when) is float and isfinite(when):

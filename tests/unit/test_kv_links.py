@@ -209,3 +209,29 @@ def test_the_p99_from_the_busy_windows_is_numpys_over_all_windows(n, data):
     whole[busy] = values
     got = sparse_percentile(np.array(values, dtype=np.float64), n, q)
     assert got.hex() == float(np.percentile(whole, q)).hex()
+
+
+def test_the_links_timer_is_armed_again_on_its_own_loop_only(x2):
+    """The links re-arm the timer that fired last (the same handle) on the loop it fired
+    on; links used again on a new loop arm a timer of that loop and finish there (at the
+    fabric's own time, which never goes back)."""
+    links = KvLinks(x2)
+
+    async def copies(n):
+        loop = asyncio.get_running_loop()
+        ends, handles = [], set()
+        for i in range(n):
+            t = links.copy(plan(hbm("prefill-0"), hbm("decode-0"), 7 * GB, loop.time(), (i,)),
+                           loop.time())
+            t.add_done_callback(ends.append)
+            handles.add(id(links._timer))
+            while links.in_flight():
+                await asyncio.sleep(0.001)
+        return ends, handles
+
+    ends, handles = VirtualClock().run(copies(3))
+    alone_s = nic_s(x2, "prefill-0", 7 * GB)
+    assert len(ends) == 3 and ends[0] == pytest.approx(alone_s, rel=1e-6)
+    assert len(handles) == 1  # one handle, armed three times
+    again, _ = VirtualClock().run(copies(1))  # a new loop, its clock at 0
+    assert len(again) == 1 and again[0] > ends[-1]
