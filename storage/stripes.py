@@ -10,7 +10,7 @@ per stripe (`add_sent`), then made a step's sources (`sources_of`).
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from itertools import repeat
+from itertools import islice, repeat
 
 from storage.plans import Source
 from storage.tiers import Location, StoreLayout
@@ -116,7 +116,7 @@ def add_sent(sent: dict[Location, int], kv_bytes: Sequence[int],
             sent[loc] = sent.get(loc, 0) + n
 
 
-_CHAINS_KEPT = 256  # loads kept per destination
+_CHAINS_KEPT = 256  # loads kept per destination (up to twice as many between trims)
 _TAIL_TRIES = 6  # how far back from a load's last blob a kept load is looked for
 
 
@@ -160,7 +160,9 @@ class SentByChain:
         key = ids[-1]
         if key in kept:
             del kept[key]  # (kept anew, latest last)
-        elif len(kept) >= _CHAINS_KEPT:
-            del kept[next(iter(kept))]
         kept[key] = (ids, stripes, sent)
+        if len(kept) > 2 * _CHAINS_KEPT:
+            # The latest kept, once in a while (dropping the oldest one at a time would
+            # leave the dict's iteration to step over ever more holes at its front).
+            self._kept = dict(islice(kept.items(), len(kept) - _CHAINS_KEPT, None))
         return sent
