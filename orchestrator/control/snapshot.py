@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from itertools import chain
+
 from orchestrator.control.observe import Observation, PoolObservation
 from workers.kv_policy import KVPolicy
 from workers.runtime import ClusterRuntime
@@ -219,24 +221,30 @@ class HbmPeak:
             states = {st.name: st for st in (*fill_states, *decode_states)}
             self._closed = max(self._closed, hbm_per_gpu(rt, self._weights, states, self._memo))
             return
-        used = rt.store.placement.used_bytes
+        fill, decode = rt.fill_workers, rt.decode_workers
+        if len(fill) != len(fill_states) or len(decode) != len(decode_states):
+            raise ValueError(f"HbmPeak.sample: {len(fill_states)} fill and {len(decode_states)} "
+                             f"decode states for {len(fill)} and {len(decode)} workers")
+        used = rt.store.placement.used_bytes.get
         tops = self._tops
-        for workers, states in ((rt.fill_workers, fill_states), (rt.decode_workers, decode_states)):
-            for w, st in zip(workers.values(), states, strict=True):
-                blob = used.get(w.hbm, 0)
-                resident = st.kv_resident_bytes
-                if resident is None:
-                    resident = w.kv_resident_bytes() if hasattr(w, "kv_resident_bytes") else 0
-                top = tops.get(w.name)
-                if top is None or top[0] is not w or top[1] is not w.spec:
-                    if top is not None:
-                        self._closed = max(self._closed, self._value(top))
-                    tops[w.name] = [w, w.spec, blob, resident]
-                else:
-                    if blob > top[2]:
-                        top[2] = blob
-                    if resident > top[3]:
-                        top[3] = resident
+        top_of = tops.get
+        # One pass over the workers and their states, in the runtime's order.
+        for w, st in zip(chain(fill.values(), decode.values()), chain(fill_states, decode_states),
+                         strict=True):
+            blob = used(w.hbm, 0)
+            resident = st.kv_resident_bytes
+            if resident is None:
+                resident = w.kv_resident_bytes() if hasattr(w, "kv_resident_bytes") else 0
+            top = top_of(w.name)
+            if top is None or top[0] is not w or top[1] is not w.spec:
+                if top is not None:
+                    self._closed = max(self._closed, self._value(top))
+                tops[w.name] = [w, w.spec, blob, resident]
+            else:
+                if blob > top[2]:
+                    top[2] = blob
+                if resident > top[3]:
+                    top[3] = resident
 
     def _value(self, top: list) -> float:
         _, spec, blob, resident = top
