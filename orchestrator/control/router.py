@@ -44,13 +44,27 @@ def choose_fill_worker(prefix_tokens: int, candidates: list[FillCandidate],
                        prefix_nodes: frozenset[str]) -> str | None:
     """The worker for a call with `prefix_tokens` cached on `prefix_nodes`; None when no
     worker accepts work."""
-    open_ = [c for c in candidates if c.accepting]
+    want = "midfill" if prefix_tokens >= MIDFILL_MIN_PREFIX_TOKENS else "prefill"
+    # The accepting workers, and of them the mixed ones and those of the wanted phase, in
+    # one pass (in the candidates' order).
+    open_: list[FillCandidate] = []
+    mixed: list[FillCandidate] = []
+    wanted: list[FillCandidate] = []
+    resident = False
+    for c in candidates:
+        if c.accepting:
+            open_.append(c)
+            phase = c.phase
+            if phase == "mixed":
+                mixed.append(c)
+            elif phase == want:
+                wanted.append(c)
+            if c.resident_tokens:
+                resident = True
     if not open_:
         return None
-    want = "midfill" if prefix_tokens >= MIDFILL_MIN_PREFIX_TOKENS else "prefill"
-    pool = ([c for c in open_ if c.phase == "mixed"] or [c for c in open_ if c.phase == want]
-            or open_)
-    if any(c.resident_tokens for c in pool):
+    pool = mixed or wanted or open_
+    if resident and any(c.resident_tokens for c in pool):
         least = min(c.queued_tokens for c in pool)
         pool = [c for c in pool if c.queued_tokens - least <= BALANCE_ABS_TOKENS
                 or c.queued_tokens <= BALANCE_REL * least]
