@@ -47,6 +47,10 @@ def writeback_blocks(call: Call, following: Call | None, call_id: int) -> tuple[
     if len(named) < covered:
         named += output_block_ids(call_id, len(named), covered)
         whole = None
+    if following is None:
+        # A session's last call (on open-loop traffic every call, with a short input:
+        # comparing it costs what saying it would) says nothing of them.
+        return named
     # What is known of them (they start with the input; maybe the next call's first
     # ids) saves the store's index comparing them again (`KnownIds`).
     return KnownIds.of(named, call.block_ids, whole)
