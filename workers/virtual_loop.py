@@ -196,10 +196,14 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
             self._check_closed()
             self._check_thread()
             self._check_callback(callback, "call_at")
-        seq = self._timer_seq = self._timer_seq + 1
         timer = _new_handle(_VirtualTimerHandle, callback, args, self, context,
                             format_helpers.extract_stack(sys._getframe(1)) if self._debug
                             else None)
+        return self._schedule(timer, when_ns)
+
+    def _schedule(self, timer: _VirtualTimerHandle, when_ns: int) -> asyncio.TimerHandle:
+        """Put `timer` on the heap at `when_ns`, after every timer scheduled before it."""
+        seq = self._timer_seq = self._timer_seq + 1
         timer._when = when_ns / NS_PER_S
         timer._when_ns = when_ns
         timer._seq = seq
@@ -222,16 +226,8 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         if self._closed or self._debug or type(timer) is not _VirtualTimerHandle:
             return self.call_at(when, timer._callback, *timer._args, context=timer._context)
         if type(when) is float and isfinite(when):
-            when_ns = round(when * NS_PER_S)
-        else:
-            when_ns = seconds_to_ns(when)
-        seq = self._timer_seq = self._timer_seq + 1
-        timer._when = when_ns / NS_PER_S
-        timer._when_ns = when_ns
-        timer._seq = seq
-        timer._scheduled = True
-        heappush(self._scheduled, (when_ns, seq, timer))
-        return timer
+            return self._schedule(timer, round(when * NS_PER_S))
+        return self._schedule(timer, seconds_to_ns(when))
 
     # -- one iteration ----------------------------------------------------
     def _watching_io(self) -> bool:
