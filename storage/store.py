@@ -15,6 +15,7 @@ Typical worker use::
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Sequence
 from itertools import filterfalse, islice
 from operator import attrgetter, lt, truediv
@@ -123,7 +124,7 @@ class BlobStore(Commit):
         # cluster's links there).
         self.on_apply: Callable[[TransferPlan], object] | None = None
         # What each holder sent for the latest loads to each place (`SentByChain`).
-        self._sent_by_chain: dict[Location, SentByChain] = {}
+        self._sent_by_chain: defaultdict[Location, SentByChain] = defaultdict(SentByChain)
 
     # -- lookups ----------------------------------------------------------
     def match(self, block_ids: Sequence[int]) -> PrefixMatch:
@@ -250,11 +251,8 @@ class BlobStore(Commit):
                                 match.matched_tokens, missing_tokens, load_time_s,
                                 recompute_time_s, chain, hit_tokens=hits,
                                 miss_tokens=miss_tokens(hits, unmatched), local_tokens=local)
-        memo = self._sent_by_chain.get(dst)
-        if memo is None:
-            memo = self._sent_by_chain[dst] = SentByChain()
         steps, time_s, sent = _load_steps(ids, sizes, missing_bytes, dst, stripes, times_s,
-                                          load_time_s, draft, memo)
+                                          load_time_s, draft, self._sent_by_chain[dst])
         served = served_hits(hits, local, dst.tier, sent)
         return _new(TransferPlan, (
             FETCH, dst, now_s, self.version, True, None, steps, time_s,
