@@ -4,14 +4,21 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The modules with a Cython .pxd beside them are compiled at install (setup.py,
+# native/__init__.py): a change to one of them, or to its .pxd, installs again.
+PACKAGES := costmodel orchestrator storage traces workers
+PXD := $(foreach p,$(PACKAGES),$(wildcard $(p)/*.pxd $(p)/*/*.pxd $(p)/*/*/*.pxd))
+NATIVE_SOURCES := $(PXD) $(PXD:.pxd=.py)
 
-.PHONY: demo test test-fast lint bench clean
+.PHONY: demo test test-fast lint bench build clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py $(NATIVE_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,cluster]'
 	touch $(STAMP)
+
+build: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/tokenfactory demo
@@ -33,3 +40,5 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+	find $(PACKAGES) -name '*.so' -delete
+	rm -f $(PXD:.pxd=.c)

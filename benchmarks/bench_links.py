@@ -43,42 +43,45 @@ from benchmarks.replay_runner import (
 
 
 class Recorder:
-    """Wraps `KvLinks`' entry points; records (loop ns, method name, arguments)."""
+    """Records (loop ns, method name, arguments) of every call into the run's `KvLinks`:
+    the run makes a subclass of it whose entry points record and go on (KvLinks may be a
+    compiled extension type, whose methods cannot be replaced)."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[int, str, tuple]] = []
         self.bound = None
         self.window_s = None
-        self._originals: list[tuple[str, object]] = []
+        self._original = None
 
     def install(self) -> None:
+        import workers.runtime
         from workers.kv_links import KvLinks
-        init = KvLinks.__init__
+        calls, recorder = self.calls, self
 
-        def links_init(links, bound, *args, **kwargs):
-            init(links, bound, *args, **kwargs)
-            self.bound, self.window_s = bound, links.window_s
+        def recorded(name: str):
+            method = getattr(KvLinks, name)
 
-        self._replace("__init__", links_init)
-        for name in ("applied", "carried_bytes", "add_worker", "utilisation"):
-            self._replace(name, self._wrap(name, getattr(KvLinks, name)))
+            def record(links, *args):
+                calls.append((asyncio.get_running_loop().time_ns(), name, args))
+                return method(links, *args)
+            return record
 
-    def _replace(self, name: str, value: object) -> None:
-        from workers.kv_links import KvLinks
-        self._originals.append((name, getattr(KvLinks, name)))
-        setattr(KvLinks, name, value)
+        class RecordedLinks(KvLinks):
+            def __init__(self, bound, *args, **kwargs) -> None:
+                super().__init__(bound, *args, **kwargs)
+                recorder.bound, recorder.window_s = bound, self.window_s
+
+            applied = recorded("applied")
+            carried_bytes = recorded("carried_bytes")
+            add_worker = recorded("add_worker")
+            utilisation = recorded("utilisation")
+
+        self._original = workers.runtime.KvLinks
+        workers.runtime.KvLinks = RecordedLinks
 
     def uninstall(self) -> None:
-        from workers.kv_links import KvLinks
-        for name, value in reversed(self._originals):
-            setattr(KvLinks, name, value)
-        self._originals.clear()
-
-    def _wrap(self, name: str, fn):
-        def recorded(links, *args):
-            self.calls.append((asyncio.get_running_loop().time_ns(), name, args))
-            return fn(links, *args)
-        return recorded
+        import workers.runtime
+        workers.runtime.KvLinks = self._original
 
 
 def replay(recorder: Recorder, drive: bool = True) -> tuple[float, str]:

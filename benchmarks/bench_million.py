@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.replay_runner import (
     ROOT,
+    core_line,
     per_wall,
     positive_ints,
     run_isolated,
@@ -81,6 +82,7 @@ def main() -> int:
         print(f"--calls: {args.calls:,} needs {repeat} copies of {base_calls:,} calls, more than "
               f"{MAX_REPEAT}; raise --base-sessions", file=sys.stderr)
         return 2
+    print(core_line())
     print(f"synthetic agent sessions: {args.base_sessions} x{repeat} ({base_calls:,} calls each "
           f"copy), real think times, {args.sessions_per_hour:g} sessions/h, gb200-nvl72x2, "
           f"controller {args.controller}", flush=True)

@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.replay_runner import (
     AZURE_CONV,
     H100_LLAMA_CLUSTER,
+    core_line,
     per_wall,
     positive_ints,
     run_isolated,
@@ -67,6 +68,7 @@ def main() -> int:
     if missing:
         print(missing)
         return 0
+    print(core_line())
     print(f"Azure conversation trace, open loop, llama-3.1-70b on {H100_LLAMA_CLUSTER.name}, "
           f"controller {args.controller}")
     out = {}

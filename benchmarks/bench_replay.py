@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.replay_runner import (
     DEV_TRACES,
     ROOT,
+    core_line,
     per_wall,
     positive_ints,
     run_isolated,
@@ -82,6 +83,7 @@ def main() -> int:
     if missing:
         print(missing)
         return 0
+    print(core_line())
     out: dict[str, dict] = {}
     print(f"weka-cc-dev at real think times, {SESSIONS_PER_HOUR:g} sessions/h, cluster "
           f"gb200-nvl72x2, model kimi-k3-like"

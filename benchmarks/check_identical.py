@@ -139,9 +139,11 @@ def _first_diffs(ref, new, path="", out=None, limit=5) -> list[str]:
     return out
 
 
-def _run_child(run: dict) -> dict:
+def _run_child(run: dict, env: dict[str, str] | None = None) -> dict:
+    """One run's results and replay CPU, from a child process (with `env`, its
+    environment: TOKENFACTORY_PURE=1 runs the compiled core as Python)."""
     proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "child",
-                           json.dumps(run)], capture_output=True, cwd=ROOT)
+                           json.dumps(run)], capture_output=True, cwd=ROOT, env=env)
     if proc.returncode != 0:
         tail = proc.stderr.decode().strip().splitlines()[-1:] or ["(no stderr)"]
         raise RuntimeError(f"replay exited {proc.returncode}: {tail[0]}")

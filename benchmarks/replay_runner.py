@@ -40,6 +40,13 @@ def shared_missing(*paths: Path) -> str | None:
     return None
 
 
+def core_line() -> str:
+    """Whether the replays run the compiled core (`native`): the figures depend on it.
+    The child processes see the same files and environment as this one."""
+    import native
+    return native.summary()
+
+
 def spec(paths, trace_format: str, *, model: str = "kimi-k3-like",
          cluster: str = "gb200-nvl72x2", controller: str = "buffered", seed: int = 1,
          **load) -> dict:

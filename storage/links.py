@@ -51,16 +51,20 @@ class Link:
 _Route = tuple[tuple[str, ...], float, dict[str, tuple[float, str]], int]
 
 
-@dataclass(slots=True)
 class _Flow:
     """A copy in flight. What its path gives is kept once per path (`Fabric._path`) and
-    read only when a sharing is worked out: a flow is made with three fields."""
+    read only when a sharing is worked out: a flow is made with three fields. (A plain
+    class, not a dataclass: links.pxd compiles it to a typed extension type.)"""
 
-    fid: int
-    route: _Route  # its path's links, narrowest bandwidth, narrowest others and number
-    size_bytes: float
-    remaining_bytes: float
-    rate_bytes_per_s: float = 0.0
+    __slots__ = ("fid", "rate_bytes_per_s", "remaining_bytes", "route", "size_bytes")
+
+    def __init__(self, fid: int, route: _Route, size_bytes: float,
+                 remaining_bytes: float, rate_bytes_per_s: float = 0.0) -> None:
+        self.fid = fid
+        self.route = route  # its path's links, narrowest bandwidth, narrowest others, number
+        self.size_bytes = size_bytes
+        self.remaining_bytes = remaining_bytes
+        self.rate_bytes_per_s = rate_bytes_per_s
 
     @property
     def path(self) -> tuple[str, ...]:

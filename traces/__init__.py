@@ -1,12 +1,14 @@
 """Trace readers, the native format, statistics, validation and a synthetic generator.
 
-`traces` stands alone: it imports nothing from the project's other packages.
+`traces` stands alone: it imports nothing from the project's other packages but
+`native`, the guard of the compiled modules.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import native  # noqa: F401 (its guard, before any compiled module is imported)
 from traces.errors import TraceError
 from traces.formats import Format
 from traces.model import Call, Session

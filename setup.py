@@ -1,0 +1,63 @@
+"""Build: the modules with a Cython .pxd beside them are compiled when a C compiler is
+there; without one (or with TOKENFACTORY_PURE=1) the install is pure Python, with the
+same results (native/__init__.py)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).resolve().parent
+PACKAGES = ("costmodel", "orchestrator", "storage", "traces", "workers")
+# Python semantics everywhere (division, negative indices, bounds, overflow checks):
+# the .pxd files add types, never a change of behaviour.
+DIRECTIVES = {"language_level": 3, "annotation_typing": False, "binding": False}
+
+
+def _sources() -> list[str]:
+    return sorted(str(pxd.with_suffix(".py").relative_to(ROOT))
+                  for package in PACKAGES for pxd in (ROOT / package).rglob("*.pxd")
+                  if pxd.with_suffix(".py").is_file())
+
+
+def _skip(why: str) -> list:
+    print(f"tokenfactory: the core is not compiled ({why}); it runs as Python, with the "
+          f"same results", file=sys.stderr)
+    return []
+
+
+def _extensions() -> list:
+    if os.environ.get("TOKENFACTORY_PURE", "") not in ("", "0"):
+        return _skip("TOKENFACTORY_PURE is set")
+    try:
+        from Cython.Build import cythonize
+    except ImportError:
+        return _skip("Cython is not installed")
+    try:
+        return cythonize(_sources(), compiler_directives=DIRECTIVES, quiet=True)
+    except Exception as exc:  # a Cython error: the build goes on as Python
+        return _skip(f"Cython failed: {exc}")
+
+
+class OptionalBuildExt(build_ext):
+    """Builds what it can; a module that fails to compile (no C compiler, no Python
+    headers) stays Python."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as exc:
+            _skip(f"the C build failed: {exc}")
+
+    def build_extension(self, ext) -> None:
+        try:
+            super().build_extension(ext)
+        except Exception as exc:
+            _skip(f"{ext.name} failed to build: {exc}")
+
+
+setup(ext_modules=_extensions(), cmdclass={"build_ext": OptionalBuildExt})
