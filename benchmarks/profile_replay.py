@@ -5,7 +5,9 @@ sessions an hour, default model and cluster, under cProfile, and prints the wall
 calls, fast-loop samples taken (by the loop awake, looking at the workers or restamping
 an unchanged cluster, or as the lead of an idle span) and skipped over idle spans,
 event-loop iterations, wall time per call and per sample taken, and the functions with
-the most time of their own and the most time under them.
+the most time of their own and the most time under them. It runs the compiled core as
+Python (TOKENFACTORY_PURE=1, unless the environment sets it): cProfile sees no function
+inside a compiled module, whose time it would give to the caller.
 
     python benchmarks/profile_replay.py [--sessions 30] [--controller buffered] [--top 25]
                                         [--out FILE.prof]
@@ -16,12 +18,14 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import os
 import pstats
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("TOKENFACTORY_PURE", "1")  # before any of the project's imports
 
 from benchmarks.replay_runner import DEV_TRACES, shared_missing
 
