@@ -107,7 +107,12 @@ def _load_steps(ids: list[BlobId], sizes: list[int], missing_bytes: int, dst: Lo
     return steps, draft.time_s, sent
 
 
-class BlobStore(Commit):
+class _StoreBase(Commit):
+    """The store's state, lookups and plans: all of `BlobStore` but its cold plans (a base
+    of it, so that a build that compiles this module as a typed class leaves the store's
+    methods patchable, on the class as on an instance, as the tests and the store's
+    benchmark patch them)."""
+
     # A fetch of which nothing is cached builds its plan without the lookup's walk of
     # the tiers (the state machine in tests/ shuts this to compare the two).
     _miss_directly = True
@@ -408,6 +413,10 @@ class BlobStore(Commit):
         switch it off to compare with the draft's plans)."""
         return direct_offload(self.placement, self.index.sizes, self._pins, ids, drops, src,
                               protect, new)
+
+
+class BlobStore(_StoreBase):
+    """The blob store (`_StoreBase`), with its plans that evict and promote."""
 
     def plan_evict(self, location: Location, need_bytes: int, now_s: float) -> TransferPlan:
         """Make ``need_bytes`` free at ``location`` (LRU, demoting down the tiers)."""
