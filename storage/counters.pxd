@@ -16,3 +16,6 @@ cpdef tuple lookup_tokens(object match, object dst, Placement placement, object 
                           object helds=*)
 
 cpdef dict miss_tokens(dict hits, object unmatched_tokens)
+
+@cython.locals(out=dict, remainders=list)
+cpdef dict served_hits(dict hits, object local, object dst_tier, dict sent_bytes)

@@ -5,7 +5,7 @@ from storage.placement cimport Placement
 cdef class Holds:
     cdef public BlobIndex index
     cdef public Placement placement
-    cdef public object version
+    cdef public Py_ssize_t version
     cdef public dict _refs
     cdef public list _ref_count
     cdef public dict _pins

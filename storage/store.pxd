@@ -3,7 +3,9 @@ from storage.blobs cimport BlobIndex
 from storage.commit cimport Commit
 from storage.holds cimport Holds
 from storage.placement cimport Placement
-from storage.stripes cimport SentByChain
+from storage.stripes cimport SentByChain, sources_of
+from storage.counters cimport lookup_tokens, miss_tokens, served_hits
+from storage.offload cimport direct_offload, leading_drops
 
 cpdef tuple _sorted_ids(object blob_ids)
 
