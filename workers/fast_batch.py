@@ -29,15 +29,16 @@ _PW_BLOCK = 128
 
 def pairwise_sum(a: list[float], lo: int = 0, n: int | None = None) -> float:
     """`np.add.reduce` of a float64 vector, the same double (same order of additions)."""
-    n = len(a) - lo if n is None else n
-    if n < 8:
+    count = len(a) - lo if n is None else n
+    if count < 8:
         res = 0.0
-        for i in range(lo, lo + n):
+        for i in range(lo, lo + count):
             res += a[i]
         return res
-    if n <= _PW_BLOCK:
-        r0, r1, r2, r3, r4, r5, r6, r7 = a[lo:lo + 8]
-        i, end = 8, n - n % 8
+    if count <= _PW_BLOCK:
+        r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+        r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+        i, end = 8, count - count % 8
         while i < end:
             j = lo + i
             r0 += a[j]
@@ -50,12 +51,12 @@ def pairwise_sum(a: list[float], lo: int = 0, n: int | None = None) -> float:
             r7 += a[j + 7]
             i += 8
         res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-        for j in range(lo + i, lo + n):
+        for j in range(lo + i, lo + count):
             res += a[j]
         return res
-    n2 = n // 2
+    n2 = count // 2
     n2 -= n2 % 8
-    return pairwise_sum(a, lo, n2) + pairwise_sum(a, lo + n2, n - n2)
+    return pairwise_sum(a, lo, n2) + pairwise_sum(a, lo + n2, count - n2)
 
 
 

@@ -74,9 +74,16 @@ class StepTail:
         n_full, n_slide, window, lin_flops = a.n_full, a.n_slide, a.window, a.lin_flops
         kv_seq, state, w_bytes, act_bytes = a.kv_seq, a.state, a.w_bytes, a.act_bytes
         proj_s, peak_attn, hbm_bw = a.proj_s, a.peak_attn, a.hbm_bw
-        after, network, latency, overlap = main.after, main.network_s, main.latency_s, main.overlap
+        after, network, latency = main.after, main.network_s, main.latency_s
         pp, overhead = self.pp, self.overhead_s
-        accepted = self.accepted if self.decode else None
+        # The overlap (None: none) and the tokens a step yields (decode only) as a flag
+        # and a float each (typed locals when compiled: workers/step_tail.pxd).
+        has_overlap = main.overlap is not None
+        ov = main.overlap if has_overlap else 0.0
+        has_accepted = self.decode
+        acc = self.accepted
+        has_start = start is not None
+        st = start if has_start else 0.0
         # Two steps or more: the check costs about what the compute side of two steps does.
         compute = steps < 2 or not (
             a.monotone and a.compute_s(first + float(steps - 1)) < a.memory_s(first))
@@ -86,7 +93,7 @@ class StepTail:
         out = []
         append = out.append
         total = 0.0  # the running sum, with `start` (0.0 + the first step is that step)
-        if self._plain and not compute and start is not None:
+        if self._plain and not compute and has_start:
             # The loop below for a plain tail (`__init__`) whose memory side is the larger
             # at every step: each value the same double (every term it leaves out adds
             # +0.0 to a positive value, or multiplies or divides by 1.0).
@@ -94,8 +101,8 @@ class StepTail:
                 t_cm = (w_bytes + kv_seq * (n_full * (first + float(i) + q_tok))
                         + act_bytes) / hbm_bw + t_dense + t_head
                 total += (t_cm + network + latency
-                          - overlap * (network if network < t_cm else t_cm)) + overhead
-                append(start + total)
+                          - ov * (network if network < t_cm else t_cm)) + overhead
+                append(st + total)
             return out
         for i in range(steps):
             context = first + float(i)
@@ -120,16 +127,16 @@ class StepTail:
                     t_cm = flops
             t_cm = t_cm + t_dense + t_always + t_experts + t_head
             stage_s = t_cm + network + latency
-            if overlap is not None:  # min(t_cm, network)
-                stage_s = stage_s - overlap * (network if network < t_cm else t_cm)
+            if has_overlap:  # min(t_cm, network)
+                stage_s = stage_s - ov * (network if network < t_cm else t_cm)
             step_s = pp * stage_s + overhead  # no draft pass: draft_s is 0.0
-            if accepted is not None:
-                step_s = step_s / accepted
-            if start is None:
+            if has_accepted:
+                step_s = step_s / acc
+            if not has_start:
                 append(step_s)
             else:
                 total += step_s
-                append(start + total)
+                append(st + total)
         return out
 
     def tpots_array_s(self, first: float, steps: int) -> np.ndarray:
