@@ -105,8 +105,8 @@ def worker_totals(fill_states: list, decode_states: list, pool_memo: dict | None
                 p[5] += busy if busy < 1.0 else 1.0  # min(1.0, busy)
             p[6] += 1
     if pool_memo is None:
-        pool_obs = tuple(PoolObservation(name, p[0], p[1], p[2], p[3], p[4], p[5] / p[6])
-                         for name, p in sorted(pools.items()))
+        pool_obs = tuple([PoolObservation(name, q[0], q[1], q[2], q[3], q[4], q[5] / q[6])
+                          for name, q in sorted(pools.items())])
     else:
         pool_obs = tuple([pool_observation(pool_memo, name, pools[name])
                           for name in sorted(pools)])
@@ -252,7 +252,7 @@ class HbmPeak:
 
     @property
     def peak(self) -> float:
-        return max([self._closed, *(self._value(top) for top in self._tops.values())])
+        return max([self._closed] + [self._value(top) for top in self._tops.values()])
 
 
 def energy_j(rt: ClusterRuntime, end_s: float) -> float:
