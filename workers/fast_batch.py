@@ -36,8 +36,8 @@ def pairwise_sum(a: list[float], lo: int = 0, n: int | None = None) -> float:
             res += a[i]
         return res
     if count <= _PW_BLOCK:
-        r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
-        r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+        head = a[lo:lo + 8]
+        r0, r1, r2, r3, r4, r5, r6, r7 = head
         i, end = 8, count - count % 8
         while i < end:
             j = lo + i
