@@ -119,10 +119,18 @@ def _installed() -> _SourceWhenStale:
 GUARD = _installed()
 
 
+def _with_compiled_copy(root: Path = _ROOT) -> list[Path]:
+    """The sources with a compiled copy beside them under `root`: what an installed
+    wheel compiled (it ships no .pxd, and needs no guard: its copies cannot go stale)."""
+    return [source for package in PACKAGES
+            for source in sorted((root / package).rglob("*.py")) if compiled_copy(source)]
+
+
 def status() -> dict[str, str]:
-    """Per declared module: "compiled", or "python" and why (imports each module)."""
+    """Per declared module (in an installed wheel: per compiled module): "compiled", or
+    "python" and why (imports each module)."""
     out = {}
-    for source in declared():
+    for source in declared() or _with_compiled_copy():
         name = _module_name(source)
         module = importlib.import_module(name)
         if isinstance(getattr(module, "__loader__", None),
