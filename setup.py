@@ -4,7 +4,6 @@ same results (native/__init__.py)."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -12,16 +11,13 @@ from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
-PACKAGES = ("costmodel", "orchestrator", "storage", "traces", "workers")
+sys.path.insert(0, str(ROOT))  # the build backend does not put the project on the path
+
+import native  # noqa: E402 (which modules are compiled, and the pure-Python switch)
+
 # Python semantics everywhere (division, negative indices, bounds, overflow checks):
 # the .pxd files add types, never a change of behaviour.
 DIRECTIVES = {"language_level": 3, "annotation_typing": False, "binding": False}
-
-
-def _sources() -> list[str]:
-    return sorted(str(pxd.with_suffix(".py").relative_to(ROOT))
-                  for package in PACKAGES for pxd in (ROOT / package).rglob("*.pxd")
-                  if pxd.with_suffix(".py").is_file())
 
 
 def _skip(why: str) -> list:
@@ -31,14 +27,15 @@ def _skip(why: str) -> list:
 
 
 def _extensions() -> list:
-    if os.environ.get("TOKENFACTORY_PURE", "") not in ("", "0"):
-        return _skip("TOKENFACTORY_PURE is set")
+    if native.pure_requested():
+        return _skip(f"{native.PURE_ENV} is set")
     try:
         from Cython.Build import cythonize
     except ImportError:
         return _skip("Cython is not installed")
     try:
-        return cythonize(_sources(), compiler_directives=DIRECTIVES, quiet=True)
+        sources = [str(source.relative_to(ROOT)) for source in native.declared(ROOT)]
+        return cythonize(sources, compiler_directives=DIRECTIVES, quiet=True)
     except Exception as exc:  # a Cython error: the build goes on as Python
         return _skip(f"Cython failed: {exc}")
 
