@@ -207,17 +207,31 @@ class MeasuredTables:
     versions: dict[str, str] = field(default_factory=dict)
 
 
-def load_tables(system: str, engine: Engine, version: str) -> MeasuredTables:
-    """Read every family this package composes steps from; one pass over the files."""
+FAMILIES = (*(f[0] for f in _FAMILIES), "nccl")
+GQA_FAMILIES = frozenset({"gemm", "context_attention", "generation_attention", "custom_allreduce",
+                          "nccl"})
+MLA_MOE_FAMILIES = frozenset({"gemm", "context_mla_module", "generation_mla_module", "moe",
+                              "custom_allreduce", "nccl"})
+
+
+def load_tables(system: str, engine: Engine, version: str,
+                families: frozenset[str] | None = None) -> MeasuredTables:
+    """Read the families a step needs (default: all in ``FAMILIES``), each file once."""
+    unknown = set(families or ()) - set(FAMILIES)
+    if unknown:
+        raise ValueError(f"unknown table families {sorted(unknown)}; known: {FAMILIES}")
+    wanted = set(FAMILIES if families is None else families)
     spec = load_system(system)
     found: dict[str, object] = {}
     versions: dict[str, str] = {}
     for attr, family, file, loader in _FAMILIES:
+        if attr not in wanted:
+            continue
         hit = table_path(system, family, engine.value, version, file)
         if hit is not None:
             found[attr] = loader(hit[0], spec)
             versions[attr] = hit[1]
-    if spec.nccl_version:
+    if spec.nccl_version and "nccl" in wanted:
         hit = table_path(system, "comm", "nccl", spec.nccl_version, "nccl_perf.parquet")
         if hit is not None:
             found["nccl"] = _load_nccl(hit[0])
