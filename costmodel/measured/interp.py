@@ -107,7 +107,7 @@ class Grid3:
 
     def query(self, c0, c1, c2, sol: SolFn) -> np.ndarray:
         """Latency at each (c0, c1, c2); arrays broadcast together."""
-        c0, c1, c2 = np.broadcast_arrays(*(np.asarray(c, dtype=float) for c in (c0, c1, c2)))
+        c0, c1, c2 = np.broadcast_arrays(*(np.atleast_1d(np.asarray(c, dtype=float)) for c in (c0, c1, c2)))
         shape = c0.shape
         coords = np.stack([c0.ravel(), c1.ravel(), c2.ravel()], axis=1)
         out = self._fast(coords)

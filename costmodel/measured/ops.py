@@ -71,7 +71,8 @@ def generation_attention(t: MeasuredTables, batch, kv_len, heads: int, kv_heads:
     if t.generation_attention is None or key not in t.generation_attention:
         return NotCovered("generation_attention", f"kv={kv},kv_heads={nkv},head_dim={head_dim}")
     s = t.system
-    batch, kv_len = np.broadcast_arrays(np.asarray(batch, float), np.asarray(kv_len, float))
+    batch, kv_len = np.broadcast_arrays(np.atleast_1d(np.asarray(batch, float)),
+                                        np.asarray(kv_len, float))
     grid = t.generation_attention[key]
     total = np.zeros(batch.shape)
     for i in range(5):
