@@ -15,7 +15,7 @@ NATIVE_SOURCES := $(PXD) $(PXD:.pxd=.py)
 $(STAMP): pyproject.toml setup.py $(NATIVE_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,cluster]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,cluster,measured]'
 	touch $(STAMP)
 
 build: $(STAMP)
