@@ -54,7 +54,7 @@ PLUGIN_API = frozenset({"orchestrator.config", "orchestrator.observe", "orchestr
                         "orchestrator.router"})
 # Names an old module had that have since moved on to another module than its own.
 ALSO: dict[str, dict[str, str]] = {
-    "orchestrator.replay": {"PolicyError": "orchestrator.run.fast_loop"},
+    "orchestrator.replay": {"PolicyError": "orchestrator.run.plugin_checks"},
 }
 
 

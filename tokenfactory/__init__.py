@@ -4,7 +4,8 @@
 
 - every controller: `ControlConfig` (what it is built with), `Observation` and
   `PoolObservation` (what it sees);
-- admission (the fast loop): `AdmissionPolicy`, `AdmissionDecision`, `AdmissionReason`;
+- admission (the fast loop): `AdmissionPolicy`, `AdmissionDecision`, `AdmissionReason`,
+  and `DecisionError` (what a decision of the wrong shape raises);
 - reallocation (the slow loop): `ReallocationPolicy`, `ReallocDecision`, `ReallocReason`,
   `Move`;
 - routing: `RoutingPolicy`, `FillCandidate`;
@@ -21,6 +22,7 @@ from orchestrator.control.policies.base import (
     AdmissionDecision,
     AdmissionPolicy,
     AdmissionReason,
+    DecisionError,
 )
 from orchestrator.control.realloc import Move, ReallocationPolicy, ReallocDecision, ReallocReason
 from orchestrator.control.router import FillCandidate, RoutingPolicy
@@ -31,6 +33,7 @@ __all__ = [
     "AdmissionPolicy",
     "AdmissionReason",
     "ControlConfig",
+    "DecisionError",
     "FillCandidate",
     "Move",
     "Observation",

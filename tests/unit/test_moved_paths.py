@@ -131,10 +131,10 @@ def test_the_package_still_refuses_names_it_never_had():
 
 
 def test_a_name_that_moved_on_again_is_still_served(fresh_shims):
-    """orchestrator.replay had PolicyError; it now lives in orchestrator.run.fast_loop."""
+    """orchestrator.replay had PolicyError; it now lives in orchestrator.run.plugin_checks."""
     namespace, _ = _import_as_a_user("from orchestrator.replay import PolicyError",
                                      ("orchestrator.replay",))
-    from orchestrator.run.fast_loop import PolicyError
+    from orchestrator.run.plugin_checks import PolicyError
 
     assert namespace["PolicyError"] is PolicyError
 

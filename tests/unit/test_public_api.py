@@ -24,6 +24,7 @@ PUBLIC = {
     "AdmissionPolicy": "orchestrator.control.policies.base",
     "AdmissionReason": "orchestrator.control.policies.base",
     "ControlConfig": "orchestrator.control.config",
+    "DecisionError": "orchestrator.control.policies.base",
     "FillCandidate": "orchestrator.control.router",
     "Move": "orchestrator.control.realloc",
     "Observation": "orchestrator.control.observe",
