@@ -9,9 +9,7 @@ correction on the backlog (admitted calls not yet decoding) against a target of
 
 from __future__ import annotations
 
-from orchestrator.control.config import ControlConfig
-from orchestrator.control.observe import Observation
-from orchestrator.control.policies.base import AdmissionDecision, AdmissionReason
+from tokenfactory import AdmissionDecision, AdmissionReason, ControlConfig, Observation
 
 
 class PIAdmission:
@@ -26,7 +24,7 @@ class PIAdmission:
 
     def decide(self, obs: Observation | None, now_s: float) -> AdmissionDecision:
         if obs is None:
-            return AdmissionDecision(0, AdmissionReason.NO_OBSERVATION)
+            return AdmissionDecision(admit=0, reason=AdmissionReason.NO_OBSERVATION)
         rate = obs.predicted_decode_calls_per_s
         error = rate * self.target_s - obs.backlog  # calls short of the target backlog
         # Anti-windup: stop integrating while the output is pinned at zero.
@@ -37,4 +35,4 @@ class PIAdmission:
         admit = int(self.credit)
         self.credit -= admit
         reason = AdmissionReason.BACKLOG_LOW if error > 0 else AdmissionReason.BACKLOG_HIGH
-        return AdmissionDecision(admit, reason)
+        return AdmissionDecision(admit=admit, reason=reason)

@@ -3,7 +3,8 @@
 `--controller NAME` looks NAME up in the entry point group `tokenfactory.controllers`
 (where the built-ins `retire`, `buffered` and `predictive` are registered, and where a
 user's package can register its own); `--controller pkg.module:Class` imports it
-(modules are found on the Python path and in the current directory). The factory is
+(modules are found on the Python path and in the current directory; a DeprecationWarning
+raised by the user's module, such as an old import path's, is shown). The factory is
 called with the run's `ControlConfig`, and with `base_target_batch=` too if it takes
 that keyword; what it returns must have a `name` and a `decide(observation, now_s)`.
 Every failure is one line naming the policy.
@@ -14,7 +15,9 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import re
 import sys
+import warnings
 from importlib.metadata import entry_points
 
 from orchestrator.control.config import ControlConfig
@@ -41,7 +44,13 @@ def _import(spec: str, kind: str = "controller"):
     if cwd not in sys.path:
         sys.path.append(cwd)
     try:
-        module = importlib.import_module(module_name)
+        with warnings.catch_warnings():
+            # Shown: a DeprecationWarning raised by the user's own modules (an import path
+            # that moved, orchestrator._moved), which Python hides outside __main__.
+            top = re.escape(module_name.partition(".")[0])
+            warnings.filterwarnings("default", category=DeprecationWarning,
+                                    module=rf"{top}(\.|$)")
+            module = importlib.import_module(module_name)
     except ImportError as exc:
         raise PluginError(f"{kind} {spec!r}: cannot import {module_name!r}: {exc}") from None
     except Exception as exc:  # the user's module raised while importing

@@ -11,7 +11,6 @@ from pathlib import Path
 from orchestrator.cli._common import UserError
 from orchestrator.cli._metrics_run import OM_NAME, metrics_hub
 from orchestrator.control.policies import UnknownPolicyError
-from orchestrator.run.fast_loop import PolicyError
 from orchestrator.run.output import (
     OutputError,
     SeriesWriter,
@@ -19,6 +18,7 @@ from orchestrator.run.output import (
     decision_logger,
     write_json,
 )
+from orchestrator.run.plugin_checks import PolicyError
 from orchestrator.run.settings import Prepared, RunSettings, prepare, run_replay
 
 

@@ -14,10 +14,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
+from numbers import Real
 from typing import Protocol, runtime_checkable
 
 from orchestrator.control.config import ControlConfig
 from orchestrator.control.observe import Observation
+from orchestrator.control.policies.base import DecisionError
 
 
 class ReallocReason(Enum):
@@ -34,12 +36,30 @@ class Move:
     from_pool: str
     to_pool: str
 
+    def __post_init__(self) -> None:
+        for name in ("from_pool", "to_pool"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise DecisionError(f"move.{name}: expected a pool's name, got {value!r}")
+        if self.from_pool == self.to_pool:
+            raise DecisionError(f"move: from_pool and to_pool are both {self.to_pool!r}")
+
 
 @dataclass(frozen=True)
 class ReallocDecision:
     move: Move | None
     reason: ReallocReason
     imbalance: float  # the smoothed signal the decision was made on
+
+    def __post_init__(self) -> None:
+        # Checked where it is made, as an AdmissionDecision is (policies.base).
+        if self.move is not None and not isinstance(self.move, Move):
+            raise DecisionError(f"move: expected a Move or None, got {self.move!r}")
+        if not isinstance(self.reason, ReallocReason):
+            raise DecisionError(f"reason: expected a ReallocReason, got {self.reason!r}")
+        imbalance = self.imbalance
+        if isinstance(imbalance, bool) or not isinstance(imbalance, Real) or math.isnan(imbalance):
+            raise DecisionError(f"imbalance: expected a number, got {imbalance!r}")
 
 
 @runtime_checkable

@@ -16,24 +16,17 @@ from operator import is_
 from orchestrator.control.observe import Observation
 from orchestrator.control.policies.base import AdmissionDecision
 from orchestrator.control.snapshot import idle_pools, observe, worker_totals
+from orchestrator.run.plugin_checks import (  # PolicyError: imported from here too
+    PolicyError,  # noqa: F401
+    checked,
+    plugin_failed,
+)
 from orchestrator.run.series import Series
 from orchestrator.run.sessions import Pending
 from workers.clock import sleep_on
 from workers.request import Request
 
 _NAN = float("nan")
-
-
-class PolicyError(RuntimeError):
-    """A policy returned something that is not a decision: names the policy."""
-
-
-def checked(decision: object, policy_name: str) -> AdmissionDecision:
-    """``decision`` if it is an `AdmissionDecision`, else PolicyError naming the policy."""
-    if not isinstance(decision, AdmissionDecision):
-        raise PolicyError(f"controller {policy_name!r} returned {type(decision).__name__}"
-                          f", not an AdmissionDecision")
-    return decision
 
 
 class ConservationError(AssertionError):
@@ -81,8 +74,17 @@ class FastLoop:
         self._looked: tuple | None = None
         super().__init__()
 
+    def _ask(self, obs: Observation | None, now_s: float) -> AdmissionDecision:
+        """The policy's decision; its mistakes (a wrong shape, an exception) stop the run
+        as a PolicyError naming it (orchestrator.run.plugin_checks)."""
+        try:
+            decision = self.policy.decide(obs, now_s)
+        except Exception as exc:
+            raise plugin_failed("controller", self.policy, exc) from exc
+        return checked(decision, self.policy.name)
+
     def _apply(self, decision: AdmissionDecision, now_s: float) -> None:
-        checked(decision, self.policy.name)
+        """Apply a decision `_ask` returned."""
         if decision.decode_target_batch is not None:
             self._apply_target_batch(decision.decode_target_batch)
         if decision.reject_ttft_above_s is not None:
@@ -116,7 +118,7 @@ class FastLoop:
             return
         obs = observe(self.runtime, now_s, self.counters, len(self.queue),
                       sum(p.interactive for p in self.queue), self.predictor, {})
-        self._apply(self.policy.decide(obs, now_s), now_s)
+        self._apply(self._ask(obs, now_s), now_s)
 
     def _apply_target_batch(self, per_unit: int) -> None:
         self._touched = True
@@ -266,7 +268,7 @@ class FastLoop:
             while True:
                 now_s = loop.time()
                 self._sample(now_s, loop)
-                decision = self.policy.decide(self.lag.seen_at(now_s), now_s)
+                decision = self._ask(self.lag.seen_at(now_s), now_s)
                 self._apply(decision, now_s)
                 self._decided(decision, now_s, 1)
                 if skips and self._quiet():

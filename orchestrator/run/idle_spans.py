@@ -16,7 +16,7 @@ import asyncio
 from orchestrator.control.observe import Observation, observation_at
 from orchestrator.control.policies.base import AdmissionDecision
 from orchestrator.control.snapshot import idle_pools, observe
-from orchestrator.run.fast_loop import checked
+from orchestrator.run.plugin_checks import checked, plugin_failed
 
 
 class _IdleSpan:
@@ -125,7 +125,7 @@ class IdleSpans:
             now_s = span.next_ns / 1e9
             obs = span.obs if span.obs.time_s == now_s else observation_at(span.obs, now_s)
             self._record(obs, now_s, None)
-            decision = self.policy.decide(self.lag.seen_at(now_s), now_s)
+            decision = self._ask(self.lag.seen_at(now_s), now_s)
             self._apply_idle(decision)
             self._decided(decision, now_s, 1, queue=0)
             span.lead -= 1
@@ -134,7 +134,7 @@ class IdleSpans:
 
     def _apply_idle(self, decision: AdmissionDecision) -> None:
         """A decision on an empty queue: only a decode batch target to apply."""
-        if checked(decision, self.policy.name).decode_target_batch is not None:
+        if decision.decode_target_batch is not None:
             self._apply_target_batch(decision.decode_target_batch)
 
     def _catch_up(self, first_s: float, ticks: int) -> None:
@@ -143,11 +143,16 @@ class IdleSpans:
         period = self.control.fast_period_s
         skip = getattr(self.policy, "skip_idle", None)
         seen = self.lag.seen_at(first_s)
-        decision = skip(seen, first_s, ticks) if skip is not None and seen is not None else None
+        decision = None
+        if skip is not None and seen is not None:
+            try:
+                decision = skip(seen, first_s, ticks)
+            except Exception as exc:
+                raise plugin_failed("controller", self.policy, exc) from exc
         if decision is None:  # tick through: exact, a decide per period (ticks >= 1)
             for k in range(ticks):
                 t = first_s + k * period
-                decision = checked(self.policy.decide(self.lag.seen_at(t), t), self.policy.name)
+                decision = self._ask(self.lag.seen_at(t), t)
                 if decision.decode_target_batch is not None:
                     self._apply_target_batch(decision.decode_target_batch)
         elif checked(decision, self.policy.name).decode_target_batch is not None:

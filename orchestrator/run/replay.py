@@ -31,6 +31,7 @@ from orchestrator.run.fast_loop import ConservationError, FastLoop
 from orchestrator.run.feeder import Feeder
 from orchestrator.run.idle_spans import IdleSpans
 from orchestrator.run.ledger import LedgerListener, held_call_ids
+from orchestrator.run.plugin_checks import checked_realloc, checked_route, plugin_failed
 from orchestrator.run.reconfig import Reconfigurer
 from orchestrator.run.result import ReplayResult, decode_slots
 from orchestrator.run.sessions import Outcome, Pending
@@ -216,8 +217,12 @@ class Orchestrator(Feeder, FastLoop, IdleSpans):
                               if loc.tier is Tier.DRAM)
             if self.kv_policy is KVPolicy.RETAIN:
                 resident = self.runtime.resident_tokens(match.blob_ids)
-        worker = self.router.choose(match.matched_tokens, self._candidates(resident), nodes)
-        if worker is None:
+        candidates = self._candidates(resident)
+        try:
+            worker = self.router.choose(match.matched_tokens, candidates, nodes)
+        except Exception as exc:
+            raise plugin_failed("router", self.router, exc) from exc
+        if checked_route(worker, self.router, candidates) is None:
             return False
         self.runtime.submit_fill(worker, req, now_s)
         return True
@@ -241,7 +246,11 @@ class Orchestrator(Feeder, FastLoop, IdleSpans):
             now_s = loop.time()
             if self._span is not None:  # the idle span's samples before this decision
                 self.flush_idle(loop.time_ns())
-            decision = self.realloc.decide(self.lag.seen_at(now_s), now_s)
+            try:
+                decision = self.realloc.decide(self.lag.seen_at(now_s), now_s)
+            except Exception as exc:
+                raise plugin_failed("reallocator", self.realloc, exc) from exc
+            checked_realloc(decision, self.realloc, self._pool_names)
             self.realloc_decisions.append(decision)
             self.realloc_times_s.append(now_s)
             started = decision.move is not None and self.reconfigurer.start(decision.move, now_s)
@@ -275,6 +284,7 @@ class Orchestrator(Feeder, FastLoop, IdleSpans):
         self.lag = ObservationLag(0.0 if self._event_driven else self.control.observation_lag_s)
         self.series.period_s = self.control.fast_period_s
         self.realloc = self._reallocator or Reallocator(self.control)
+        self._pool_names = frozenset(p.name for p in self.cluster.spec.pools)
         self.reconfigurer = Reconfigurer(self.runtime, self.cluster, self.weights_per_gpu)
 
     async def _run(self) -> ReplayResult:

@@ -20,8 +20,10 @@ release nothing (the queue was empty); a decode batch target they set is applied
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import Enum
+from numbers import Integral, Real
 from typing import Protocol, runtime_checkable
 
 from orchestrator.control.observe import Observation
@@ -41,6 +43,22 @@ class AdmissionReason(Enum):
     HOLD = "hold"  # nothing to admit
 
 
+class DecisionError(ValueError):
+    """A decision of the wrong shape: names the field, the value and what was expected."""
+
+
+def _integer(field: str, value: object, least: int) -> int:
+    """`value` as an int if it is an integer (not a bool) >= `least`, else DecisionError.
+    numpy integers are integers: a policy may compute its figures with numpy."""
+    if type(value) is not int:
+        if isinstance(value, bool) or not isinstance(value, Integral):
+            raise DecisionError(f"{field}: expected an integer >= {least}, got {value!r}")
+        value = int(value)
+    if value < least:
+        raise DecisionError(f"{field}: expected an integer >= {least}, got {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class AdmissionDecision:
     admit: int  # calls to release from the admission queue this period
@@ -53,10 +71,24 @@ class AdmissionDecision:
     background_limit: int | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.admit, bool) or not isinstance(self.admit, int) or self.admit < 0:
-            raise ValueError(f"admit: expected an integer >= 0, got {self.admit!r}")
+        # A decision that exists is valid: the run applies it without looking again, so a
+        # wrong one stops the run where the policy made it (orchestrator.run.plugin_checks).
+        set_ = object.__setattr__  # numpy integers are stored as ints (`_integer`)
+        admit = self.admit
+        if type(admit) is not int or admit < 0:
+            set_(self, "admit", _integer("admit", admit, 0))
         if not isinstance(self.reason, AdmissionReason):
-            raise ValueError(f"reason: expected an AdmissionReason, got {self.reason!r}")
+            raise DecisionError(f"reason: expected an AdmissionReason, got {self.reason!r}")
+        if self.decode_target_batch is not None:
+            set_(self, "decode_target_batch",
+                 _integer("decode_target_batch", self.decode_target_batch, 1))
+        if self.background_limit is not None:
+            set_(self, "background_limit", _integer("background_limit", self.background_limit, 0))
+        ttft = self.reject_ttft_above_s
+        if ttft is not None and (isinstance(ttft, bool) or not isinstance(ttft, Real)
+                                 or math.isnan(ttft) or ttft < 0):
+            raise DecisionError(f"reject_ttft_above_s: expected a number of seconds >= 0 "
+                                f"(or None), got {ttft!r}")
 
 
 class PluginError(ValueError):

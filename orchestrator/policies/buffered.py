@@ -1,0 +1,5 @@
+"""Deprecated: moved to `orchestrator.control.policies.buffered`; importing this path warns (orchestrator._moved)."""
+
+from orchestrator import _moved
+
+__getattr__, __dir__ = _moved.forward(__name__, "orchestrator.control.policies.buffered")

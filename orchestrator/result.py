@@ -1,0 +1,5 @@
+"""Deprecated: moved to `orchestrator.run.result`; importing this path warns (orchestrator._moved)."""
+
+from orchestrator import _moved
+
+__getattr__, __dir__ = _moved.forward(__name__, "orchestrator.run.result")
