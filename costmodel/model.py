@@ -162,7 +162,7 @@ class ModelSpec:
 
     # --- totals -----------------------------------------------------------------------
 
-    def _params(self, experts_per_layer: int, router: bool = True) -> int:
+    def _params(self, experts_per_layer: int) -> int:
         d = self.hidden_size
         embed = self.vocab_size * d * (1 if self.tie_word_embeddings else 2)
         norms = 2 * d * self.num_layers + d
@@ -170,10 +170,8 @@ class ModelSpec:
         attn += self.n_linear_layers * self.linear_params
         ffn = self.n_dense_layers * self.dense_ffn_params
         if self.moe is not None:
-            router_params = 0 if router else self.hidden_size * self.moe.routed_experts
-            ffn += self.n_moe_layers * (
-                self.moe_always_params - router_params + experts_per_layer * self.expert_params
-            )
+            ffn += self.n_moe_layers * (self.moe_always_params
+                                        + experts_per_layer * self.expert_params)
         return embed + norms + attn + ffn
 
     @cached_property
@@ -183,12 +181,17 @@ class ModelSpec:
 
     @cached_property
     def active_params(self) -> int:
-        """Parameters one token computes with: routed experts counted top-k times.
+        """Parameters one token computes with: routed experts counted top-k times, the
+        input embedding left out (a row read, no arithmetic; tied, it is the LM head and
+        counts).
 
-        The router's scoring matrix is left out, the convention of the published figures
-        (DeepSeek-V3 37.4B, Kimi K2 32.7B, Qwen3-235B 22.1B all come out this way); the
-        cost core prices the router's FLOPs and bytes regardless."""
-        return self._params(self.moe.top_k if self.moe else 0, router=False)
+        The convention of the one vendor that breaks its figure down: gpt-oss-120b's
+        5.13B active are 4 of 128 experts, attention and the unembedding, not the
+        embedding (OpenAI, gpt-oss-120b & gpt-oss-20b Model Card, arXiv:2508.10925).
+        DeepSeek-V3's 37B, Kimi K2's 32B and Qwen3-235B's 22B come out so at the precision
+        they are published to (tests/unit/test_costmodel_presets.py)."""
+        embed = 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
+        return self._params(self.moe.top_k if self.moe else 0) - embed
 
     # --- KV and state -----------------------------------------------------------------
 

@@ -56,10 +56,12 @@ def _pool_lines(p: PoolPlan, node_names: list[str]) -> list[str]:
              f'precision = "{c.precision.name.lower()}"',
              f'kv_precision = "{c.kv_precision.name.lower()}"']
     if c.phase is Phase.DECODE:
+        # Both per attention rank (docs/cluster-format.md): the cap is the planned batch,
+        # which a controller's target may not exceed.
         lines += [f"# {c.ranks} attention ranks x {c.batch} x pp {c.pp} = {c.slots} "
                   f"sequences a worker; TPOT {c.latency_s * 1e3:.1f} ms at "
                   f"{p.shape.check_context:,.0f} tokens",
-                  f"target_batch = {c.batch}", f"max_batch_sequences = {c.slots}",
+                  f"target_batch = {c.batch}", f"max_batch_sequences = {c.batch}",
                   f"mtp = {c.mtp}                        # as planned: the model's shipped head"]
     else:
         tokens = max(1024, math.ceil(c.slots * p.shape.typical_new_tokens / 1024) * 1024)

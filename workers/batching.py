@@ -5,6 +5,10 @@ chunks: the cost core prices each request's attention and the distinct experts
 the step's tokens touch, as a batch sorted by expert loads each once. Decode is
 continuous batching towards a small target batch under a KV memory limit
 (the source essay, docs/sources.md: decode's best batch is often 1-5).
+
+`BatchPolicySpec.max_batch_sequences` counts per step and worker for fills; for decode
+and mixed workers it caps the sequences each attention rank holds (docs/cluster-format.md),
+which the worker applies to its whole batch (`DecodeWorker.max_sequences`).
 """
 
 from __future__ import annotations
@@ -70,22 +74,19 @@ def plan_decode_admission(
     running: int,
     kv_used_bytes: float,
     ready: Sequence[Request],
-    policy: BatchPolicySpec,
+    target_batch: int,
     kv_capacity_bytes: float,
     kv_bytes: Callable[[Request], float],
-    target_batch: int | None = None,
 ) -> list[Request]:
-    """Which ready requests join the decode batch now: up to the target batch, oldest
-    first, and only while `kv_bytes(req)` fits beside `kv_used_bytes` (the decode worker
-    passes each sequence's KV now plus a growth reserve, never its true output length:
-    `workers.kv_budget`). The first request of an empty batch always joins. `target_batch`
-    overrides the pool's default (a controller may set it)."""
-    target = min(policy.target_batch if target_batch is None else target_batch,
-                 policy.max_batch_sequences)
+    """Which ready requests join the decode batch now: up to `target_batch` sequences in
+    all (the worker's target, which it holds within its `max_batch_sequences` cap),
+    oldest first, and only while `kv_bytes(req)` fits beside `kv_used_bytes` (the decode
+    worker passes each sequence's KV now plus a growth reserve, never its true output
+    length: `workers.kv_budget`). The first request of an empty batch always joins."""
     joined: list[Request] = []
     used = kv_used_bytes
     for req in ready:
-        if running + len(joined) >= target:
+        if running + len(joined) >= target_batch:
             break
         need = kv_bytes(req)
         if used + need > kv_capacity_bytes and (running or joined):

@@ -37,8 +37,10 @@ class ClusterError(CostModelError):
 @dataclass(frozen=True)
 class BatchPolicySpec:
     max_batch_tokens: int  # fills: new tokens per step, summed over sequences
-    max_batch_sequences: int  # fills: sequences per step; decode: hard cap
-    target_batch: int  # decode: sequences decoding together (small: the source essay's batching)
+    max_batch_sequences: int  # fills: sequences per step; decode, mixed: cap per attention rank
+    # decode, mixed: sequences decoding together per attention rank (small: the source
+    # essay's batching); a worker holds this x ranks x pp
+    target_batch: int
 
 
 @dataclass(frozen=True)

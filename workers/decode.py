@@ -60,9 +60,13 @@ class DecodeWorker(DecodeKv):
         self.rng = np.random.default_rng([seed, zlib.crc32(spec.name.encode())])
         self.hbm = Location(Tier.HBM, spec.name)
         self.host = Location(Tier.DRAM, spec.node)
-        # The pool's target is per attention rank per micro-batch; the worker holds all.
+        # The pool's target and cap are per attention rank per micro-batch, as engines
+        # count a batch (SGLang's max running requests per DP-attention rank, vLLM's
+        # max_num_seqs per engine); the worker holds all of its ranks'.
         self.slots_per_unit = pricer.attention_ranks * spec.layout.pp
-        self.target_batch = spec.batch.target_batch * self.slots_per_unit
+        self.max_sequences = spec.batch.max_batch_sequences * self.slots_per_unit
+        self.target_batch = min(spec.batch.target_batch * self.slots_per_unit,
+                                self.max_sequences)
         self.running: list[Request] = []  # in the order they joined
         self._loading: dict[int, Request] = {}  # KV on its way into HBM
         self._fetches: dict[int, FetchResult] = {}  # pinned prefixes, until retirement
@@ -107,8 +111,9 @@ class DecodeWorker(DecodeKv):
         return self._state
 
     def set_target_batch(self, sequences: int) -> None:
-        """A controller's intervention: takes effect at the end of the current step."""
-        self.target_batch = max(1, int(sequences))
+        """A controller's intervention: takes effect at the end of the current step. The
+        worker's cap (`max_sequences`) bounds it, as an engine's bounds its batch."""
+        self.target_batch = min(max(1, int(sequences)), self.max_sequences)
         self._poke()
 
     def _poke(self) -> None:
@@ -132,8 +137,8 @@ class DecodeWorker(DecodeKv):
             return
         used = sum(self._admission_needs(self._held()))
         joined = plan_decode_admission(
-            self._occupied(), used, self.ready.peek(), self.spec.batch,
-            self.kv.instance_bytes, self._admission_need, target_batch=self.target_batch)
+            self._occupied(), used, self.ready.peek(), self.target_batch,
+            self.kv.instance_bytes, self._admission_need)
         if not joined:
             return
         self.ready.take(joined)

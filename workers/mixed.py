@@ -15,13 +15,16 @@ The decode side is `DecodeWorker`'s: KV budget, preemption (a preempted sequence
 in the worker's own buffer and resumes here), runs of steps priced as one vector when no
 fill can start, retirement. The fill side is `ChunkedFills` (`workers.fill`). A call
 starts its fill only when the decode batch has a slot and KV room for it, so calls wait
-in this worker's queue, not inside a batch.
+in this worker's queue, not inside a batch. The batch, fills included, holds at most
+the target batch, and the target at most `max_batch_sequences` per attention rank
+(`DecodeWorker.max_sequences`).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import replace
 
 from storage.store import BlobStore
 from workers.batching import FillChunk
@@ -46,7 +49,11 @@ class MixedWorker(DecodeWorker):
         # its own holds the sequences it preempted until they resume.
         super().__init__(spec, pricer, store, ReadyBuffer(f"{spec.name}-resume"), log,
                          on_done, jump)
-        self.fills = ChunkedFills(store, pricer.recompute_s, spec.batch)
+        # Its cap counts every sequence it holds, filling or decoding, per attention rank
+        # (vLLM's max_num_seqs counts prefilling requests too): a step carries at most the
+        # whole worker's of them.
+        self.fills = ChunkedFills(store, pricer.recompute_s,
+                                  replace(spec.batch, max_batch_sequences=self.max_sequences))
         self.fills.on_loaded = self._arrived  # a prefix's copies on the links are done
         self.queue = self.fills.queue  # calls waiting to start or finish their fill
         self._filling: dict[int, Request] = {}
@@ -66,6 +73,11 @@ class MixedWorker(DecodeWorker):
 
     def sequences_running(self) -> int:
         return len(self.running) + len(self._filling)
+
+    def _occupied(self) -> int:
+        """The decode side's, and the calls filling: a preempted sequence resumes only into
+        a batch whose fills leave it a slot."""
+        return super()._occupied() + len(self._filling)
 
     def state(self) -> WorkerState:
         # The decode side hands out its last frozen state while its figures repeat; so

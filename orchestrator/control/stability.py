@@ -6,76 +6,55 @@ Both built-in loops steer a quantity that integrates admissions:
 - `retire` admits, every period T, the decode slots it sees free, which fill only
   once the admitted calls reach decode (observation lag plus fill latency D).
   Open loop: L(s) = e^{-(lag + D) s} / (T s).
-The rational part is a `Rational` transfer function (its frequency response the floats
-`scipy.signal.freqresp` gives, in numpy); the delay is exact (e^{-j w tau}). A negative
-phase margin means the loop rings.
+The rational part is a `scipy.signal.TransferFunction`, evaluated by
+`scipy.signal.freqresp`; the delay is exact (e^{-j w tau}); the crossovers are
+`scipy.optimize.brentq`'s roots. SciPy is imported when a margin is first asked for (the
+summary asks once a run), not when this module is. A negative phase margin means the
+loop rings.
 """
 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from orchestrator.control.brent import brentq
 from orchestrator.control.config import ControlConfig
 
-# No SciPy here (importing scipy.optimize and scipy.signal costs ~0.65 s a process):
-# `Rational.freqresp` is numpy, the roots are `brent.brentq`, SciPy's method step for step.
-
-
-class Rational(NamedTuple):
-    """num(s) / den(s), coefficients in descending powers of s, normalised as
-    `scipy.signal.TransferFunction` keeps them (divided by den's leading coefficient)."""
-
-    num: np.ndarray
-    den: np.ndarray
-
-    @classmethod
-    def of(cls, num: list[float], den: list[float]) -> Rational:
-        if not den or den[0] == 0:
-            raise ValueError(f"a transfer function needs a nonzero leading denominator, "
-                             f"got {den!r}")
-        num_a, den_a = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
-        return cls(num_a / den_a[0], den_a / den_a[0])
-
-    def freqresp(self, w: list[float] | np.ndarray) -> np.ndarray:
-        """The response at angular frequencies `w` (rad/s): the floats of
-        `scipy.signal.freqresp` (Horner's scheme in s = jw, then the quotient)."""
-        s = 1j * np.atleast_1d(np.asarray(w, dtype=float))
-        num, den = np.zeros_like(s), np.zeros_like(s)
-        for c in self.num:
-            num = num * s + c
-        for c in self.den:
-            den = den * s + c
-        return num / den
+if TYPE_CHECKING:
+    from scipy.signal import TransferFunction
 
 
 def open_loop(controller: str, config: ControlConfig, fill_latency_s: float
-              ) -> tuple[Rational, float]:
+              ) -> tuple[TransferFunction, float]:
     """(rational part, delay in seconds) of the linearised open loop."""
+    from scipy.signal import TransferFunction
+
     lag = config.observation_lag_s
     if controller == "retire":
         period = config.fast_period_s
-        return Rational.of([1.0], [period, 0.0]), lag + fill_latency_s
+        return TransferFunction([1.0], [period, 0.0]), lag + fill_latency_s
     if controller in ("buffered", "predictive"):
         tau, g = config.backlog_ewma_s, config.backlog_gain
-        return Rational.of([g], [tau * tau, tau, 0.0]), lag
+        return TransferFunction([g], [tau * tau, tau, 0.0]), lag
     raise ValueError(f"no linear model for controller {controller!r}")
+
+
+def _response(tf: TransferFunction, w: float | np.ndarray) -> np.ndarray:
+    """The rational part's response at angular frequencies `w` (rad/s)."""
+    from scipy.signal import freqresp
+
+    return freqresp(tf, np.atleast_1d(np.asarray(w, dtype=float)))[1]
 
 
 def phase_margin_deg(controller: str, config: ControlConfig, fill_latency_s: float) -> float:
     """180 degrees plus the open loop's phase where its gain crosses 1."""
+    from scipy.optimize import brentq
+
     tf, delay = open_loop(controller, config, fill_latency_s)
-
-    def gain(w: float) -> float:
-        return abs(tf.freqresp([w])[0])
-
-    lo, hi = 1e-6, 1e3
-    crossover = brentq(lambda w: math.log(gain(w)), lo, hi)
-    h = tf.freqresp([crossover])
-    phase = np.angle(h[0]) - delay * crossover
+    crossover = brentq(lambda w: math.log(abs(_response(tf, w)[0])), 1e-6, 1e3)
+    phase = np.angle(_response(tf, crossover)[0]) - delay * crossover
     return float(math.degrees(phase) + 180.0)
 
 
@@ -84,17 +63,18 @@ def phase_margin_deg(controller: str, config: ControlConfig, fill_latency_s: flo
 RESONANCE = 1.01
 
 
-def _phase_crossover(tf: Rational, delay: float, lo: float, hi: float) -> float | None:
+def _phase_crossover(tf: TransferFunction, delay: float, lo: float, hi: float) -> float | None:
     """The lowest frequency in (lo, hi) where the open loop's phase reaches -180 degrees."""
+    from scipy.optimize import brentq
+
     w = np.geomspace(lo, hi, 4000)
-    h = tf.freqresp(w)
-    phase = np.unwrap(np.angle(h)) - delay * w + math.pi
+    phase = np.unwrap(np.angle(_response(tf, w))) - delay * w + math.pi
     below = np.nonzero(phase <= 0.0)[0]
     if not len(below) or below[0] == 0:
         return None
     k = below[0]
     return float(brentq(
-        lambda x: float(np.angle(tf.freqresp([x])[0])) - delay * x + math.pi,
+        lambda x: float(np.angle(_response(tf, x)[0])) - delay * x + math.pi,
         w[k - 1], w[k]))
 
 
@@ -117,8 +97,7 @@ def ringing_period_s(controller: str, config: ControlConfig, pipeline_s: float
         w180 = _phase_crossover(tf, delay, lo, hi)
         return None if w180 is None else 2 * math.pi / w180
     w = np.geomspace(lo, hi, 4000)
-    h = tf.freqresp(w)
-    loop = h * np.exp(-1j * delay * w)
+    loop = _response(tf, w) * np.exp(-1j * delay * w)
     closed = np.abs(loop / (1 + loop))
     k = int(np.argmax(closed))
     if closed[k] <= RESONANCE or k in (0, len(w) - 1):

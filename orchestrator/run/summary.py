@@ -33,7 +33,6 @@ import numpy as np
 
 from orchestrator.run.completed import CompletedCalls
 from orchestrator.run.replay import ReplayResult
-from orchestrator.run.spectrum import welch
 from storage.tiers import Tier
 from workers.request import LatencyPart
 
@@ -106,11 +105,21 @@ def oscillation(result: ReplayResult) -> dict[str, float | None]:
     index = float(fast.std() / occ.mean()) if len(occ) > 1 and occ.mean() > 0 else 0.0
     out: dict[str, float | None] = {"oscillation_index": index, "oscillation_period_s": None}
     if len(occ) >= 16 and occ.std() > 0:
-        fs = 1.0 / result.control.fast_period_s
-        freqs, power = welch(occ - occ.mean(), fs, min(256, len(occ)))
-        k = int(np.argmax(power[1:])) + 1
-        out["oscillation_period_s"] = float(1.0 / freqs[k])
+        out["oscillation_period_s"] = dominant_period_s(occ, result.control.fast_period_s)
     return out
+
+
+def dominant_period_s(values: np.ndarray, sample_period_s: float) -> float:
+    """The period of the largest peak, the zero frequency aside, of the Welch spectrum
+    of `values` sampled every `sample_period_s` (scipy.signal.welch's defaults: Hann
+    segments of up to 256 samples overlapping by half, each segment's mean removed).
+    SciPy's signal package is imported at the first call, not with the summary."""
+    from scipy.signal import welch
+
+    freqs, power = welch(values - values.mean(), fs=1.0 / sample_period_s,
+                         nperseg=min(256, len(values)))
+    k = int(np.argmax(power[1:])) + 1
+    return float(1.0 / freqs[k])
 
 
 def pipeline_s(result: ReplayResult) -> float:

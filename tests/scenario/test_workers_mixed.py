@@ -172,9 +172,10 @@ def test_state_is_handed_out_again_until_its_queue_or_its_decode_side_changes():
         queued = worker.state()
         assert queued is not first and queued.queue_depth == 1 and queued.running == 0
         assert worker.state() is queued
-        worker.set_target_batch(first.target_batch + 1)
+        # Down: the pool's target is its cap (max_batch_sequences), which holds a raise.
+        worker.set_target_batch(first.target_batch - 1)
         retargeted = worker.state()
-        assert retargeted.target_batch == first.target_batch + 1
+        assert retargeted.target_batch == first.target_batch - 1
         assert retargeted.queue_depth == 1 and retargeted.phase == "mixed"
 
     VirtualClock().run(main())

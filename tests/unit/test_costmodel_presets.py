@@ -108,15 +108,46 @@ def test_kv_bytes_per_token_bf16_exact(name, kv_bytes):
     assert load_model(name).kv_bytes_per_token(2.0) == kv_bytes
 
 
-@pytest.mark.parametrize(
-    ("name", "total_b", "active_b"),
-    [("deepseek-v3", 671, 37.4), ("kimi-k2", 1026, 32.7), ("qwen3-235b-a22b", 235.1, 22.1)],
-)
-def test_parameter_counts_match_published(name, total_b, active_b):
+def _at_published_precision(count: int, published: str) -> bool:
+    """Whether `count` rounds to `published` ("37B", "1T", "5.1B") at the precision it is
+    published to: the unit its suffix names, as many decimals as it shows."""
+    number, unit = published[:-1], {"B": 1e9, "T": 1e12}[published[-1]]
+    decimals = len(number.partition(".")[2])
+    return round(count / unit, decimals) == float(number)
+
+
+# Figures as the vendors publish them, and where (each model card's summary table or
+# first paragraph). Not checked: presets whose published figure is the model's name and
+# disagrees with the count at that precision: Llama 3.1 "70B" (70.55B counted), Kimi
+# Linear "48B" total (49.1B), Qwen3-Next "3B" active (3.56B).
+PUBLISHED = [
+    # https://huggingface.co/deepseek-ai/DeepSeek-V3 : "671B total parameters with 37B
+    # activated for each token" (the 14B multi-token-prediction module apart).
+    ("deepseek-v3", "671B", "37B"),
+    # https://huggingface.co/moonshotai/Kimi-K2-Instruct : Total Parameters 1T, Activated
+    # Parameters 32B.
+    ("kimi-k2", "1T", "32B"),
+    # https://huggingface.co/Qwen/Qwen3-235B-A22B : "235B in total and 22B activated".
+    ("qwen3-235b-a22b", "235B", "22B"),
+    # https://huggingface.co/openai/gpt-oss-120b : "117B parameters with 5.1B active".
+    ("gpt-oss-120b", "117B", "5.1B"),
+]
+
+
+@pytest.mark.parametrize(("name", "total", "active"), PUBLISHED)
+def test_parameter_counts_match_published(name, total, active):
     m = load_model(name)
-    digits = 1 if total_b % 1 else 0
-    assert round(m.total_params / 1e9, digits) == total_b
-    assert round(m.active_params / 1e9, 1) == active_b
+    assert _at_published_precision(m.total_params, total), (name, m.total_params / 1e9)
+    assert _at_published_precision(m.active_params, active), (name, m.active_params / 1e9)
+
+
+@pytest.mark.parametrize(("count", "published", "matches"), [
+    (1_026_408_209_408, "1T", True), (1_600_000_000_000, "1T", False),
+    (37_449_999_999, "37B", True), (37_500_000_001, "37B", False),
+    (5_131_000_000, "5.1B", True), (5_131_000_000, "5.13B", True),
+    (5_150_000_001, "5.1B", False)])
+def test_published_precision_is_the_figures_last_digit(count, published, matches):
+    assert _at_published_precision(count, published) is matches
 
 
 @pytest.mark.parametrize(

@@ -60,8 +60,8 @@ def test_decode_admission_fills_to_target_within_kv():
     def kv(r):
         return 100.0
 
-    assert len(plan_decode_admission(0, 0, ready, POLICY, 1e9, kv)) == 2
-    assert len(plan_decode_admission(1, 0, ready, POLICY, 1e9, kv)) == 1
-    assert len(plan_decode_admission(0, 0, ready, POLICY, 1e9, kv, target_batch=3)) == 3
-    assert plan_decode_admission(0, 950, ready, POLICY, 1000, kv, target_batch=3) == [ready[0]]
-    assert plan_decode_admission(1, 950, ready, POLICY, 1000, kv, target_batch=3) == []
+    assert len(plan_decode_admission(0, 0, ready, 2, 1e9, kv)) == 2
+    assert len(plan_decode_admission(1, 0, ready, 2, 1e9, kv)) == 1
+    assert len(plan_decode_admission(0, 0, ready, 3, 1e9, kv)) == 3
+    assert plan_decode_admission(0, 950, ready, 3, 1000, kv) == [ready[0]]
+    assert plan_decode_admission(1, 950, ready, 3, 1000, kv) == []
