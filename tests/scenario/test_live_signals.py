@@ -27,8 +27,10 @@ pytestmark = pytest.mark.slow
 WORKERS = sum(p.workers for p in load_cluster(DEFAULT_CLUSTER).pools)
 
 CLI = [sys.executable, "-m", "orchestrator.cli"]
+# A heartbeat timeout no busy machine reaches (only a hang would): no process is lost but
+# by the test's own doing. The silent process's test finds it with a shorter one.
 LIVE = ["--clock", "live", "--speed", "100", "--think-scale", "0.01", "--no-progress",
-        "--json"]
+        "--json", "--heartbeat-timeout", "30"]
 
 
 def children(pid):
@@ -108,7 +110,7 @@ def test_a_signal_stops_the_run_reports_calls_in_flight_and_leaves_no_process(co
 def test_a_silent_worker_process_is_lost_by_its_heartbeats_and_replaced():
     port = free_port()
     proc = subprocess.Popen([*CLI, "replay", "--max-sessions", "2", *LIVE,
-                             "--metrics-port", str(port)],
+                             "--heartbeat-timeout", "3", "--metrics-port", str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     kids = wait_for_children(proc, WORKERS)
     wait_for_a_completed_call(proc, port)  # every process connected: the run has begun
@@ -133,7 +135,8 @@ def test_six_sessions_with_a_worker_process_killed_right_after_spawn_complete_ev
     virtual = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=120)
     assert virtual.returncode == 0, virtual.stderr
     calls = json.loads(virtual.stdout)["requests"]["completed"]
-    proc = subprocess.Popen([*CLI, *args, "--clock", "live", "--speed", "500"],
+    proc = subprocess.Popen([*CLI, *args, "--clock", "live", "--speed", "500",
+                             "--heartbeat-timeout", "30"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     victim = wait_for_children(proc, 1, poll_s=0.002)[0]
     os.kill(victim, signal.SIGKILL)
