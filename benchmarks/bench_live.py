@@ -1,4 +1,6 @@
-"""Live mode under load: the two-rack preset's workers on several worker processes,
+"""Live mode's wall-clock figures, which no test asserts (they measure the machine).
+
+Under load (the default): the two-rack preset's workers on several worker processes,
 1,000 concurrent agent sessions, 60 wall seconds.
 
 Prints the fast loop's period jitter (wall interval between ticks minus the
@@ -10,6 +12,17 @@ decisions. Targets: jitter p99 under 5 ms, memory flat.
 
     python benchmarks/bench_live.py [--wall-s 60] [--sessions 1000] [--speed 10]
                                     [--workers-per-process 2]
+
+Against virtual time (`--against-virtual`): the bundled sample's first sessions (2 by
+default, 406 calls) replayed in virtual time and live (speed 100, 3 workers a process),
+the same calls completing in both; prints each TTFT percentile and the median TPOT live
+against virtual, and the machine's load average. Live time is wall time x speed, so each
+wall millisecond a call waits on the machine (a timer's 1 ms tick, the orchestrator's own
+work ahead of it, a step's round trip, a busy scheduler) adds `speed` ms that virtual
+time does not have: the differences grow with speed and with the machine's load.
+
+    python benchmarks/bench_live.py --against-virtual [--sessions 2] [--speed 100]
+                                    [--workers-per-process 3]
 """
 
 from __future__ import annotations
@@ -110,13 +123,58 @@ def run_load(wall_s: float = 60.0, sessions: int = 1000, speed: float = 10.0,
     }
 
 
+def against_virtual(sessions: int = 2, speed: float = 100.0,
+                    workers_per_process: int = 3) -> dict:
+    """TTFT and TPOT of a live run against the virtual run of the same sessions."""
+    load = LoadOptions(max_sessions=sessions, think_scale=0.01)
+    out = {}
+    for clock in ("virtual", "live"):
+        live = LiveOptions(workers_per_process=workers_per_process) if clock == "live" else None
+        settings = RunSettings(load=load, clock=clock, speed=speed, live=live)
+        wall0 = time.perf_counter()  # wall-clock ok
+        _, summary = run_replay(prepare([sample_path()], "auto", settings), settings)
+        out[clock] = {"ttft_s": summary["ttft_s"], "tpot_s": summary["tpot_s"],
+                      "completed": summary["requests"]["completed"],
+                      "wall_s": time.perf_counter() - wall0}  # wall-clock ok
+    out["load_average"] = os.getloadavg()
+    return out
+
+
+def print_against_virtual(args) -> None:
+    out = against_virtual(args.sessions, args.speed, args.workers_per_process)
+    v, lv = out["virtual"], out["live"]
+    fast_s = RunSettings().control.fast_period_s
+    print(f"{args.sessions} sessions of the bundled sample, live at speed {args.speed:g} "
+          f"({args.workers_per_process} workers a process) against virtual; load average "
+          f"{', '.join(f'{x:.2f}' for x in out['load_average'])} on {os.cpu_count()} CPUs")
+    print(f"calls completed: virtual {v['completed']}, live {lv['completed']}; live run "
+          f"{lv['wall_s']:.1f} wall s")
+    for q in ("p50", "p90", "p99"):
+        d = lv["ttft_s"][q] - v["ttft_s"][q]
+        print(f"TTFT {q}: live {lv['ttft_s'][q]:.3f} s, virtual {v['ttft_s'][q]:.3f} s, "
+              f"{d:+.3f} s ({d / fast_s:+.2f} fast periods, {d / args.speed * 1e3:+.2f} wall ms)")
+    lt, vt = lv["tpot_s"]["p50"], v["tpot_s"]["p50"]
+    print(f"TPOT p50: live {lt * 1e3:.2f} ms, virtual {vt * 1e3:.2f} ms, "
+          f"{(lt / vt - 1):+.1%}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--against-virtual", action="store_true",
+                    help="TTFT and TPOT live against virtual on the bundled sample")
     ap.add_argument("--wall-s", type=float, default=60.0)
-    ap.add_argument("--sessions", type=int, default=1000)
-    ap.add_argument("--speed", type=float, default=10.0)
-    ap.add_argument("--workers-per-process", type=int, default=2)
+    ap.add_argument("--sessions", type=int)
+    ap.add_argument("--speed", type=float)
+    ap.add_argument("--workers-per-process", type=int)
     args = ap.parse_args()
+    defaults = ((2, 100.0, 3) if args.against_virtual else (1000, 10.0, 2))
+    for name, value in zip(("sessions", "speed", "workers_per_process"), defaults,
+                           strict=True):
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    if args.against_virtual:
+        print_against_virtual(args)
+        return
     out = run_load(args.wall_s, args.sessions, args.speed, args.workers_per_process)
     print(f"{out['sessions']} sessions on {out['processes']} worker processes "
           f"(gb200-nvl72x2), {out['wall_s']:.1f} s wall at speed {args.speed:g}, "

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import itertools
 import os
 import secrets
 import shutil
@@ -26,17 +25,17 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 
 import structlog
 
+from orchestrator.live.executor import RemoteExecutor
 from orchestrator.live.failover import Failover
-from orchestrator.live.messages import Heartbeat, Hello, Shutdown, Step, StepDone
+from orchestrator.live.messages import Heartbeat, Hello, Shutdown, StepDone
 from orchestrator.live.options import LiveError, LiveOptions
 from orchestrator.live.supervise import ProcessHandle, ProcessSupervisor, ProcState
 from orchestrator.live.transport import BadFrame, read_message, write_message
-from orchestrator.run.ledger import LedgerListener, held_call_ids
-from workers.executor import LOST_RETRY_S, WorkerLost
+from orchestrator.run.ledger import LedgerListener, calls_on, held_call_ids
+from workers.executor import WorkerLost
 
 __all__ = ["LiveBackend", "ProcState", "ProcessHandle", "RemoteExecutor"]
 
@@ -46,38 +45,6 @@ def stderr_logger():
         structlog.PrintLogger(sys.stderr),
         processors=[structlog.processors.add_log_level,
                     structlog.processors.KeyValueRenderer(key_order=["event"])])
-
-
-class RemoteExecutor:
-    """A StepExecutor that runs each step in the worker process hosting its worker."""
-
-    def __init__(self, backend: LiveBackend) -> None:
-        self.backend = backend
-        self._ids = itertools.count(1)
-
-    async def run(self, worker: str, duration_s: float, call_ids: Sequence[int]) -> None:
-        handle = self.backend.host_of(worker)
-        if handle is None or handle.state is not ProcState.CONNECTED or handle.writer is None:
-            # No process to run it (a worker created while every process is restarting):
-            # its worker tries again after a pause rather than at once, in a spin.
-            await asyncio.sleep(LOST_RETRY_S)
-            raise WorkerLost(worker)
-        step_id = next(self._ids)
-        try:
-            if handle.writer.is_closing():
-                raise ConnectionResetError("connection closing")
-            write_message(handle.writer, Step(step_id, worker, max(duration_s, 0.0),
-                                              len(call_ids)))
-        except (ConnectionError, RuntimeError) as exc:
-            self.backend.lose(handle, f"cannot send a step: {exc}")
-            raise WorkerLost(worker) from None
-        # Registered after the write: no StepDone can arrive before the next await.
-        future = asyncio.get_running_loop().create_future()
-        handle.pending[step_id] = future
-        try:
-            await future
-        finally:
-            handle.pending.pop(step_id, None)
 
 
 class LiveBackend(ProcessSupervisor):
@@ -106,6 +73,8 @@ class LiveBackend(ProcessSupervisor):
         self._running = False  # the runtime's workers run: losses are evacuated
         self._started: asyncio.Future | None = None
         self._orch = None
+        self._hooks: dict[str, list] = {}  # event -> its observers' methods (`notify`)
+        self._hooks_of = 0
         self.failover: Failover | None = None
 
     # -- helpers -----------------------------------------------------------------------
@@ -117,14 +86,21 @@ class LiveBackend(ProcessSupervisor):
         self.events.append((event, fields))
         getattr(self.log, level)(event, **fields)
 
-    def _notify(self, event: str, *args) -> None:
+    def notify(self, event: str, *args) -> None:
         """Observers among the run's listeners (fault injection in tests) may define
         on_process_started(backend, handle), on_process_connected(backend, handle, reader,
-        writer), on_process_lost(backend, handle) and on_stopping(backend)."""
-        for listener in getattr(self._orch, "listeners", ()):
-            method = getattr(listener, event, None)
-            if method is not None:
-                method(self, *args)
+        writer), on_step(backend, handle, worker, duration_s, call_ids) (a step about to be
+        sent), on_process_lost(backend, handle) and on_stopping(backend)."""
+        listeners = getattr(self._orch, "listeners", ())
+        if len(listeners) != self._hooks_of:  # listeners added: look hooks up again
+            self._hooks.clear()
+            self._hooks_of = len(listeners)
+        methods = self._hooks.get(event)
+        if methods is None:
+            methods = self._hooks[event] = [m for m in (getattr(x, event, None)
+                                                        for x in listeners) if m is not None]
+        for method in methods:
+            method(self, *args)
 
     def _spawn_task(self, coro) -> asyncio.Task:
         task = asyncio.create_task(coro)
@@ -223,7 +199,7 @@ class LiveBackend(ProcessSupervisor):
             handle = self._accept(first, writer)
             if handle is None:
                 return
-            self._notify("on_process_connected", handle, reader, writer)
+            self.notify("on_process_connected", handle, reader, writer)
             while True:
                 msg = await read_message(reader, self.options.max_frame_bytes)
                 if msg is None:
@@ -322,17 +298,27 @@ class LiveBackend(ProcessSupervisor):
         if handle.writer is not None:
             handle.writer.close()
             handle.writer = None
-        moved = self.failover.evacuate(handle.workers) if self._running else 0
+        moved = 0
+        if self._running:
+            self._ledger_moves(handle.workers)
+            moved = self.failover.evacuate(handle.workers)
         self._event("worker_process_lost", process=handle.index, reason=reason,
                     workers=",".join(handle.workers), redispatched=moved,
                     connected=connected)
-        self._notify("on_process_lost", handle)
+        self.notify("on_process_lost", handle)
         for future in handle.pending.values():
             if not future.done():
                 future.set_exception(WorkerLost(f"process {handle.index}"))
                 future.exception()  # its awaiting step gets it; never "unretrieved"
         handle.pending.clear()
         handle.lost.set()
+
+    def _ledger_moves(self, workers: list[str]) -> None:
+        """The ledger's own count of the calls a loss moves, taken before the failover moves
+        them: the calls its walk finds on the lost workers, against those held elsewhere."""
+        skip = frozenset(workers)
+        self.ledger.ledger.move(calls_on(self._orch, workers),
+                                held_call_ids(self._orch, self.failover.held, skip=skip))
 
     # -- stop --------------------------------------------------------------------------
     async def stop(self) -> None:
@@ -343,7 +329,7 @@ class LiveBackend(ProcessSupervisor):
             held = held_call_ids(self._orch, self.failover.held)
             self.ledger_report = self.ledger.ledger.reconcile(held)
         self._stopping = True
-        self._notify("on_stopping")
+        self.notify("on_stopping")
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
@@ -392,4 +378,8 @@ class LiveBackend(ProcessSupervisor):
                "stop_reason": self.stop_reason}
         if self.ledger_report is not None:
             out["ledger"] = self.ledger_report.as_dict()
+            # The ledger's own count of the calls losses moved (its walk of the lost
+            # workers), beside the failover's `requests.redispatched`.
+            out["ledger_moved"] = self.ledger_report.moved
+            out["ledger_bad_moves"] = self.ledger_report.bad_moves
         return out

@@ -87,7 +87,7 @@ class ProcessSupervisor:
         handle.state = ProcState.STARTING
         handle.last_seen_s = time.monotonic()  # wall-clock ok: heartbeats are wall time
         self._spawn_task(self._watch_exit(handle, proc))
-        self._notify("on_process_started", handle)
+        self.notify("on_process_started", handle)
 
     async def _until_connected(self, handle: ProcessHandle) -> str | None:
         """None once the process has said Hello; else why it never did."""

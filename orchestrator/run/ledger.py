@@ -8,15 +8,22 @@ by subtraction. Whatever was issued and is neither final nor held was dropped:
 `lost`. A call reported final twice is `final_twice`. Nothing here is zero by
 construction: a dropped call shows as lost = 1.
 
+In live mode the ledger also keeps its own count of the calls a lost worker process
+moves (`move`): the calls its walk finds on the lost workers, each open call once. The
+failover counts the calls it re-dispatches from what the workers hand back; the two
+counts meet only if no call is handed back twice, final already, unknown, or held
+somewhere else too (each of those is a bad move, counted apart).
+
 `CallLedger` is pure (ids in, counts out); `LedgerListener` feeds it from a run's
 listener events (on_submit, on_done, on_reject); `held_call_ids(orch)` walks an
-orchestrator's runtime for the calls it holds.
+orchestrator's runtime for the calls it holds, `calls_on(orch, names)` for the calls
+some of its workers hold.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Set
 from dataclasses import dataclass
 
 
@@ -37,6 +44,8 @@ class LedgerReport:
     final_twice: int  # a call reported final more than once
     unknown_final: int  # reported final, never issued
     lost_ids: tuple[int, ...] = ()
+    moved: int = 0  # calls found on lost workers, open and held nowhere else (live mode)
+    bad_moves: int = 0  # found there twice, final, never issued, or held elsewhere too
 
     def as_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("issued", "completed", "rejected", "cancelled",
@@ -62,6 +71,8 @@ class CallLedger:
         self._by: dict[Final, int] = dict.fromkeys(Final, 0)
         self._final_twice = 0
         self._unknown: dict[int, Final] = {}  # final, never issued (yet)
+        self._moved: dict[int, int] = {}  # call -> times a loss moved it (live mode)
+        self._bad_moves = 0
 
     def _is_marked(self, call_id: int) -> bool:
         if 0 <= call_id < self._BITMAP_IDS:
@@ -105,6 +116,25 @@ class CallLedger:
     def is_final(self, call_id: int) -> bool:
         return self._is_marked(call_id)
 
+    def move(self, found: Iterable[int], elsewhere: Set[int]) -> int:
+        """A loss takes calls off its workers: `found` are the calls a walk found on them,
+        each as often as found, `elsewhere` the calls held anywhere else. Each open call
+        found once and held nowhere else is moved; any other is a bad move (found twice,
+        final already, never issued, or held elsewhere too). Returns the calls moved."""
+        seen: set[int] = set()
+        moved = 0
+        for call_id in found:
+            if call_id in seen or call_id not in self._open or call_id in elsewhere:
+                self._bad_moves += 1
+            else:
+                self._moved[call_id] = self._moved.get(call_id, 0) + 1
+                moved += 1
+            seen.add(call_id)
+        return moved
+
+    def times_moved(self, call_id: int) -> int:
+        return self._moved.get(call_id, 0)
+
     def reconcile(self, held: Iterable[int]) -> LedgerReport:
         """Counts against the calls the service says it holds now. A held call that is
         final already (it finished after the walk) counts as final, not in flight."""
@@ -115,7 +145,8 @@ class CallLedger:
                             cancelled=self._by[Final.CANCELLED],
                             in_flight=len(held_open), lost=len(lost),
                             final_twice=self._final_twice, unknown_final=len(self._unknown),
-                            lost_ids=tuple(lost))
+                            lost_ids=tuple(lost), moved=sum(self._moved.values()),
+                            bad_moves=self._bad_moves)
 
 
 class LedgerListener:
@@ -145,15 +176,30 @@ def _worker_calls(worker) -> Iterable:
     yield from getattr(worker, "loading_step", ())  # a fill step waiting for its prefixes
 
 
-def held_call_ids(orch, extra: Iterable = ()) -> set[int]:
+def held_call_ids(orch, extra: Iterable = (), skip: Set[str] = frozenset()) -> set[int]:
     """The calls an orchestrator holds now: waiting for admission, in fill queues and
     steps, in the ready buffer, in decode batches and loads, and `extra` (requests held
-    elsewhere, such as live mode's calls waiting for a fill worker to come back).
+    elsewhere, such as live mode's calls waiting for a fill worker to come back); the
+    workers named in `skip` are not walked.
     Fill workers keep their steps in flight in `_steps` (in process and on an executor)."""
     ids = {p.request.call_id for p in orch.queue}
     rt = orch.runtime
     for worker in (*rt.fill_workers.values(), *rt.decode_workers.values()):
-        ids.update(r.call_id for r in _worker_calls(worker))
+        if worker.name not in skip:
+            ids.update(r.call_id for r in _worker_calls(worker))
     ids.update(r.call_id for r in getattr(rt.ready, "_items", ()))
     ids.update(r.call_id for r in extra)
     return ids
+
+
+def calls_on(orch, names: Iterable[str]) -> list[int]:
+    """The calls these workers of an orchestrator hold now, each as often as it is found
+    (a call found twice is a fault the ledger counts); names it has no worker of are
+    skipped (a worker lost before and not back yet)."""
+    rt = orch.runtime
+    out: list[int] = []
+    for name in names:
+        worker = rt.fill_workers.get(name) or rt.decode_workers.get(name)
+        if worker is not None:
+            out.extend(r.call_id for r in _worker_calls(worker))
+    return out

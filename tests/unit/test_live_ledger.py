@@ -87,3 +87,38 @@ def test_ids_beyond_the_bitmap_and_a_final_reported_before_its_issue():
     report = ledger.reconcile(held=[])
     assert (report.completed, report.rejected, report.final_twice, report.unknown_final,
             report.issued, report.lost) == (2, 1, 1, 0, 3, 0)
+
+
+def test_a_loss_moves_each_open_call_once_and_counts_any_other_as_a_bad_move():
+    ledger = ledger_of(range(1, 8), final=[6])
+    # Found on the lost workers: 1, 2 (open), 2 again (found twice), 6 (final already),
+    # 9 (never issued), 3 (open but held elsewhere too: in the ready buffer, say).
+    assert ledger.move([1, 2, 2, 6, 9, 3], elsewhere={3, 4}) == 2
+    ledger.move([1], elsewhere=set())  # moved again by a second loss
+    assert (ledger.times_moved(1), ledger.times_moved(2), ledger.times_moved(3)) == (2, 1, 0)
+    report = ledger.reconcile(held=[1, 2, 3, 4, 5, 7])
+    assert (report.moved, report.bad_moves) == (3, 4)
+    assert "moved" not in report.as_dict()  # the account of calls is the same in both modes
+
+
+class Worker:
+    def __init__(self, name, queue=(), held=()):
+        self.name, self.queue, self._held_calls = name, [Req(i) for i in queue], held
+
+    def _held(self):
+        return [Req(i) for i in self._held_calls]
+
+
+def test_the_walk_of_some_workers_and_of_all_the_others():
+    from types import SimpleNamespace
+
+    from orchestrator.run.ledger import calls_on, held_call_ids
+
+    fill, decode = Worker("midfill-0", queue=[1, 2]), Worker("decode-0", held=[3, 2])
+    rt = SimpleNamespace(fill_workers={"midfill-0": fill}, decode_workers={"decode-0": decode},
+                         ready=SimpleNamespace(_items=[Req(4)]))
+    orch = SimpleNamespace(queue=[SimpleNamespace(request=Req(5))], runtime=rt)
+    assert calls_on(orch, ["decode-0", "prefill-9"]) == [3, 2]  # prefill-9: not there now
+    assert calls_on(orch, ["midfill-0", "decode-0"]) == [1, 2, 3, 2]
+    assert held_call_ids(orch, extra=[Req(6)]) == {1, 2, 3, 4, 5, 6}
+    assert held_call_ids(orch, skip={"decode-0"}) == {1, 2, 4, 5}
