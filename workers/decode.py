@@ -39,7 +39,7 @@ from workers.pricing import StepPricer
 from workers.ready import ReadyBuffer
 from workers.request import DECODE, DECODE_WAIT, DECODING, LOADING, TRANSFER, Request
 from workers.run_wait import RunWait
-from workers.state import WorkerState, new_state
+from workers.state import StateMemo, WorkerState
 
 
 class DecodeWorker(DecodeKv):
@@ -88,8 +88,7 @@ class DecodeWorker(DecodeKv):
         # The running sequences' least remaining output at the last run's plan, while the
         # batch is as planned (`_batch_changed` clears it): fewer steps retire none.
         self._least_remaining = 0
-        self._state_key: tuple | None = None
-        self._state: WorkerState | None = None
+        self._states = StateMemo()
         ready.subscribe(self._on_ready)
 
     def sequences_running(self) -> int:
@@ -97,18 +96,18 @@ class DecodeWorker(DecodeKv):
         return len(self.running)
 
     def state(self) -> WorkerState:
-        # Asked every fast-loop period: the last state is handed out again (it is frozen)
-        # while nothing in it changed.
         resident = self._resident  # kv_resident_bytes(), without a call while it is kept
         key = (len(self._loading) + len(self._loaded), len(self.running),
                self.kv_resident_bytes() if resident is None else resident, self._tokens_done,
                self._busy_s, self.target_batch, self.accepting)
-        if key == self._state_key:
-            return self._state
-        self._state_key = key
-        self._state = new_state(self.name, self.spec.pool, "decode", key[0], key[1], key[2],
-                                float(self.kv.instance_bytes), key[3], key[4], key[5], key[6])
-        return self._state
+        last = self._states.last(key)
+        if last is not None:
+            return last
+        return self._states.keep(key, WorkerState(
+            name=self.name, pool=self.spec.pool, phase="decode", queue_depth=key[0],
+            running=key[1], kv_resident_bytes=key[2],
+            kv_capacity_bytes=float(self.kv.instance_bytes), tokens_done=key[3],
+            busy_s=key[4], target_batch=key[5], accepting=key[6]))
 
     def set_target_batch(self, sequences: int) -> None:
         """A controller's intervention: takes effect at the end of the current step. The
@@ -256,34 +255,20 @@ class DecodeWorker(DecodeKv):
             self._batch_changed()
             return
         still: list[Request] = []
-        if gained is None:
-            # Every sequence gains `steps` tokens but those that end: the count of tokens
-            # done is brought up to date before each retirement (its listeners may read it).
-            keep = still.append
-            counted = 0  # of `still`, the sequences already counted in `_tokens_done`
-            for req in self.running:
-                remaining = req.output_tokens - req.generated
-                if steps < remaining:
-                    req.generated += steps
-                    keep(req)
-                    continue
-                req.generated += remaining
-                self._tokens_done += (len(still) - counted) * steps + remaining
-                counted = len(still)
-                self._resident = None  # its listeners may ask for the KV held
-                self._retire(req, now_s)
-            self._tokens_done += (len(still) - counted) * steps
-        else:
-            for i, req in enumerate(self.running):
-                remaining = req.output_tokens - req.generated
-                gain = min(int(gained[i]), remaining)
+        for i, req in enumerate(self.running):
+            remaining = req.output_tokens - req.generated
+            gain = steps if gained is None else int(gained[i])
+            if gain < remaining:
                 req.generated += gain
                 self._tokens_done += gain
-                if gain < remaining:
-                    still.append(req)
-                    continue
-                self._resident = None  # its listeners may ask for the KV held
-                self._retire(req, now_s)
+                still.append(req)
+                continue
+            # It ends: the count of tokens done is up to date before its retirement (its
+            # listeners may read it), and so is the KV held.
+            req.generated += remaining
+            self._tokens_done += remaining
+            self._resident = None
+            self._retire(req, now_s)
         self.running = still
         self._batch_changed()
 

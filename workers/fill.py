@@ -34,7 +34,7 @@ from workers.kv_policy import DEFAULT_KV_POLICY, KVPolicy, finish_call
 from workers.pricing import StepPricer
 from workers.ready import ReadyBuffer
 from workers.request import DECODE_WAIT, FILL, FILLING, QUEUED, Request
-from workers.state import WorkerState, new_state
+from workers.state import StateMemo, WorkerState
 
 # The run's clock keeps integer nanoseconds (workers.clock): a timer set for a float time
 # may fire up to a tick before it, which must count as on time.
@@ -230,11 +230,7 @@ class FillWorker:
         # The loop `run` runs on, kept: asyncio.get_running_loop makes a system call (getpid).
         self._loop: asyncio.AbstractEventLoop | None = None
         self.accepting = True
-        self._state_key: tuple | None = None
-        self._state: WorkerState | None = None
-        # The state's figures that only the spec sets, worked out once.
-        self._state_fixed = (spec.pool, spec.phase.name.lower(), float(spec.kv_capacity_bytes),
-                             spec.batch.max_batch_sequences)
+        self._states = StateMemo()
 
     def submit(self, req: Request, now_s: float) -> None:
         req.state = QUEUED
@@ -245,16 +241,16 @@ class FillWorker:
             self._wake.set()
 
     def state(self) -> WorkerState:
-        # The fast loop asks every period; most periods nothing here changed, so the last
-        # state is handed out again (it is frozen) instead of built anew.
         key = (len(self.queue), self._in_flight, self._tokens_done, self._busy_s, self.accepting)
-        if key == self._state_key:
-            return self._state
-        self._state_key = key
-        pool, phase, capacity, target = self._state_fixed
-        self._state = new_state(self.name, pool, phase, key[0], key[1], 0.0, capacity, key[2],
-                                key[3], target, key[4])
-        return self._state
+        last = self._states.last(key)
+        if last is not None:
+            return last
+        spec = self.spec
+        return self._states.keep(key, WorkerState(
+            name=self.name, pool=spec.pool, phase=spec.phase.name.lower(),
+            queue_depth=key[0], running=key[1], kv_resident_bytes=0.0,
+            kv_capacity_bytes=float(spec.kv_capacity_bytes), tokens_done=key[2],
+            busy_s=key[3], target_batch=spec.batch.max_batch_sequences, accepting=key[4]))
 
     async def run(self) -> None:
         loop = self._loop = asyncio.get_running_loop()

@@ -38,7 +38,7 @@ from workers.kv_policy import KVPolicy, finish_call, write_through
 from workers.pricing import StepPricer
 from workers.ready import ReadyBuffer
 from workers.request import DECODE_WAIT, FILL, LOADING, QUEUED, Request
-from workers.state import WorkerState, replaced
+from workers.state import StateMemo, WorkerState
 
 
 class MixedWorker(DecodeWorker):
@@ -58,8 +58,7 @@ class MixedWorker(DecodeWorker):
         self.queue = self.fills.queue  # calls waiting to start or finish their fill
         self._filling: dict[int, Request] = {}
         self._wake_at: asyncio.TimerHandle | None = None
-        self._mixed_key: tuple | None = None  # (the decode side's state, queue, filling)
-        self._mixed_state: WorkerState | None = None
+        self._mixed_states = StateMemo()  # by (the decode side's state, queue, filling)
         self._needs: dict[int, float] | None = None  # call id -> admission need, one plan
         self._fixed: list[float] | None = None  # `_may_start`'s, one plan
 
@@ -80,16 +79,14 @@ class MixedWorker(DecodeWorker):
         return super()._occupied() + len(self._filling)
 
     def state(self) -> WorkerState:
-        # The decode side hands out its last frozen state while its figures repeat; so
-        # does this one while that and its own queue and fills are as they were.
         base = super().state()
         key = (base, len(self.queue), len(self._filling))
-        if key == self._mixed_key:
-            return self._mixed_state
-        self._mixed_key = key
-        self._mixed_state = replaced(base, phase="mixed", queue_depth=base.queue_depth + key[1],
-                                    running=base.running + key[2])
-        return self._mixed_state
+        last = self._mixed_states.last(key)
+        if last is not None:
+            return last
+        return self._mixed_states.keep(key, replace(
+            base, phase="mixed", queue_depth=base.queue_depth + key[1],
+            running=base.running + key[2]))
 
     # -- KV: sequences being filled hold their prompt's KV ---------------------------
     def _held(self) -> list[Request]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -23,29 +23,22 @@ class WorkerState:
         return self.busy_s / elapsed_s if elapsed_s > 0 else 0.0
 
 
-_FIELDS = frozenset(f.name for f in fields(WorkerState))
+class StateMemo:
+    """A worker's last state, handed out again while the figures it was built from
+    repeat (`last`), else the one built from them (`keep`). Not for speed alone: the fast
+    loop tells a worker whose figures did not change since its last look by the identity
+    of its state (orchestrator.run.sampler)."""
 
+    __slots__ = ("_key", "_state")
 
-def new_state(name: str, pool: str, phase: str, queue_depth: int, running: int,
-              kv_resident_bytes: float, kv_capacity_bytes: float, tokens_done: int,
-              busy_s: float, target_batch: int, accepting: bool) -> WorkerState:
-    """`WorkerState(...)`, every field given in order, without the frozen dataclass's
-    per-field `object.__setattr__` (a worker's figures change at each of its steps;
-    tests/unit/test_worker_state.py checks it against the class)."""
-    new = object.__new__(WorkerState)
-    new.__dict__.update({
-        "name": name, "pool": pool, "phase": phase, "queue_depth": queue_depth,
-        "running": running, "kv_resident_bytes": kv_resident_bytes,
-        "kv_capacity_bytes": kv_capacity_bytes, "tokens_done": tokens_done, "busy_s": busy_s,
-        "target_batch": target_batch, "accepting": accepting})
-    return new
+    def __init__(self) -> None:
+        self._key: tuple | None = None
+        self._state: WorkerState | None = None
 
+    def last(self, key: tuple) -> WorkerState | None:
+        """The state kept for `key`, None if the figures changed."""
+        return self._state if key == self._key else None
 
-def replaced(state: WorkerState, **changes) -> WorkerState:
-    """`dataclasses.replace(state, **changes)` without its per-field cost."""
-    if not changes.keys() <= _FIELDS:
-        raise TypeError(f"replaced: unknown fields {sorted(changes.keys() - _FIELDS)}")
-    new = object.__new__(WorkerState)
-    new.__dict__.update(state.__dict__)
-    new.__dict__.update(changes)
-    return new
+    def keep(self, key: tuple, state: WorkerState) -> WorkerState:
+        self._key, self._state = key, state
+        return state

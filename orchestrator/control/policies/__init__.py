@@ -1,8 +1,8 @@
-"""Admission policies by name. Each implements `AdmissionPolicy` (see `base`)."""
+"""Admission policies by name. Each implements `AdmissionPolicy` (see `base`); the
+built-ins are registered by name as entry points (pyproject.toml,
+`tokenfactory.controllers`), looked up by `orchestrator.plugins`."""
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 from orchestrator.control.config import ControlConfig
 from orchestrator.control.policies.base import (
@@ -16,13 +16,6 @@ from orchestrator.control.policies.local import LocalAdmission
 from orchestrator.control.policies.predictive import PredictiveAdmission
 from orchestrator.control.policies.retire import RetireAdmission
 
-BUILTIN: dict[str, Callable[..., AdmissionPolicy]] = {
-    "retire": RetireAdmission,
-    "buffered": BufferedAdmission,
-    "predictive": PredictiveAdmission,
-    "local": LocalAdmission,
-}
-
 
 def make_policy(name: str, config: ControlConfig, base_target_batch: int = 4) -> AdmissionPolicy:
     """A controller by registered name or `module:Class` (see orchestrator.plugins)."""
@@ -34,5 +27,5 @@ def make_policy(name: str, config: ControlConfig, base_target_batch: int = 4) ->
 UnknownPolicyError = PluginError
 
 
-__all__ = ["BUILTIN", "AdmissionDecision", "AdmissionPolicy", "AdmissionReason", "PluginError",
-           "make_policy"]
+__all__ = ["AdmissionDecision", "AdmissionPolicy", "AdmissionReason", "BufferedAdmission",
+           "LocalAdmission", "PluginError", "PredictiveAdmission", "RetireAdmission", "make_policy"]

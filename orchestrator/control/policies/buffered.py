@@ -36,8 +36,6 @@ class BufferedAdmission:
         self._credit = 0.0  # fractional admissions carried between periods
         self._target_batch = base_target_batch
         self._last_batch_change_s = -math.inf
-        self._decisions: dict[tuple, AdmissionDecision] = {}
-        self._alphas = (math.nan, 0.0)  # the last (time step, EWMA weight) of `_smooth`
 
     def target_backlog(self, obs: Observation) -> float:
         rate = obs.predicted_decode_calls_per_s
@@ -49,12 +47,7 @@ class BufferedAdmission:
             self._ewma = float(backlog)
         else:
             dt = max(time_s - self._last_time_s, 0.0)
-            alphas = self._alphas
-            if alphas[0] == dt:  # nearly every sample is a period after the last
-                alpha = alphas[1]
-            else:
-                alpha = 1.0 - math.exp(-dt / self.config.backlog_ewma_s) if dt else 0.0
-                self._alphas = (dt, alpha)
+            alpha = 1.0 - math.exp(-dt / self.config.backlog_ewma_s) if dt else 0.0
             self._ewma += alpha * (backlog - self._ewma)
         self._last_time_s = time_s
         return self._ewma
@@ -81,15 +74,25 @@ class BufferedAdmission:
     def decide(self, obs: Observation | None, now_s: float) -> AdmissionDecision:
         if obs is None:
             return AdmissionDecision(0, AdmissionReason.NO_OBSERVATION)
-        backlog = self._smooth(obs.time_s, obs.backlog)
         target = self.target_backlog(obs)
-        rate = obs.predicted_decode_calls_per_s
-        error = target - backlog
-        admit_rate = max(0.0, rate + self.config.backlog_gain * error / self.config.backlog_ewma_s)
-        self._credit = min(self._credit + admit_rate * self.period_s, max(target, 1.0))
+        error = target - self._smooth(obs.time_s, obs.backlog)
+        admit = self._admit(self._credit_step(obs, error), max(target, 1.0))
+        return self._decision(admit, error, target, self._batch_target(obs, now_s))
+
+    def _credit_step(self, obs: Observation, error: float) -> float:
+        """Admissions a period earns: the predicted service rate, corrected in proportion
+        to the backlog's error over the smoothing time (never below zero)."""
+        cfg = self.config
+        rate = max(0.0, obs.predicted_decode_calls_per_s
+                   + cfg.backlog_gain * error / cfg.backlog_ewma_s)
+        return rate * self.period_s
+
+    def _admit(self, step: float, cap: float) -> int:
+        """The credit earns `step` (held at most `cap`); its whole part is admitted."""
+        self._credit = min(self._credit + step, cap)
         admit = int(self._credit)
         self._credit -= admit
-        return self._decision(admit, error, target, self._batch_target(obs, now_s))
+        return admit
 
     def _decision(self, admit: int, error: float, target: float,
                   batch: int | None) -> AdmissionDecision:
@@ -98,14 +101,7 @@ class BufferedAdmission:
         else:
             reason = AdmissionReason.BACKLOG_LOW if error > 0 else AdmissionReason.BACKLOG_HIGH
         background = int(admit * (1.0 - self.config.interactive_reserve))
-        key = (admit, reason._value_, batch, background)  # the value's hash is a str's
-        decision = self._decisions.get(key)
-        if decision is None:  # decisions are frozen: the same one serves every repeat
-            if len(self._decisions) >= 1024:
-                self._decisions.clear()
-            decision = self._decisions[key] = AdmissionDecision(admit, reason, batch,
-                                                                background_limit=background)
-        return decision
+        return AdmissionDecision(admit, reason, batch, background_limit=background)
 
     def skip_idle(self, obs: Observation, first_s: float, ticks: int,
                   ) -> AdmissionDecision | None:
@@ -119,15 +115,14 @@ class BufferedAdmission:
         ticks instead."""
         if self._target_batch != self.base_target_batch:
             return None
-        cfg, period_ns = self.config, round(self.period_s * 1e9)
+        period_ns = round(self.period_s * 1e9)
         start_ns = round(obs.time_s * 1e9)
         target = self.target_backlog(obs)
         cap, backlog = max(target, 1.0), float(obs.backlog)
         previous, admit, k, observed = None, 0, 0, obs.backlog
         while k < ticks:
             error = target - self._smooth((start_ns + k * period_ns) / 1e9, observed)
-            step = self.period_s * max(0.0, obs.predicted_decode_calls_per_s
-                                       + cfg.backlog_gain * error / cfg.backlog_ewma_s)
+            step = self._credit_step(obs, error)
             k += 1
             if error == previous and step < cap - 1.0 and k < ticks:
                 # Closed form for this period and the rest: the credit never reaches its
@@ -136,12 +131,10 @@ class BufferedAdmission:
                 before = (self._credit + (rest - 1) * step) % 1.0
                 admit = int(before + step)
                 self._credit = before + step - admit
-                decay = math.exp(-(rest - 1) * self.period_s / cfg.backlog_ewma_s)
+                decay = math.exp(-(rest - 1) * self.period_s / self.config.backlog_ewma_s)
                 self._ewma = backlog + (self._ewma - backlog) * decay
                 self._last_time_s = (start_ns + (ticks - 1) * period_ns) / 1e9
                 break
             previous = error
-            self._credit = min(self._credit + step, cap)
-            admit = int(self._credit)
-            self._credit -= admit
+            admit = self._admit(step, cap)
         return self._decision(admit, error, target, None)

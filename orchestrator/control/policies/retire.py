@@ -25,7 +25,6 @@ class RetireAdmission:
     def __init__(self, config: ControlConfig) -> None:
         self.starving_below = config.retire_starvation_occupancy
         self._last_retired: int | None = None
-        self._decisions: dict[tuple, AdmissionDecision] = {}
 
     def decide(self, obs: Observation | None, now_s: float) -> AdmissionDecision:
         if obs is None:
@@ -35,22 +34,12 @@ class RetireAdmission:
         self._last_retired = obs.retired_total
         free = max(0, obs.decode_slots - obs.decode_running - obs.decode_loading)
         if free == 0:
-            return self._decision(0, AdmissionReason.HOLD)
+            return AdmissionDecision(0, AdmissionReason.HOLD)
         # Freed slots with decode starving is the "retaliation" of the essay's loop.
         starving = obs.decode_occupancy < self.starving_below
         reason = AdmissionReason.RETALIATION if starving or not retired else (
             AdmissionReason.RETIREMENTS)
-        return self._decision(free, reason)
-
-    def _decision(self, admit: int, reason: AdmissionReason) -> AdmissionDecision:
-        """Decisions are frozen: the same one serves every period that repeats it."""
-        key = (admit, reason._value_)  # the value's hash is a str's, the member's a call
-        decision = self._decisions.get(key)
-        if decision is None:
-            if len(self._decisions) >= 1024:
-                self._decisions.clear()
-            decision = self._decisions[key] = AdmissionDecision(admit, reason)
-        return decision
+        return AdmissionDecision(free, reason)
 
     def skip_idle(self, obs: Observation, first_s: float, ticks: int) -> AdmissionDecision:
         """Exact: with the observation unchanged the decision is, and the retired count
