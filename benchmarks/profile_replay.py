@@ -78,9 +78,8 @@ def main() -> int:
     profile.disable()
     wall_s = time.perf_counter() - wall0
     calls = summary["requests"]["completed"]
-    awake = _ncalls(profile, "fast_loop.py", "_sample")
-    looked = (_ncalls(profile, "snapshot.py", "observe")
-              - _ncalls(profile, "idle_spans.py", "_next_idle_obs"))
+    awake = _ncalls(profile, "fast_loop.py", "sample")
+    looked = _ncalls(profile, "sampler.py", "look")
     turns = _ncalls(profile, "virtual_loop.py", "_run_once")
     print(f"{args.sessions} sessions, {calls:,} calls, {result.simulated_s:,.0f} simulated s, "
           f"{ticks.taken:,} fast-loop samples taken ({awake:,} by the loop awake, of which "

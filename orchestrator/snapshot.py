@@ -1,5 +1,5 @@
-"""Deprecated: moved to `orchestrator.control.snapshot`; importing this path warns (orchestrator._moved)."""
+"""Deprecated: moved to `orchestrator.run.sampler`; importing this path warns (orchestrator._moved)."""
 
 from orchestrator import _moved
 
-__getattr__, __dir__ = _moved.forward(__name__, "orchestrator.control.snapshot")
+__getattr__, __dir__ = _moved.forward(__name__, "orchestrator.run.sampler")

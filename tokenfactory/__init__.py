@@ -5,7 +5,8 @@
 - every controller: `ControlConfig` (what it is built with), `Observation` and
   `PoolObservation` (what it sees);
 - admission (the fast loop): `AdmissionPolicy`, `AdmissionDecision`, `AdmissionReason`,
-  and `DecisionError` (what a decision of the wrong shape raises);
+  and `DecisionError` (what a decision of the wrong shape raises); `LoopModel`, what a
+  policy's optional `loop_model(config)` returns (its linearised loop);
 - reallocation (the slow loop): `ReallocationPolicy`, `ReallocDecision`, `ReallocReason`,
   `Move`;
 - routing: `RoutingPolicy`, `FillCandidate`;
@@ -26,6 +27,7 @@ from orchestrator.control.policies.base import (
 )
 from orchestrator.control.realloc import Move, ReallocationPolicy, ReallocDecision, ReallocReason
 from orchestrator.control.router import FillCandidate, RoutingPolicy
+from orchestrator.control.stability import LoopModel
 
 # The public names; tests/unit/test_public_api.py pins this list.
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "ControlConfig",
     "DecisionError",
     "FillCandidate",
+    "LoopModel",
     "Move",
     "Observation",
     "PoolObservation",

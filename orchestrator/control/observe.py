@@ -10,7 +10,7 @@ retirements ring.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from operator import attrgetter
 
 
@@ -61,34 +61,13 @@ class Observation:
 
     def restamped(self, time_s: float, pools: tuple | None = None) -> Observation:
         """This snapshot taken at `time_s` (and with `pools`, when given): the fast loop
-        restamps an unchanged cluster (`observation_at`)."""
-        return observation_at(self, time_s, pools)
-
-
-def observation_at(obs: Observation, time_s: float, pools: tuple | None = None) -> Observation:
-    """`obs` taken at `time_s` (and with `pools`, when given): `dataclasses.replace`
-    without its per-field cost (the fast loop and the lag copy snapshots every period)."""
-    new = object.__new__(Observation)
-    new.__dict__.update(obs.__dict__)
-    new.__dict__["time_s"] = time_s
-    if pools is not None:
-        new.__dict__["pools"] = pools
-    return new
+        restamps an unchanged cluster."""
+        if pools is None:
+            return replace(self, time_s=time_s)
+        return replace(self, time_s=time_s, pools=pools)
 
 
 _CONTENT = attrgetter(*(f.name for f in fields(Observation) if f.name != "time_s"))
-_FIELDS = frozenset(f.name for f in fields(Observation))
-
-
-def observation(**values) -> Observation:
-    """`Observation(**values)`, every field given, without the frozen dataclass's
-    per-field `object.__setattr__` (the fast loop builds one every period)."""
-    if values.keys() != _FIELDS:
-        raise TypeError(f"observation: fields {sorted(_FIELDS ^ values.keys())} missing or "
-                        f"unknown")
-    new = object.__new__(Observation)
-    new.__dict__.update(values)
-    return new
 
 
 class _Repeats:
@@ -167,7 +146,7 @@ class ObservationLag:
                 if k >= 1:
                     time_s = (start_ns + k * period_ns) / 1e9
                     if self._synth is None or self._synth.time_s != time_s:
-                        self._synth = observation_at(held, time_s)
+                        self._synth = held.restamped(time_s)
                     return self._synth
             elif self._current is not None and self._current.time_s > held.time_s:
                 self._hold = self._synth = None
@@ -178,7 +157,7 @@ class ObservationLag:
         left (the last then held, if it is)."""
         while run.count and run.next_ns / 1e9 <= horizon:
             time_s = run.next_ns / 1e9
-            self._current = run.obs if run.obs.time_s == time_s else observation_at(run.obs, time_s)
+            self._current = run.obs if run.obs.time_s == time_s else run.obs.restamped(time_s)
             run.next_ns += run.period_ns
             run.count -= 1
             if not run.count and run.held:

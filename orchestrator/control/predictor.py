@@ -12,21 +12,21 @@ bias, `--predictor-error`), and learns online from calls as they complete:
   completed call took (its fill time; its inter-token latency at the batch its worker
   was running) to what the model predicted for it (EWMA of weight `learn`).
 
-Nothing here reads the trace or the plant's pricers. `learn=0` keeps the prior and the
-bias for the whole run.
+Nothing here reads the trace, the plant's pricers or the workers: the shell
+(orchestrator.run) hands it facts, the completed calls' figures (`CompletedCall`) and
+the serving workers' pools and batch targets (`Worker`), and prices steps for it through
+`StepQuotes` (orchestrator.run.quotes, the cost core at the prior efficiencies).
+`learn=0` keeps the prior and the bias for the whole run.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from costmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency
-from costmodel.phase import Phase
-from workers.cluster import BoundCluster
-from workers.pricing import StepPricer
-from workers.request import LatencyPart, Request
-from workers.runtime import ClusterRuntime
 
 # A roofline at the efficiencies an operator assumes before measuring (50% of peak
 # FLOP/s, 70% of HBM and network bandwidth, perfectly balanced experts, no per-kernel
@@ -35,7 +35,6 @@ PRIOR_EFFICIENCY = replace(
     DEFAULT_EFFICIENCY, compute=0.50, hbm=0.70, scale_up=0.70, scale_out=0.70,
     ep_imbalance=1.0, kernel_launch_s=0.0, tp_collective_s=0.0, a2a_scale_up_s=0.0,
     a2a_scale_out_s=0.0, pp_hop_s=0.0, step_overhead_s=0.0)
-_FILL = LatencyPart.FILL  # read per completed call (a member off its class is slower)
 
 
 @dataclass(frozen=True)
@@ -55,154 +54,108 @@ class PredictorSettings:
             raise ValueError(f"predictor learning weight must be in [0, 1], got {self.learn!r}")
 
 
+class StepQuotes(Protocol):
+    """The predictor's step prices, by pool (its own model: `PredictorSettings.efficiency`,
+    not the plant's). A pool's fills are priced at its phase (prefill or midfill)."""
+
+    def fill_s(self, pool: str, new_tokens: float, cached_tokens: float) -> float:
+        """One fill of `new_tokens` after `cached_tokens` in `pool`."""
+        ...
+
+    def decode_step_s(self, pool: str, sequences: int, context_tokens: float) -> float:
+        """One decode step of `sequences` at a mean context of `context_tokens` in `pool`."""
+        ...
+
+
+class Worker(Protocol):
+    """What the predictor reads of a serving worker (a worker's state is one)."""
+
+    @property
+    def pool(self) -> str: ...
+
+    @property
+    def accepting(self) -> bool: ...
+
+    @property
+    def target_batch(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class CompletedCall:
+    """A completed call's figures, as the predictor learns from them."""
+
+    input_tokens: int
+    computed_tokens: int  # newly computed in its fill
+    output_tokens: int
+    fill_s: float  # its fill's time
+    fill_pool: str | None  # the fill worker's pool (None: not filled by a fill worker)
+    itl_s: float | None  # its mean inter-token latency (None: no decode step)
+    decode_pool: str | None  # the decode worker's pool (None: no decode)
+    decode_sequences: int  # sequences its decode worker ran as it ended, itself included
+
+
 class Predictor:
     """Service rates for what the cluster runs now: decode calls per second at the
-    workers' target batches, and the latency of a typical fill."""
+    workers' target batches, and the latency of a typical fill. Step prices are rounded
+    shapes (new tokens to 100, context and cached tokens to 1,000), so that the shell
+    prices a few shapes (`StepQuotes`) rather than one per completion."""
 
-    def __init__(self, cluster: BoundCluster, settings: PredictorSettings | None = None) -> None:
+    def __init__(self, quotes: StepQuotes, settings: PredictorSettings | None = None) -> None:
         self.settings = settings = settings or PredictorSettings()
+        self.quotes = quotes
         self.input_tokens = settings.prior_input_tokens
         self.new_tokens = settings.prior_new_tokens
         self.output_tokens = settings.prior_output_tokens
         self.completions = 0
         self.fill_correction = 1.0
         self.decode_correction = 1.0
-        self._pricers: dict[str, StepPricer] = {}
-        for w in cluster.workers:  # one model per pool, as the pool was built
-            if w.pool not in self._pricers:
-                self._pricers[w.pool] = StepPricer(cluster.model, w.hardware, w.layout,
-                                                   settings.efficiency)
-        self._cache: dict[tuple, float] = {}
-        self._rates: tuple[tuple, float] | None = None  # (what it depends on, value)
-        self._fill: tuple[tuple, float] | None = None
-        # What the two predictions are made of and that a completion rarely moves (their
-        # corrections and output length move at every one): the typical call's rounded
-        # shape, the fill pools' worst fill, each decode worker's step time.
-        self._new_rounded = Rounding(-2)
-        self._cached_rounded = Rounding(-3)
-        self._context_rounded = Rounding(-3)
-        self._fill_model: tuple[tuple, float] | None = None  # (pools and shape, worst fill)
-        self._fill_pools: tuple[tuple, list] | None = None  # (pools, each pool and phase)
-        self._tpots: tuple[tuple, list] | None = None  # (workers and context, step times)
 
-    def _model_fill_s(self, pool: str, phase: Phase, new_tokens: float, cached: float) -> float:
-        return self._model_fill_rounded_s(pool, phase, round(new_tokens, -2), round(cached, -3))
+    def _fill_s(self, pool: str, new_tokens: float, cached: float) -> float:
+        """A fill of `new_tokens` (to 100 tokens) after `cached` (to 1,000) in `pool`."""
+        return self.quotes.fill_s(pool, round(new_tokens, -2) or 1, round(cached, -3)) * (
+            self.settings.error)
 
-    def _model_fill_rounded_s(self, pool: str, phase: Phase, new_tokens: float,
-                              cached: float) -> float:
-        """A fill of `new_tokens` (to 100 tokens) after `cached` (to 1,000), priced once."""
-        key = ("fill", pool, phase, new_tokens, cached)
-        value = self._cache.get(key)
-        if value is None:
-            value = self._cache[key] = float(self._pricers[pool].fill_once_s(
-                phase, 1, new_tokens or 1, cached))
-        return value * self.settings.error
+    def _tpot_s(self, pool: str, sequences: int, context: float) -> float:
+        """A decode step of `sequences` at `context` tokens (to 1,000) in `pool`."""
+        return self.quotes.decode_step_s(pool, max(sequences, 1), round(context, -3)) * (
+            self.settings.error)
 
-    def _model_tpot_s(self, pool: str, sequences: int, context: float) -> float:
-        return self._model_tpot_rounded_s(pool, sequences, round(context, -3))
-
-    def _model_tpot_rounded_s(self, pool: str, sequences: int, context: float) -> float:
-        """A decode step of `sequences` at `context` tokens (to 1,000), priced once."""
-        key = ("decode", pool, max(sequences, 1), context)
-        value = self._cache.get(key)
-        if value is None:
-            value = self._cache[key] = float(self._pricers[pool].decode_steps_s(key[2], context,
-                                                                                1)[0])
-        return value * self.settings.error
-
-    def observe_completion(self, req: Request, rt: ClusterRuntime) -> None:
+    def observe_completion(self, call: CompletedCall) -> None:
         """Learn from a completed call: its shape, and its fill and decode times against
         what the model predicted for it."""
-        self._rates = self._fill = None
         self.completions += 1
         learn = self.settings.learn
         if learn == 0.0:
             return
         shape_weight = max(learn, 1.0 / self.completions)  # the prior goes at once
-        self.input_tokens += shape_weight * (req.input_tokens - self.input_tokens)
-        self.new_tokens += shape_weight * (max(req.computed_tokens, 1) - self.new_tokens)
-        self.output_tokens += shape_weight * (max(req.output_tokens, 1) - self.output_tokens)
-        fill_s = req.parts_s[_FILL]
-        computed = req.computed_tokens
-        worker = rt.fill_workers.get(req.fill_worker) if req.fill_worker else None
-        if worker is not None and fill_s > 0 and computed > 0:
-            spec = worker.spec
-            phase = Phase.MIDFILL if spec.phase is Phase.MIDFILL else Phase.PREFILL
-            cached = max(req.input_tokens - computed, 0)
-            model = self._model_fill_rounded_s(spec.pool, phase, round(computed, -2),
-                                               round(cached, -3))
-            self.fill_correction += learn * (fill_s / model - self.fill_correction)
-        dec = rt.decode_workers.get(req.decode_worker) if req.decode_worker else None
-        if dec is not None:
-            itl_s = req.itl_s
-            if itl_s is not None and itl_s > 0:
-                context = req.input_tokens + req.output_tokens / 2
-                model = self._model_tpot_rounded_s(dec.spec.pool, dec.sequences_running() + 1,
-                                                   round(context, -3))
-                self.decode_correction += learn * (itl_s / model - self.decode_correction)
+        self.input_tokens += shape_weight * (call.input_tokens - self.input_tokens)
+        self.new_tokens += shape_weight * (max(call.computed_tokens, 1) - self.new_tokens)
+        self.output_tokens += shape_weight * (max(call.output_tokens, 1) - self.output_tokens)
+        computed = call.computed_tokens
+        if call.fill_pool is not None and call.fill_s > 0 and computed > 0:
+            model = self._fill_s(call.fill_pool, computed,
+                                 max(call.input_tokens - computed, 0))
+            self.fill_correction += learn * (call.fill_s / model - self.fill_correction)
+        itl_s = call.itl_s
+        if call.decode_pool is not None and itl_s is not None and itl_s > 0:
+            context = call.input_tokens + call.output_tokens / 2
+            model = self._tpot_s(call.decode_pool, call.decode_sequences, context)
+            self.decode_correction += learn * (itl_s / model - self.decode_correction)
 
-    def decode_calls_per_s(self, rt: ClusterRuntime) -> float:
-        key = tuple([(w.spec.pool, w.accepting, w.target_batch)
-                     for w in rt.decode_workers.values()])
-        if self._rates is not None and self._rates[0] == key:
-            return self._rates[1]
-        context = self._context_rounded.of(self.input_tokens + self.output_tokens / 2)
-        tpots = self._tpots
-        if tpots is None or tpots[0] != (key, context):
-            # Each accepting worker's (target batch, step time at it), in the workers' order.
-            tpots = self._tpots = ((key, context), [
-                (w.target_batch, self._model_tpot_rounded_s(w.spec.pool, w.target_batch,
-                                                            context))
-                for w in rt.decode_workers.values() if w.accepting])
+    def decode_calls_per_s(self, decode_workers: Iterable[Worker]) -> float:
+        """Decode calls a second over the accepting workers, each at its target batch."""
+        context = self.input_tokens + self.output_tokens / 2
         total = 0.0
-        for batch, tpot in tpots[1]:
-            total += batch / (tpot * self.decode_correction * self.output_tokens)
-        self._rates = (key, total)
+        for w in decode_workers:
+            if w.accepting:
+                tpot = self._tpot_s(w.pool, w.target_batch, context)
+                total += w.target_batch / (tpot * self.decode_correction * self.output_tokens)
         return total
 
-    def fill_latency_s(self, rt: ClusterRuntime) -> float:
-        key = tuple([w.spec.pool for w in rt.fill_workers.values()])
-        if self._fill is not None and self._fill[0] == key:
-            return self._fill[1]
-        new_tokens = self._new_rounded.of(self.new_tokens)
-        cached = self._cached_rounded.of(max(self.input_tokens - self.new_tokens, 0.0))
-        model = self._fill_model
-        if model is None or model[0] != (key, new_tokens, cached):
-            pools = self._fill_pools
-            if pools is None or pools[0] != key:
-                # Workers of one pool and phase predict the same fill: one figure for them
-                # all (a pool's workers share its phase).
-                pools = self._fill_pools = (key, [
-                    (pool, Phase.MIDFILL if phase is Phase.MIDFILL else Phase.PREFILL)
-                    for pool, phase in dict.fromkeys((w.spec.pool, w.spec.phase)
-                                                     for w in rt.fill_workers.values())])
-            worst = 0.0
-            for pool, phase in pools[1]:
-                worst = max(worst, self._model_fill_rounded_s(pool, phase, new_tokens, cached))
-            model = self._fill_model = ((key, new_tokens, cached), worst)
-        self._fill = (key, model[1] * self.fill_correction)
-        return self._fill[1]
-
-
-class Rounding:
-    """`round(x, digits)` of a float that moves a little at a time (an EWMA), for
-    `digits` <= 0: while x stays strictly within half a unit of the last value (a
-    multiple of 10 ** -digits, > 0), that value again, without rounding (~0.6 us a
-    `round` of a float to tens or more); the same double `round` gives (the nearest
-    multiple: no tie inside the open interval)."""
-
-    __slots__ = ("_digits", "_half", "_hi", "_lo", "_value")
-
-    def __init__(self, digits: int) -> None:
-        self._digits, self._half = digits, 10.0 ** -digits / 2
-        self._value, self._lo, self._hi = 0.0, 0.0, 0.0  # an empty interval
-
-    def of(self, x: float) -> float:
-        if self._lo < x < self._hi:
-            return self._value
-        value = self._value = round(x, self._digits)
-        if value > 0.0:  # (a zero's sign follows x's: not kept)
-            self._lo, self._hi = value - self._half, value + self._half
-        else:
-            self._lo = self._hi = 0.0
-        return value
+    def fill_latency_s(self, fill_workers: Iterable[Worker]) -> float:
+        """The slowest pool's typical fill, over the pools of the fill workers."""
+        cached = max(self.input_tokens - self.new_tokens, 0.0)
+        worst = 0.0
+        for pool in dict.fromkeys(w.pool for w in fill_workers):
+            worst = max(worst, self._fill_s(pool, self.new_tokens, cached))
+        return worst * self.fill_correction

@@ -1,6 +1,9 @@
 """The admission loop, linearised: its phase margin, delay included.
 
-Both built-in loops steer a quantity that integrates admissions:
+A policy declares its own linearised loop (`loop_model(config) -> LoopModel | None`,
+the optional part of `AdmissionPolicy`: orchestrator.control.policies.base); one
+without the method, or returning None, has no model, and the summary reports none.
+The built-in periodic loops steer a quantity that integrates admissions:
 - `buffered` admits at mu + (g / tau) (B* - EWMA_tau(B)) on a backlog B seen `lag`
   seconds late. Open loop: L(s) = g / (tau s (1 + tau s)) e^{-lag s}.
 - `retire` admits, every period T, the decode slots it sees free, which fill only
@@ -16,29 +19,59 @@ loop rings.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-
-from orchestrator.control.config import ControlConfig
 
 if TYPE_CHECKING:
     from scipy.signal import TransferFunction
 
 
-def open_loop(controller: str, config: ControlConfig, fill_latency_s: float
-              ) -> tuple[TransferFunction, float]:
-    """(rational part, delay in seconds) of the linearised open loop."""
+class LoopModelError(ValueError):
+    """A loop model of the wrong shape: names the field, the value and what was expected."""
+
+
+def _coefficients(name: str, values: tuple[float, ...]) -> None:
+    if not values or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
+        raise LoopModelError(f"{name}: expected finite numbers, got {values!r}")
+    if values[0] == 0:
+        raise LoopModelError(f"{name}: the leading coefficient must not be 0, got {values!r}")
+
+
+@dataclass(frozen=True)
+class LoopModel:
+    """A linearised open loop: a rational transfer function (coefficients of s, highest
+    power first) and a pure delay of `delay_s`, plus the run's measured pipeline delay
+    (admission to joining decode) when `through_pipeline` (the loop sees its admissions
+    only once they reach decode). `period_s`: the loop's sampling period (frequencies are
+    searched up to its Nyquist)."""
+
+    numerator: tuple[float, ...]
+    denominator: tuple[float, ...]
+    delay_s: float
+    period_s: float
+    through_pipeline: bool = False
+
+    def __post_init__(self) -> None:
+        _coefficients("numerator", self.numerator)
+        _coefficients("denominator", self.denominator)
+        if len(self.numerator) > len(self.denominator):
+            raise LoopModelError(f"numerator {self.numerator!r}: of a higher order than the "
+                                 f"denominator {self.denominator!r} (not proper)")
+        if not (math.isfinite(self.delay_s) and self.delay_s >= 0):
+            raise LoopModelError(f"delay_s: expected seconds >= 0, got {self.delay_s!r}")
+        if not (math.isfinite(self.period_s) and self.period_s > 0):
+            raise LoopModelError(f"period_s: expected seconds > 0, got {self.period_s!r}")
+
+
+def open_loop(model: LoopModel, pipeline_s: float) -> tuple[TransferFunction, float]:
+    """(rational part, delay in seconds) of the linearised open loop, with the run's
+    measured pipeline delay `pipeline_s`."""
     from scipy.signal import TransferFunction
 
-    lag = config.observation_lag_s
-    if controller == "retire":
-        period = config.fast_period_s
-        return TransferFunction([1.0], [period, 0.0]), lag + fill_latency_s
-    if controller in ("buffered", "predictive"):
-        tau, g = config.backlog_ewma_s, config.backlog_gain
-        return TransferFunction([g], [tau * tau, tau, 0.0]), lag
-    raise ValueError(f"no linear model for controller {controller!r}")
+    delay = model.delay_s + pipeline_s if model.through_pipeline else model.delay_s
+    return TransferFunction(list(model.numerator), list(model.denominator)), delay
 
 
 def _response(tf: TransferFunction, w: float | np.ndarray) -> np.ndarray:
@@ -48,11 +81,11 @@ def _response(tf: TransferFunction, w: float | np.ndarray) -> np.ndarray:
     return freqresp(tf, np.atleast_1d(np.asarray(w, dtype=float)))[1]
 
 
-def phase_margin_deg(controller: str, config: ControlConfig, fill_latency_s: float) -> float:
+def phase_margin_deg(model: LoopModel, pipeline_s: float) -> float:
     """180 degrees plus the open loop's phase where its gain crosses 1."""
     from scipy.optimize import brentq
 
-    tf, delay = open_loop(controller, config, fill_latency_s)
+    tf, delay = open_loop(model, pipeline_s)
     crossover = brentq(lambda w: math.log(abs(_response(tf, w)[0])), 1e-6, 1e3)
     phase = np.angle(_response(tf, crossover)[0]) - delay * crossover
     return float(math.degrees(phase) + 180.0)
@@ -78,8 +111,7 @@ def _phase_crossover(tf: TransferFunction, delay: float, lo: float, hi: float) -
         w[k - 1], w[k]))
 
 
-def ringing_period_s(controller: str, config: ControlConfig, pipeline_s: float
-                     ) -> float | None:
+def ringing_period_s(model: LoopModel, pipeline_s: float) -> float | None:
     """The period at which the linearised loop rings, from the run's observation lag and
     measured pipeline delay `pipeline_s` (admission to joining decode), or None if it is
     not predicted to ring.
@@ -91,9 +123,9 @@ def ringing_period_s(controller: str, config: ControlConfig, pipeline_s: float
     ch. 5). Positive margin: the closed loop's resonant peak, if its gain exceeds
     `RESONANCE` (damped ringing, damping ratio below ~0.65); a loop with no such peak
     does not ring."""
-    tf, delay = open_loop(controller, config, pipeline_s)
-    lo, hi = 1e-5, 2 * math.pi / (2 * config.fast_period_s)  # up to the sampling Nyquist
-    if phase_margin_deg(controller, config, pipeline_s) < 0:
+    tf, delay = open_loop(model, pipeline_s)
+    lo, hi = 1e-5, 2 * math.pi / (2 * model.period_s)  # up to the sampling Nyquist
+    if phase_margin_deg(model, pipeline_s) < 0:
         w180 = _phase_crossover(tf, delay, lo, hi)
         return None if w180 is None else 2 * math.pi / w180
     w = np.geomspace(lo, hi, 4000)

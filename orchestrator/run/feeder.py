@@ -1,42 +1,54 @@
-"""Sessions into the run: the half of `Orchestrator` (orchestrator.run.replay) that
+"""Sessions into the run: the `Orchestrator`'s (orchestrator.run.replay) part that
 starts them.
 
-`Feeder._feed` starts each session at its start time (`traces.replay.session_starts`)
+`Feeder.feed` starts each session at its start time (`traces.replay.session_starts`)
 from timer callbacks, not from a task that sleeps between starts (the same timers and
 turns, no future, wake-up and task step a session): a session of several calls runs as
 a task (`orchestrator.run.sessions.run_session`), and a one-call session (the open
 loop's) has its call submitted by a callback where its task's first step would run, the
-session ending with its call. It counts the sessions finished for the progress bar and
+session ending with its call (the run calls `session_finished`). It counts the sessions finished for the progress bar and
 waits for the last of them.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, Sequence
 
 import numpy as np
 
-from orchestrator.run.sessions import make_request, run_session
+from orchestrator.run.sessions import Pending, make_request, run_session
 from traces.model import Session
-from traces.replay import session_starts
+from traces.replay import LoadOptions, session_starts
+from traces.shared_prefix import SharedChains
+from workers.request import Request
 
 
 class Feeder:
-    """Mixed into `Orchestrator`, whose state it reads and writes (its sessions, load,
-    loop, `_arrive`, `_submit`); `_on_done` and `_reject` end a one-call session through
-    `_session_finished`."""
+    """Starts the sessions: a session's calls go to `submit` (awaited for the outcome),
+    a one-call session's call to `arrive` (no future: the run calls `session_finished`
+    when it ends). `first_session_s`, `last_session_s`: the span in which sessions were
+    started; `sessions_run`: how many."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, sessions: Sequence[Session], load: LoadOptions,
+                 shared_chains: SharedChains, next_call_id: Callable[[], int],
+                 submit: Callable[[Request], Awaitable[str]],
+                 arrive: Callable[[Request, None], Pending],
+                 on_progress: Callable[[int, int], None] | None = None) -> None:
+        self.sessions, self.load, self.shared_chains = sessions, load, shared_chains
+        self._next_call_id, self._submit, self._arrive = next_call_id, submit, arrive
+        self.on_progress = on_progress
+        self.first_session_s = self.last_session_s = 0.0
+        self.sessions_run = 0  # also when the run is stopped before they finish
         # Sessions ended, of how many (progress); one-call sessions still running, and the
-        # future the feeder waits on for them once all have started (`_feed`).
+        # future the feeder waits on for them once all have started (`feed`).
         self._sessions_finished = 0
         self._sessions_total = 0
         self._alone_left = 0
         self._alone_over: asyncio.Future | None = None
-        super().__init__()
 
-    async def _feed(self, rng: np.random.Generator) -> None:
-        loop = self._loop
+    async def feed(self, rng: np.random.Generator) -> None:
+        loop = asyncio.get_running_loop()
         # The sessions' tasks in start order, less those that returned: the gather at the
         # end waits for the rest as it would for all (the last started is among them), and
         # a task that failed or was cancelled stays for it to raise.
@@ -55,7 +67,7 @@ class Feeder:
         def on_finished(task: asyncio.Task) -> None:
             if not task.cancelled() and task.exception() is None:
                 del tasks[task]
-            self._session_finished(alone=False)
+            self.session_finished(alone=False)
 
         def step(due: tuple | None = None) -> None:
             """The feeder's turn: the sessions due start, then a timer is set for the
@@ -76,7 +88,7 @@ class Feeder:
                 if len(session.calls) == 1:
                     # A one-call session (the open loop's): its call is submitted by a
                     # callback where its task's first step would run, and the session ends
-                    # with the call (`_on_done`, `_reject`), without a task, its wake-up at
+                    # with the call (`session_finished`), without a task, its wake-up at
                     # the call's end and its done callback.
                     loop.call_soon(self._submit_alone, session)
                     self._alone_left += 1
@@ -92,7 +104,7 @@ class Feeder:
             if self.on_progress is not None:
                 self.on_progress(self._sessions_finished, started)
             self._sessions_total = started
-            self.sessions_run = started  # also when the run is stopped before they finish
+            self.sessions_run = started
             if self._alone_left:  # one-call sessions still running: done when the last ends
                 self._alone_over = loop.create_future()
                 fed.set_result(asyncio.gather(*tasks, self._alone_over))
@@ -117,7 +129,7 @@ class Feeder:
             raise
         await gathered
 
-    def _session_finished(self, alone: bool) -> None:
+    def session_finished(self, alone: bool) -> None:
         """A session ended (`alone`: a one-call session without a task): counted, and the
         progress told; the last one-call session's end ends the feeder's wait for them."""
         self._sessions_finished += 1

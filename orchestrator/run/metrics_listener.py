@@ -14,7 +14,6 @@ from __future__ import annotations
 import itertools
 
 from orchestrator.control.policies.base import AdmissionReason
-from orchestrator.control.snapshot import worker_hbm_per_gpu
 from orchestrator.run.metrics import (
     OSCILLATION_WINDOW_SLOW_PERIODS,
     PREFIX,
@@ -22,6 +21,7 @@ from orchestrator.run.metrics import (
     Metrics,
     oscillation_index,
 )
+from orchestrator.run.sampler import worker_hbm_per_gpu
 from storage.tiers import Tier
 from workers.request import LatencyPart
 

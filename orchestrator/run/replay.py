@@ -1,12 +1,14 @@
 """The control plane's async shell: sessions in, admission, routing, the two loops.
 
 Only this module (with `feeder`, which starts the sessions, `fast_loop`,
-`idle_spans` and `reconfig`) awaits anything on the orchestrator side. The fast loop (`orchestrator.run.fast_loop`, mixed in,
-asleep over idle spans in `orchestrator.run.idle_spans`) samples the cluster
-every period, hands the admission policy its lagged observation and applies
-its decision; the slow loop here does the same for reallocation; both record
-the series and the counters the summary is built from. Conservation is checked
-at every sample: submitted = completed + rejected + in flight.
+`idle_spans` and `reconfig`) awaits anything on the orchestrator side. The
+`Orchestrator` is composed of its parts: the `Feeder` starts the sessions, the
+`FastLoop` (orchestrator.run.fast_loop, asleep over idle spans in
+orchestrator.run.idle_spans) samples the cluster every period through the
+`Sampler` (orchestrator.run.sampler), hands the admission policy its lagged
+observation and applies its decision; the slow loop here does the same for
+reallocation; both record the series and the counters the summary is built from.
+Conservation is checked at every sample: submitted = completed + rejected + in flight.
 """
 
 from __future__ import annotations
@@ -15,34 +17,55 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import numpy as np
 
 from orchestrator.control.config import ControlConfig
 from orchestrator.control.observe import ObservationLag
-from orchestrator.control.policies.base import AdmissionPolicy
+from orchestrator.control.policies.base import AdmissionPolicy, loop_model_of
 from orchestrator.control.predictor import Predictor, PredictorSettings
-from orchestrator.control.realloc import Reallocator, ReallocDecision
-from orchestrator.control.router import FillCandidate, PrefixAffinityRouter
-from orchestrator.control.snapshot import HbmPeak, energy_j
+from orchestrator.control.realloc import ReallocationPolicy, Reallocator, ReallocDecision
+from orchestrator.control.router import FillCandidate, PrefixAffinityRouter, RoutingPolicy
+from orchestrator.control.stability import LoopModel
 from orchestrator.run.collector import fewer_young_collections
 from orchestrator.run.completed import CompletedCalls
 from orchestrator.run.fast_loop import ConservationError, FastLoop
 from orchestrator.run.feeder import Feeder
-from orchestrator.run.idle_spans import IdleSpans
 from orchestrator.run.ledger import LedgerListener, held_call_ids
 from orchestrator.run.plugin_checks import checked_realloc, checked_route, plugin_failed
+from orchestrator.run.quotes import PoolQuotes
 from orchestrator.run.reconfig import Reconfigurer
 from orchestrator.run.result import ReplayResult, decode_slots
+from orchestrator.run.sampler import HbmPeak, Sampler, energy_j
+from orchestrator.run.series import Series
 from orchestrator.run.sessions import Outcome, Pending
 from storage.tiers import Tier
 from traces.model import Session
 from traces.replay import LoadOptions
 from traces.shared_prefix import SharedChains
 from workers.cluster import BoundCluster
+from workers.executor import StepExecutor
 from workers.kv_policy import DEFAULT_KV_POLICY, KVPolicy
 from workers.request import Request
 from workers.runtime import ClusterRuntime
+
+
+class Backend(Protocol):
+    """Live mode's worker processes (orchestrator.live.LiveBackend): its `executor` runs
+    the workers' steps; it re-dispatches a lost worker's calls."""
+
+    executor: StepExecutor
+
+    async def start(self, orch: Orchestrator) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class DecisionLog(Protocol):
+    """A structlog logger, as the run logs decisions to it."""
+
+    def info(self, event: str, **fields: object) -> None: ...
 
 
 def _block_tokens(sessions: Sequence[Session]) -> int:
@@ -53,23 +76,29 @@ def _block_tokens(sessions: Sequence[Session]) -> int:
     return sizes.pop()
 
 
-class Orchestrator(Feeder, FastLoop, IdleSpans):
-    def __init__(self, cluster: BoundCluster, sessions: Sequence[Session], policy: AdmissionPolicy,
-                 control: ControlConfig, load: LoadOptions, seed: int,
-                 on_progress: Callable[[int, int], None] | None = None, logger=None,
-                 listeners: Sequence[object] = (), deadline_s: float | None = None,
-                 reallocator=None, router=None, backend=None, skip_idle: bool = True,
-                 predictor: PredictorSettings | None = None,
-                 kv_policy: KVPolicy = DEFAULT_KV_POLICY):
+class Orchestrator:
+    """A replay: the sessions fed into the cluster's runtime, the fast loop admitting
+    them, the slow loop reallocating workers between pools. The first six arguments
+    may be given in order; the rest by name."""
+
+    def __init__(self, cluster: BoundCluster, sessions: Sequence[Session],
+                 policy: AdmissionPolicy, control: ControlConfig, load: LoadOptions,
+                 seed: int, *, on_progress: Callable[[int, int], None] | None = None,
+                 logger: DecisionLog | None = None, listeners: Sequence[object] = (),
+                 deadline_s: float | None = None,
+                 reallocator: ReallocationPolicy | None = None,
+                 router: RoutingPolicy | None = None, backend: Backend | None = None,
+                 skip_idle: bool = True, predictor: PredictorSettings | None = None,
+                 kv_policy: KVPolicy = DEFAULT_KV_POLICY) -> None:
         self.cluster, self.sessions, self.policy = cluster, list(sessions), policy
         self.control, self.load, self.seed = control, load, seed
-        self.on_progress = on_progress
         self.logger = logger  # a structlog logger for decisions, or None
         # Observers of the run (metrics, trace events): each may define on_sample(orch, obs,
         # now_s), on_submit/on_done/on_reject(orch, req, now_s), on_decision(orch, decision,
-        # now_s) and on_reallocation(orch, decision, now_s). They read; they never steer.
+        # now_s), on_skip(orch, first_s, last_s, ticks) and on_reallocation(orch, decision,
+        # now_s). They read; they never steer.
         self.listeners = list(listeners)
-        # Each event's listener methods, looked up once (`_notify`); listeners are only
+        # Each event's listener methods, looked up once (`notify`); listeners are only
         # ever added (a live backend's ledger), which looks them up again.
         self._hooks: dict[str, list] = {}
         self._hooks_of = 0
@@ -84,16 +113,18 @@ class Orchestrator(Feeder, FastLoop, IdleSpans):
         self.deadline_s = deadline_s
         self.timed_out = False
         self.skip_idle = skip_idle  # virtual time: skip sampling idle spans
-        # Live mode's worker processes (orchestrator.live.LiveBackend): its `executor` runs
-        # the workers' steps; it re-dispatches a lost worker's calls. None: in-process.
+        # Live mode's worker processes; None: in-process.
         self.backend = backend
         self.interrupted = False  # stopped by `interrupt()` (SIGINT/SIGTERM in live mode)
         # The slow loop and the router, each behind its public interface (ReallocationPolicy,
         # RoutingPolicy); None: the built-ins.
-        self._reallocator, self.router = reallocator, router or PrefixAffinityRouter()
+        self._reallocator = reallocator
+        self.router: RoutingPolicy = router or PrefixAffinityRouter()
         self.block_tokens = _block_tokens(self.sessions)
-        # The controller's model of the service: its own, learnt from completed calls.
-        self.predictor = Predictor(cluster, predictor)
+        # The controller's model of the service: its own, learnt from completed calls,
+        # pricing steps with its own copy of the cost core.
+        settings = predictor or PredictorSettings()
+        self.predictor = Predictor(PoolQuotes(cluster, settings.efficiency), settings)
         self.counters = dict.fromkeys(
             ("submitted", "admitted", "completed", "retired", "rejected", "redispatched",
              "context_rejected", "context_truncated"), 0)
@@ -108,13 +139,28 @@ class Orchestrator(Feeder, FastLoop, IdleSpans):
         self.realloc_decisions: list[ReallocDecision] = []
         self.realloc_times_s: list[float] = []
         self.done = CompletedCalls()  # completed calls, as columns
+        self.series = Series(period_s=control.fast_period_s)
         self._rejected_arrivals_s: list[float] = []
-        self._candidate_memo: dict = {}  # by worker name: (its figures, its FillCandidate)
         # A policy that decides at every event on the cluster as it is (policies.local).
         self._event_driven = bool(getattr(policy, "event_driven", False))
         self.shared_chains = SharedChains()  # what the sessions share (traces.shared_prefix)
         self.kv_policy = kv_policy  # where a call's KV goes when it ends (workers.kv_policy)
-        super().__init__()  # the feeder's, the fast loop's and its idle spans' own state
+        self.feeder = Feeder(sessions=self.sessions, load=load, shared_chains=self.shared_chains,
+                             next_call_id=self._next_call_id, submit=self._submit,
+                             arrive=self._arrive, on_progress=on_progress)
+        self.fast: FastLoop | None = None  # built with the runtime (`_set_up`)
+
+    @property
+    def decisions(self) -> list[tuple[float, str, int]]:
+        """The fast loop's decisions: (first time, reason, periods) per run of a reason."""
+        return self.fast.decisions if self.fast is not None else []
+
+    # -- what the fast loop asks of the run (fast_loop.LoopHost) -------------------------
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    def moving(self) -> bool:
+        return self.reconfigurer.busy()
 
     # -- sessions and calls ----------------------------------------------------------
     def _next_call_id(self) -> int:
@@ -126,10 +172,9 @@ class Orchestrator(Feeder, FastLoop, IdleSpans):
     def _arrive(self, req: Request, future: asyncio.Future | None) -> Pending:
         """A call arrives now: queued for admission, or refused for its length. Its
         pending call; `future` gets the outcome (None: the call of a one-call session
-        that has no task, `_feed`)."""
+        that has no task, `Feeder`)."""
         loop = self._loop
-        if self._span is not None:  # the idle span's samples before this arrival
-            self.flush_idle(loop.time_ns())
+        self.fast.idle.flush(loop.time_ns())  # the idle span's samples before this arrival
         req.arrival_s = loop.time()
         pending = Pending(req, future, req.interactive)
         self.counters["submitted"] += 1
@@ -138,10 +183,10 @@ class Orchestrator(Feeder, FastLoop, IdleSpans):
             return pending
         self.queue.append(pending)
         self._pending[req.call_id] = pending
-        self._wake.set()
-        self._notify("on_submit", req, req.arrival_s)
+        self.wake()
+        self.notify("on_submit", req, req.arrival_s)
         if self._event_driven:
-            self._decide_now(req.arrival_s)
+            self.fast.decide_now(req.arrival_s)
         return pending
 
     def _on_done(self, req: Request, now_s: float) -> None:
@@ -154,17 +199,17 @@ class Orchestrator(Feeder, FastLoop, IdleSpans):
         self.counters["completed"] += 1
         if req.decode_worker is not None:
             self.counters["retired"] += 1
-        self._period_done.append(req)
-        self.predictor.observe_completion(req, self.runtime)
-        self._notify("on_done", req, now_s)
+        self.fast.completed(req)
+        self.predictor.observe_completion(self.sampler.completed(req))
+        self.notify("on_done", req, now_s)
         self.done.append(req)  # its row, for the summary
         req.compact()  # the period's calls keep it until the next sample: not its block ids
         if future is None:
-            self._session_finished(alone=True)
+            self.feeder.session_finished(alone=True)
         elif not future.done():
             future.set_result(Outcome.DONE)
         if self._event_driven and self.queue:
-            self._decide_now(now_s)
+            self.fast.decide_now(now_s)
 
     def _refused_for_context(self, pending: Pending) -> bool:
         """A call longer than the model's context: its output cut to fit (False), or its
@@ -176,38 +221,35 @@ class Orchestrator(Feeder, FastLoop, IdleSpans):
             return False
         self.counters["context_rejected"] += 1
         self._pending[req.call_id] = pending
-        self._notify("on_submit", req, req.arrival_s)
-        self._reject(pending)
+        self.notify("on_submit", req, req.arrival_s)
+        self.reject(pending)
         return True
 
-    def _reject(self, pending: Pending) -> None:
+    def reject(self, pending: Pending) -> None:
         del self._pending[pending.request.call_id]
         self._rejected_arrivals_s.append(pending.request.arrival_s)
         self.counters["rejected"] += 1
-        self._notify("on_reject", pending.request, self._loop.time())
+        self.notify("on_reject", pending.request, self._loop.time())
         if pending.future is None:
-            self._session_finished(alone=True)
+            self.feeder.session_finished(alone=True)
         else:
             pending.future.set_result(Outcome.REJECTED)
 
-    # -- the fast loop ---------------------------------------------------------------
+    # -- routing -------------------------------------------------------------------------
     def _candidates(self, resident: dict[str, int] | None = None) -> list[FillCandidate]:
         """The intake workers as the router sees them; `resident`: tokens of the call's
         prefix in each one's HBM, by name (retained KV)."""
         out = []
-        memo = self._candidate_memo
         for w in self.runtime.intake_workers():  # fill workers and mixed workers
             queue = w.queue
             queued = sum([r.input_tokens - r.prefix_tokens for r in queue]) if queue else 0
-            key = (w, queued, w.accepting, resident.get(w.name, 0) if resident else 0)
-            last = memo.get(w.name)
-            if last is None or last[0] != key:  # candidates are frozen: a repeat is shared
-                last = memo[w.name] = (key, FillCandidate(w.name, w.spec.phase.name.lower(),
-                                                          w.spec.node, *key[1:]))
-            out.append(last[1])
+            out.append(FillCandidate(
+                name=w.name, phase=w.spec.phase.name.lower(), node=w.spec.node,
+                queued_tokens=queued, accepting=w.accepting,
+                resident_tokens=resident.get(w.name, 0) if resident else 0))
         return out
 
-    def _route(self, pending: Pending, now_s: float) -> bool:
+    def route(self, pending: Pending, now_s: float) -> bool:
         req = pending.request
         match = self.runtime.store.match(req.block_ids)
         nodes = frozenset()
@@ -227,7 +269,7 @@ class Orchestrator(Feeder, FastLoop, IdleSpans):
         self.runtime.submit_fill(worker, req, now_s)
         return True
 
-    def _notify(self, event: str, *args) -> None:
+    def notify(self, event: str, *args: object) -> None:
         if len(self.listeners) != self._hooks_of:  # listeners added: look hooks up again
             self._hooks.clear()
             self._hooks_of = len(self.listeners)
@@ -244,8 +286,8 @@ class Orchestrator(Feeder, FastLoop, IdleSpans):
         await asyncio.sleep(self.control.slow_period_s)
         while True:
             now_s = loop.time()
-            if self._span is not None:  # the idle span's samples before this decision
-                self.flush_idle(loop.time_ns())
+            self.fast.idle.flush(loop.time_ns())  # the idle span's samples before this
+
             try:
                 decision = self.realloc.decide(self.lag.seen_at(now_s), now_s)
             except Exception as exc:
@@ -256,7 +298,7 @@ class Orchestrator(Feeder, FastLoop, IdleSpans):
             started = decision.move is not None and self.reconfigurer.start(decision.move, now_s)
             if started:
                 self.wake()
-            self._notify("on_reallocation", decision, now_s)
+            self.notify("on_reallocation", decision, now_s)
             if self.logger is not None:
                 self.logger.info("reallocation", t_s=round(now_s, 6), reason=decision.reason.value,
                                  imbalance=round(decision.imbalance, 6),
@@ -282,10 +324,14 @@ class Orchestrator(Feeder, FastLoop, IdleSpans):
                                       seed=self.seed, kv_policy=self.kv_policy)
         # An event-driven policy is the engine's own scheduler: it sees its state unlagged.
         self.lag = ObservationLag(0.0 if self._event_driven else self.control.observation_lag_s)
-        self.series.period_s = self.control.fast_period_s
         self.realloc = self._reallocator or Reallocator(self.control)
         self._pool_names = frozenset(p.name for p in self.cluster.spec.pools)
         self.reconfigurer = Reconfigurer(self.runtime, self.cluster, self.weights_per_gpu)
+        self.sampler = Sampler(self.runtime, self.predictor, self.control.fast_period_s)
+        self.fast = FastLoop(queue=self.queue, runtime=self.runtime, policy=self.policy,
+                             series=self.series, control=self.control, lag=self.lag,
+                             sampler=self.sampler, hbm_peak=self._hbm_peak, host=self,
+                             logger=self.logger, skip_idle=self.skip_idle)
 
     async def _run(self) -> ReplayResult:
         wall0 = time.perf_counter()  # wall-clock ok: reported as sim.wall_s
@@ -306,10 +352,10 @@ class Orchestrator(Feeder, FastLoop, IdleSpans):
         if self.backend is not None:
             await self.backend.start(self)
         self.runtime.start()  # a worker task that fails reaches `crashed` (workers.runtime)
-        loops = [asyncio.create_task(self._fast_loop())]
+        loops = [asyncio.create_task(self.fast.run())]
         if self.control.realloc_enabled:
             loops.append(asyncio.create_task(self._slow_loop()))
-        feeder = asyncio.create_task(self._feed(np.random.default_rng(self.seed)))
+        feeder = asyncio.create_task(self.feeder.feed(np.random.default_rng(self.seed)))
         feeder_box.append(feeder)
         self._feeder = feeder
         if self.interrupted:
@@ -336,12 +382,16 @@ class Orchestrator(Feeder, FastLoop, IdleSpans):
         if self._crash is not None:
             await self.runtime.stop()
             raise self._crash
-        self._sample(loop.time())
+        self.fast.sample(loop.time())
         await self.reconfigurer.stop()
         if self.ledger is not None:
             self.ledger_report = self.ledger.ledger.reconcile(held_call_ids(self))
         await self.runtime.stop()
         return self._result(loop.time(), time.perf_counter() - wall0)  # wall-clock ok
+
+    def wake(self) -> None:
+        """Work arrived (a call, a worker move): the fast loop samples again."""
+        self.fast.idle.wake()
 
     def interrupt(self) -> None:
         """Stop the run now; calls still in flight are reported as such."""
@@ -349,6 +399,13 @@ class Orchestrator(Feeder, FastLoop, IdleSpans):
         feeder = getattr(self, "_feeder", None)
         if feeder is not None:
             feeder.cancel()
+
+    def _loop_model(self) -> LoopModel | None:
+        """The policy's linearised loop; its mistakes stop the run as a PolicyError."""
+        try:
+            return loop_model_of(self.policy, self.control)
+        except Exception as exc:
+            raise plugin_failed("controller", self.policy, exc) from exc
 
     def _result(self, end_s: float, wall_s: float) -> ReplayResult:
         rt = self.runtime
@@ -358,7 +415,7 @@ class Orchestrator(Feeder, FastLoop, IdleSpans):
         return ReplayResult(
             requests=self.done, counters=dict(self.counters), series=self.series,
             decisions=self.decisions, reconfigurations=self.reconfigurer.log,
-            sessions=getattr(self, "sessions_run", 0), simulated_s=end_s, wall_s=wall_s,
+            sessions=self.feeder.sessions_run, simulated_s=end_s, wall_s=wall_s,
             events=rt.log.count, energy_j=energy, peak_hbm_bytes_per_gpu=self._hbm_peak.peak,
             kv_bytes_moved=int(sum(snap.moved_bytes.values())), gpus=self.cluster.spec.gpus,
             store_counters=snap, control=self.control, policy=self.policy.name,
@@ -366,12 +423,13 @@ class Orchestrator(Feeder, FastLoop, IdleSpans):
             link_utilisation=rt.links.utilisation(end_s),
             path_bytes={k: int(v) for k, v in sorted(rt.links.bytes_by_path.items())},
             realloc_decisions=self.realloc_decisions, realloc_times_s=self.realloc_times_s,
-            first_session_s=getattr(self, "first_session_s", 0.0),
-            last_session_s=getattr(self, "last_session_s", 0.0),
-            predicted_fill_latency_s=self.predictor.fill_latency_s(rt),
-            predicted_decode_calls_per_s=self.predictor.decode_calls_per_s(rt),
+            first_session_s=self.feeder.first_session_s,
+            last_session_s=self.feeder.last_session_s,
+            predicted_fill_latency_s=self.sampler.predicted_fill_latency_s(),
+            predicted_decode_calls_per_s=self.sampler.predicted_decode_calls_per_s(),
             rejected_arrivals_s=self._rejected_arrivals_s,
             decode_slots=decode_slots(self.cluster), ledger=self.ledger_report,
+            loop_model=self._loop_model(),
             shared_prefix={"sessions": self.shared_chains.sessions,
                            "tokens": self.shared_chains.tokens,
                            "chains": self.shared_chains.count})

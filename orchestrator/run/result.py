@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from costmodel.phase import Phase
 from orchestrator.control.config import ControlConfig
 from orchestrator.control.realloc import ReallocDecision
+from orchestrator.control.stability import LoopModel
 from orchestrator.run.series import Series
 from workers.cluster import BoundCluster
 from workers.request import Request
@@ -48,6 +49,9 @@ class ReplayResult:
     # utilisation {"mean", "p99"}; bytes started per kind of path.
     link_utilisation: dict = field(default_factory=dict)
     path_bytes: dict = field(default_factory=dict)
+    # The policy's linearised admission loop (orchestrator.control.stability); None: it
+    # declares none.
+    loop_model: LoopModel | None = None
 
 
 def decode_slots(cluster: BoundCluster) -> int:

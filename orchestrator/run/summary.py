@@ -138,19 +138,18 @@ def pipeline_s(result: ReplayResult) -> float:
 def loop_model(result: ReplayResult) -> dict[str, float | None]:
     """The linearised admission loop at this run's observation lag and measured pipeline
     delay: its phase margin and predicted ringing period (model-derived figures, beside the
-    measured `oscillation_period_s`). None for a controller without a linear model."""
+    measured `oscillation_period_s`). None for a controller that declares no linear
+    model (`result.loop_model`, the policy's own: orchestrator.control.policies.base)."""
     from orchestrator.control.stability import phase_margin_deg, ringing_period_s
 
     delay = pipeline_s(result)
     out: dict[str, float | None] = {"lag_s": result.control.observation_lag_s,
                                     "pipeline_s": delay, "phase_margin_deg": None,
                                     "predicted_ringing_period_s": None}
-    try:
-        out["phase_margin_deg"] = phase_margin_deg(result.policy, result.control, delay)
-        out["predicted_ringing_period_s"] = ringing_period_s(result.policy, result.control,
-                                                             delay)
-    except ValueError:  # a controller without a linear model
-        pass
+    model = result.loop_model
+    if model is not None:
+        out["phase_margin_deg"] = phase_margin_deg(model, delay)
+        out["predicted_ringing_period_s"] = ringing_period_s(model, delay)
     return out
 
 

@@ -138,7 +138,7 @@ class TraceRecorder:
         self._pools: dict[str, str] = {}  # pool -> phase, in the cluster's order
         self._runtime = None
 
-    # -- listener hooks (orchestrator.run.replay.Orchestrator._notify) -----------------------
+    # -- listener hooks (orchestrator.run.replay.Orchestrator.notify) ------------------------
     def on_submit(self, orch, req: Request, now_s: float) -> None:
         if self._runtime is None:
             self._attach(orch)

@@ -14,8 +14,10 @@ from costmodel.model import load_model
 from orchestrator.control.config import ControlConfig
 from orchestrator.control.observe import Observation
 from orchestrator.control.policies import make_policy
-from orchestrator.run import idle_spans
+from orchestrator.run.fast_loop import FastLoop
+from orchestrator.run.idle_spans import IdleSpans
 from orchestrator.run.replay import Orchestrator
+from orchestrator.run.sampler import Sampler
 from orchestrator.run.summary import summarize
 from tests.factories import short_agent_sessions, small_cluster
 from traces.replay import LoadOptions
@@ -24,19 +26,24 @@ from workers.clock import VirtualClock, VirtualEventLoop
 LLAMA = load_model("llama-3.1-70b")
 
 
-class _Looks(Orchestrator):
-    """Looks at the cluster at every sample and at every idle span's first sample (the
-    restamps never taken)."""
+def _looks_every_time(monkeypatch):
+    """The fast loop looks at the cluster at every sample and at every idle span's first
+    sample (the restamps never taken)."""
+    sample, next_idle = FastLoop.sample, IdleSpans._next_idle_obs
 
-    def _sample(self, now_s, loop=None):
-        super()._sample(now_s, None)
+    def looks(self, now_s, loop=None):
+        sample(self, now_s, None)
 
-    def _next_idle_obs(self, next_s):
-        touched, self._touched = self._touched, True  # as if the decision moved something
+    def next_idle_looks(self, next_s):
+        fast = self.loop
+        touched, fast.touched = fast.touched, True  # as if the decision moved something
         try:
-            return super()._next_idle_obs(next_s)
+            return next_idle(self, next_s)
         finally:
-            self._touched = touched
+            fast.touched = touched
+
+    monkeypatch.setattr(FastLoop, "sample", looks)
+    monkeypatch.setattr(IdleSpans, "_next_idle_obs", next_idle_looks)
 
 
 class _Heard:
@@ -47,10 +54,10 @@ class _Heard:
         self.samples.append((now_s, obs))
 
 
-def _run(cls, controller):
+def _run(controller):
     control = ControlConfig(realloc_enabled=True)
     heard = _Heard()
-    orch = cls(small_cluster().bind(LLAMA), short_agent_sessions(6, 8, seed=3),
+    orch = Orchestrator(small_cluster().bind(LLAMA), short_agent_sessions(6, 8, seed=3),
                make_policy(controller, control, 4), control,
                LoadOptions(sessions_per_hour=600, think_scale=0.2), 1, listeners=[heard])
     result = VirtualClock().run(orch.run())
@@ -58,30 +65,33 @@ def _run(cls, controller):
 
 
 def _count_calls(monkeypatch, owner, name: str) -> list[float]:
-    """Replace `owner.name(obs, time_s, pools=None)` by a wrapper that also records each
-    call's time_s; the list it records into."""
-    times: list[float] = []
+    """Replace the method `owner.name(self, obs_or_time, ...)` by a wrapper that also
+    records each call's second argument; the list it records into."""
+    seen: list = []
     original = getattr(owner, name)
 
-    def counted(obs, time_s, pools=None):
-        times.append(time_s)
-        return original(obs, time_s, pools)
+    def counted(self, first, *args):
+        seen.append(first)
+        return original(self, first, *args)
 
     monkeypatch.setattr(owner, name, counted)
-    return times
+    return seen
 
 
 @pytest.mark.parametrize("controller", ["retire", "buffered"])
 def test_restamped_samples_are_the_samples_of_looking(controller, monkeypatch):
     restamps = _count_calls(monkeypatch, Observation, "restamped")
-    idle = _count_calls(monkeypatch, idle_spans, "observation_at")
-    result, summary, heard = _run(Orchestrator, controller)
-    assert len(restamps) > 20  # the unchanged cluster was restamped, not looked at
-    looked, idle_restamps = len(restamps), len(idle)
-    l_result, l_summary, l_heard = _run(_Looks, controller)
-    assert len(restamps) == looked  # looking every time restamps nothing
-    # An idle span's first sample was restamped too (the lead samples' copies aside).
-    assert idle_restamps - (len(idle) - idle_restamps) > 5
+    idle = _count_calls(monkeypatch, Sampler, "idle")
+    result, summary, heard = _run(controller)
+    restamped, idle_restamps = len(restamps), len(idle)
+    assert idle_restamps > 5  # an idle span's first sample was restamped
+    del restamps[:], idle[:]
+    _looks_every_time(monkeypatch)
+    l_result, l_summary, l_heard = _run(controller)
+    assert not idle  # looking every time restamps no idle span's sample
+    # The unchanged cluster was restamped, not looked at (the rest: the observation
+    # lag's copies of a held sample and the idle spans' lead samples, in both runs).
+    assert restamped - len(restamps) > 20
     assert heard.samples == l_heard.samples
     assert result.decisions == l_result.decisions
     for name in ("decode_occupancy", "backlog", "in_flight", "admitted", "time_s"):
@@ -92,28 +102,22 @@ def test_restamped_samples_are_the_samples_of_looking(controller, monkeypatch):
         assert value == other or (isinstance(value, float) and math.isnan(value)), key
 
 
-class _Walks(Orchestrator):
-    """Walks every worker's state at every look (the last look's figures never reused)."""
-
-    @staticmethod
-    def _unchanged(fill_states, decode_states, looked):
-        return False
-
-
 @pytest.mark.parametrize("controller", ["retire", "buffered"])
 def test_a_look_at_unchanged_workers_is_the_look_that_walks_them(controller, monkeypatch):
     reused = []
-    original = Orchestrator._unchanged
+    original = Sampler.unchanged
 
     def counted(fill_states, decode_states, looked):
         same = original(fill_states, decode_states, looked)
         reused.append(same)
         return same
 
-    monkeypatch.setattr(Orchestrator, "_unchanged", staticmethod(counted))
-    result, summary, heard = _run(Orchestrator, controller)
+    monkeypatch.setattr(Sampler, "unchanged", staticmethod(counted))
+    result, summary, heard = _run(controller)
     assert sum(reused) > 20  # looks that found every worker's state as at the last look
-    w_result, w_summary, w_heard = _run(_Walks, controller)
+    # Walks every worker's state at every look (the last look's figures never reused).
+    monkeypatch.setattr(Sampler, "unchanged", staticmethod(lambda *_: False))
+    w_result, w_summary, w_heard = _run(controller)
     assert heard.samples == w_heard.samples  # every observation, field for field
     assert result.decisions == w_result.decisions
     for name in ("decode_occupancy", "backlog", "in_flight", "admitted", "time_s"):
@@ -141,26 +145,10 @@ def test_the_virtual_loop_counts_the_callbacks_it_runs():
         loop.close()
 
 
-def test_a_fast_observation_is_the_dataclass_built_field_by_field():
-    from dataclasses import asdict, fields
-
-    from orchestrator.control.observe import PoolObservation, observation
-
-    values = {f.name: i for i, f in enumerate(fields(Observation))}
-    values["pools"] = (PoolObservation("decode", "decode", 2, 0, 1, 8, 0.5),)
-    fast, slow = observation(**values), Observation(**values)
-    assert fast == slow and asdict(fast) == asdict(slow) and hash(fast.pools) == hash(slow.pools)
-    with pytest.raises(TypeError, match="admission_queue"):
-        observation(**{k: v for k, v in values.items() if k != "admission_queue"})
-    with pytest.raises(AttributeError):
-        fast.time_s = 1.0  # still frozen
-
-
-def test_a_snapshot_of_the_cluster_has_every_field_and_no_other():
+def test_the_samples_heard_are_observations_of_the_cluster_as_it_was():
     from dataclasses import fields
 
     from orchestrator.control.observe import PoolObservation
-    from orchestrator.control.snapshot import observe
 
     heard = _Heard()
     control = ControlConfig(realloc_enabled=False)
@@ -169,13 +157,14 @@ def test_a_snapshot_of_the_cluster_has_every_field_and_no_other():
                         LoadOptions(sessions_per_hour=3600, think_scale=0.05), 1,
                         listeners=[heard])
     VirtualClock().run(orch.run())
+    obs = orch.sampler.look_still(1.0, orch.counters, 0, 0)
+    assert obs.time_s == 1.0 and obs.admission_queue == 0
+    assert obs.completed_total == orch.counters["completed"] > 0
+    assert all(p.busy_fraction == 0.0 for p in obs.pools)  # no busy time: a still look
     names = [f.name for f in fields(Observation)]
-    obs = observe(orch.runtime, 1.0, orch.counters, 0, 0, orch.predictor, {})
-    assert list(vars(obs)) == names
-    assert obs == Observation(**{name: getattr(obs, name) for name in names})
-    assert all(list(vars(o)) == names for _, o in heard.samples)
-    # Its pools too: built directly (snapshot.pool_observation), every field, in order.
-    pool_names = [f.name for f in fields(PoolObservation)]
+    assert all(type(o) is Observation and o == Observation(**{n: getattr(o, n) for n in names})
+               for _, o in heard.samples)
     pools = [p for _, o in heard.samples for p in o.pools]
-    assert pools and all(list(vars(p)) == pool_names and p == PoolObservation(**vars(p))
-                         and hash(p) == hash(PoolObservation(**vars(p))) for p in pools)
+    assert pools and all(type(p) is PoolObservation for p in pools)
+    assert any(p.busy_fraction > 0 for p in pools)  # a period's busy share, in [0, 1]
+    assert all(0.0 <= p.busy_fraction <= 1.0 for p in pools)

@@ -6,8 +6,8 @@ import pytest
 from costmodel.model import load_model
 from orchestrator.control.config import ControlConfig
 from orchestrator.control.policies import make_policy
-from orchestrator.control.snapshot import hbm_per_gpu
 from orchestrator.run.replay import Orchestrator
+from orchestrator.run.sampler import hbm_per_gpu
 from tests.factories import short_agent_sessions, small_cluster
 from traces.replay import LoadOptions
 from workers.clock import VirtualClock

@@ -1,5 +1,6 @@
 """The controllers' model of the service: its own prior, biased on request, learnt online
-from completed calls; never the trace or the plant's pricers."""
+from completed calls; never the trace, the plant's pricers or the workers (the shell
+hands it facts: orchestrator.run.sampler)."""
 
 import inspect
 from dataclasses import dataclass
@@ -9,7 +10,10 @@ import pytest
 
 from costmodel.model import load_model
 from costmodel.phase import Phase
-from orchestrator.control.predictor import PRIOR_EFFICIENCY, Predictor, PredictorSettings
+from orchestrator.control.predictor import PRIOR_EFFICIENCY, PredictorSettings
+from orchestrator.control.predictor import Predictor as _Predictor
+from orchestrator.run.quotes import PoolQuotes
+from orchestrator.run.sampler import Sampler
 from tests.factories import small_cluster
 from workers.request import LatencyPart, Request
 from workers.runtime import ClusterRuntime
@@ -27,6 +31,27 @@ def runtime(cluster):
     return ClusterRuntime(cluster, 64)
 
 
+def Predictor(cluster, settings=None):
+    settings = settings or PredictorSettings()
+    return _Predictor(PoolQuotes(cluster, settings.efficiency), settings)
+
+
+class Shell:
+    """The predictor as the run asks it: through the sampler's facts of a runtime."""
+
+    def __init__(self, predictor, rt):
+        self.p, self.rt = predictor, rt
+
+    def fill_latency_s(self):
+        return self.p.fill_latency_s([w.state() for w in self.rt.fill_workers.values()])
+
+    def decode_calls_per_s(self):
+        return self.p.decode_calls_per_s([w.state() for w in self.rt.decode_workers.values()])
+
+    def observe_completion(self, req):
+        self.p.observe_completion(Sampler(self.rt, self.p, 1.0).completed(req))
+
+
 def done_call(rt, call_id, fill_s, itl_s, input_tokens=8192, computed=1024, output=257):
     fill = next(iter(rt.fill_workers))
     dec = next(iter(rt.decode_workers))
@@ -38,25 +63,24 @@ def done_call(rt, call_id, fill_s, itl_s, input_tokens=8192, computed=1024, outp
     return req
 
 
-def test_it_is_built_from_the_cluster_and_its_settings_alone():
-    assert list(inspect.signature(Predictor).parameters) == ["cluster", "settings"]
+def test_it_is_built_from_its_quotes_and_settings_alone():
+    assert list(inspect.signature(_Predictor).parameters) == ["quotes", "settings"]
     from costmodel.efficiency import DEFAULT_EFFICIENCY
     assert PRIOR_EFFICIENCY != DEFAULT_EFFICIENCY  # not the plant's factors
 
 
 def test_the_error_scales_every_prediction(cluster, runtime):
-    base = Predictor(cluster)
-    slow = Predictor(cluster, PredictorSettings(error=1.3))
-    assert slow.fill_latency_s(runtime) == pytest.approx(1.3 * base.fill_latency_s(runtime))
-    assert slow.decode_calls_per_s(runtime) == pytest.approx(
-        base.decode_calls_per_s(runtime) / 1.3)
+    base = Shell(Predictor(cluster), runtime)
+    slow = Shell(Predictor(cluster, PredictorSettings(error=1.3)), runtime)
+    assert slow.fill_latency_s() == pytest.approx(1.3 * base.fill_latency_s())
+    assert slow.decode_calls_per_s() == pytest.approx(base.decode_calls_per_s() / 1.3)
 
 
 def test_the_prior_shape_goes_with_the_first_completion(cluster, runtime):
     p = Predictor(cluster)
     assert p.input_tokens == PredictorSettings().prior_input_tokens
-    p.observe_completion(done_call(runtime, 1, 0.5, 0.03, input_tokens=5000, computed=700,
-                                   output=101), runtime)
+    Shell(p, runtime).observe_completion(done_call(runtime, 1, 0.5, 0.03, input_tokens=5000,
+                                                   computed=700, output=101))
     assert (p.input_tokens, p.new_tokens, p.output_tokens) == (5000, 700, 101)
 
 
@@ -86,11 +110,15 @@ class Plant:
 
 
 class PlantWorker:
-    """What the predictor reads of a worker: its spec, and for decode its batch (the
-    plant runs `batch` sequences, so a call completes beside batch - 1 others)."""
+    """What the sampler reads of a worker: its spec and state, and for decode its batch
+    (the plant runs `batch` sequences, so a call completes beside batch - 1 others)."""
 
     def __init__(self, spec, batch: int) -> None:
         self.spec, self.target_batch, self.accepting = spec, batch, True
+        self.pool = spec.pool
+
+    def state(self):
+        return self
 
     def sequences_running(self) -> int:
         return self.target_batch - 1
@@ -134,22 +162,23 @@ def test_learning_converges_to_the_plants_service_rate(cluster, error):
     plant = Plant()
     rt = plant_runtime(cluster, plant)
     calls, rate, fill_s = plant_calls(rt, plant, (8192, 1024, 257), 300)
-    p = Predictor(cluster, PredictorSettings(error=error, learn=0.05))
-    assert abs(p.decode_calls_per_s(rt) / rate - 1) > 0.05  # it starts well off
-    assert abs(p.fill_latency_s(rt) / fill_s - 1) > 0.05
+    p = Shell(Predictor(cluster, PredictorSettings(error=error, learn=0.05)), rt)
+    assert abs(p.decode_calls_per_s() / rate - 1) > 0.05  # it starts well off
+    assert abs(p.fill_latency_s() / fill_s - 1) > 0.05
     for req in calls:
-        p.observe_completion(req, rt)
-    assert p.decode_calls_per_s(rt) == pytest.approx(rate, rel=5e-3)
-    assert p.fill_latency_s(rt) == pytest.approx(fill_s, rel=1e-3)
+        p.observe_completion(req)
+    assert p.decode_calls_per_s() == pytest.approx(rate, rel=5e-3)
+    assert p.fill_latency_s() == pytest.approx(fill_s, rel=1e-3)
 
 
 def test_without_learning_the_prior_and_the_bias_stay(cluster, runtime):
     p = Predictor(cluster, PredictorSettings(error=1.3, learn=0.0))
-    first = p.fill_latency_s(runtime)
+    shell = Shell(p, runtime)
+    first = shell.fill_latency_s()
     for i in range(20):
-        p.observe_completion(done_call(runtime, i, 5.0, 0.2), runtime)
+        shell.observe_completion(done_call(runtime, i, 5.0, 0.2))
     assert p.fill_correction == p.decode_correction == 1.0
-    assert p.fill_latency_s(runtime) == first
+    assert shell.fill_latency_s() == first
 
 
 @pytest.mark.parametrize("changes, message", [
@@ -159,3 +188,27 @@ def test_without_learning_the_prior_and_the_bias_stay(cluster, runtime):
 def test_bad_settings_are_refused(changes, message):
     with pytest.raises(ValueError, match=message):
         PredictorSettings(**changes)
+
+
+class _Quotes:
+    """Step prices by hand: a fill 0.5 s per 1,000 new tokens, a decode step 20 ms at
+    any batch and context."""
+
+    def fill_s(self, pool, new_tokens, cached_tokens):
+        return 0.5 * new_tokens / 1000
+
+    def decode_step_s(self, pool, sequences, context_tokens):
+        return 0.020
+
+
+def test_its_rates_are_the_quotes_over_the_workers_facts_it_is_handed():
+    """No runtime: the predictor reads the facts given (pools, batch targets) and prices
+    the typical call through its quotes."""
+    settings = PredictorSettings(prior_new_tokens=2000.0, prior_output_tokens=100.0)
+    p = _Predictor(_Quotes(), settings)
+    decode = [SimpleNamespace(pool="d", accepting=True, target_batch=8),
+              SimpleNamespace(pool="d", accepting=False, target_batch=8)]  # not serving
+    assert p.decode_calls_per_s(decode) == pytest.approx(8 / (0.020 * 100))
+    fills = [SimpleNamespace(pool="p", accepting=True, target_batch=1)]
+    assert p.fill_latency_s(fills) == pytest.approx(1.0)
+    assert p.fill_latency_s([]) == 0.0 and p.decode_calls_per_s([]) == 0.0

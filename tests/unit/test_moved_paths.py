@@ -1,8 +1,10 @@
 """Import paths that moved still work, warn naming the new one, and give the same objects.
 
 The table is `git log --diff-filter=R --summary` of ef2cb09 (the control core into
-orchestrator/control/, the run shell into orchestrator/run/), written out here rather
-than read from orchestrator._moved, so that dropping a shim fails a test.
+orchestrator/control/, the run shell into orchestrator/run/), and of the move of the
+workers' walk out of the control core (orchestrator/control/snapshot.py into
+orchestrator/run/sampler.py), written out here rather than read from
+orchestrator._moved, so that dropping a shim fails a test.
 """
 
 import importlib
@@ -27,7 +29,8 @@ MOVED = {
     "orchestrator.policies.retire": "orchestrator.control.policies.retire",
     "orchestrator.realloc": "orchestrator.control.realloc",
     "orchestrator.router": "orchestrator.control.router",
-    "orchestrator.snapshot": "orchestrator.control.snapshot",
+    "orchestrator.snapshot": "orchestrator.run.sampler",
+    "orchestrator.control.snapshot": "orchestrator.run.sampler",
     "orchestrator.stability": "orchestrator.control.stability",
     "orchestrator.demo": "orchestrator.run.demo",
     "orchestrator.metrics": "orchestrator.run.metrics",

@@ -26,6 +26,7 @@ PUBLIC = {
     "ControlConfig": "orchestrator.control.config",
     "DecisionError": "orchestrator.control.policies.base",
     "FillCandidate": "orchestrator.control.router",
+    "LoopModel": "orchestrator.control.stability",
     "Move": "orchestrator.control.realloc",
     "Observation": "orchestrator.control.observe",
     "PoolObservation": "orchestrator.control.observe",

@@ -16,6 +16,11 @@ skipped period (exact, cheap next to sampling, unless a decision changes the
 decode batch target: the held observation keeps the old slots until the span
 ends). The skipped decisions' admissions
 release nothing (the queue was empty); a decode batch target they set is applied.
+
+The loop model. A policy may declare its linearised open loop,
+`loop_model(config) -> LoopModel | None` (orchestrator.control.stability): the summary
+reports its phase margin and predicted ringing period from it. A policy without the
+method, or whose method returns None, has no model; a model of the wrong shape raises.
 """
 
 from __future__ import annotations
@@ -24,9 +29,13 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 from numbers import Integral, Real
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from orchestrator.control.observe import Observation
+
+if TYPE_CHECKING:
+    from orchestrator.control.config import ControlConfig
+    from orchestrator.control.stability import LoopModel
 
 
 class AdmissionReason(Enum):
@@ -108,3 +117,22 @@ class SkipsIdle(Protocol):
 
     def skip_idle(self, obs: Observation, first_s: float, ticks: int,
                   ) -> AdmissionDecision | None: ...
+
+
+@runtime_checkable
+class HasLoopModel(Protocol):
+    """The optional linearised loop of a policy (module docstring)."""
+
+    def loop_model(self, config: ControlConfig) -> LoopModel | None: ...
+
+
+def loop_model_of(policy: object, config: ControlConfig) -> LoopModel | None:
+    """`policy`'s linearised loop under `config`; None when it declares none. A method
+    that returns anything else but None or a LoopModel is a mistake (DecisionError)."""
+    from orchestrator.control.stability import LoopModel
+
+    declare = getattr(policy, "loop_model", None)
+    model = None if declare is None else declare(config)
+    if model is not None and not isinstance(model, LoopModel):
+        raise DecisionError(f"loop_model: expected a LoopModel or None, got {model!r}")
+    return model

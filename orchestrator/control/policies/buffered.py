@@ -18,6 +18,7 @@ import math
 from orchestrator.control.config import ControlConfig
 from orchestrator.control.observe import Observation
 from orchestrator.control.policies.base import AdmissionDecision, AdmissionReason
+from orchestrator.control.stability import LoopModel
 
 
 class BufferedAdmission:
@@ -138,3 +139,11 @@ class BufferedAdmission:
             previous = error
             admit = self._admit(step, cap)
         return self._decision(admit, error, target, None)
+
+    def loop_model(self, config: ControlConfig) -> LoopModel:
+        """A proportional gain g / tau on the backlog's EWMA of time constant tau, seen
+        `lag` late: L(s) = g / (tau s (1 + tau s)) e^{-lag s} (the backlog counts admitted
+        calls at once: the pipeline adds no delay)."""
+        tau, gain = config.backlog_ewma_s, config.backlog_gain
+        return LoopModel(numerator=(gain,), denominator=(tau * tau, tau, 0.0),
+                         delay_s=config.observation_lag_s, period_s=config.fast_period_s)

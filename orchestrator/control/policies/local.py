@@ -46,3 +46,8 @@ class LocalAdmission:
     def skip_idle(self, obs: Observation, first_s: float, ticks: int) -> AdmissionDecision:
         """Exact: no state, so the decision on an unchanged observation repeats."""
         return self.decide(obs, first_s)
+
+    def loop_model(self, config: ControlConfig) -> None:
+        """None: it decides at every event on the cluster as it is, with no periodic
+        loop or lag to linearise."""
+        return None

@@ -13,6 +13,7 @@ from orchestrator.control.config import ControlConfig
 from orchestrator.control.observe import Observation
 from orchestrator.control.policies.base import AdmissionDecision
 from orchestrator.control.policies.buffered import BufferedAdmission
+from orchestrator.control.stability import LoopModel
 
 
 class PredictiveAdmission:
@@ -32,3 +33,7 @@ class PredictiveAdmission:
         decision = self._buffered.skip_idle(obs, first_s, ticks)
         return None if decision is None else replace(decision,
                                                      reject_ttft_above_s=self.reject_above_s)
+
+    def loop_model(self, config: ControlConfig) -> LoopModel:
+        """Buffered's loop: early rejection adds no dynamics to it."""
+        return self._buffered.loop_model(config)

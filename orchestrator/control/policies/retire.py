@@ -17,6 +17,7 @@ from __future__ import annotations
 from orchestrator.control.config import ControlConfig
 from orchestrator.control.observe import Observation
 from orchestrator.control.policies.base import AdmissionDecision, AdmissionReason
+from orchestrator.control.stability import LoopModel
 
 
 class RetireAdmission:
@@ -45,3 +46,11 @@ class RetireAdmission:
         """Exact: with the observation unchanged the decision is, and the retired count
         it remembers stays that observation's."""
         return self.decide(obs, first_s)
+
+    def loop_model(self, config: ControlConfig) -> LoopModel:
+        """Free slots admitted every period T, seen again only once the admitted calls
+        reach decode: an integrator over T, delayed by the observation lag and the
+        pipeline (L(s) = e^{-(lag + D) s} / (T s))."""
+        return LoopModel(numerator=(1.0,), denominator=(config.fast_period_s, 0.0),
+                         delay_s=config.observation_lag_s, period_s=config.fast_period_s,
+                         through_pipeline=True)

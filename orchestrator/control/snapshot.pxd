@@ -1,4 +1,0 @@
-# Compiled as it is (the lead's build compiles the modules with a .pxd beside them): the
-# samples' walks over the workers' states (`worker_totals`, `HbmPeak.sample`) run as C.
-# Typing `worker_totals`' locals measured no better (its time is in reading the states'
-# attributes, Python objects).
