@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NewType
 
 BlobId = NewType("BlobId", int)
@@ -91,30 +91,25 @@ class PrefixMatch:
     chain: tuple[Blob, ...]
     matched_blocks: int
     matched_tokens: int
-    blob_ids: tuple[BlobId, ...] = field(init=False)
+    # The chain's ids, root first: given when the caller has them (a walk keeps them as
+    # it goes: a resumed walk adds the ids of the blobs it passes to those of the walk
+    # it resumes); None: taken from the chain.
+    blob_ids: tuple[BlobId, ...] | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "blob_ids", tuple(map(_blob_id, self.chain)))
-
-    @classmethod
-    def of(cls, chain: tuple[Blob, ...], matched_blocks: int, matched_tokens: int,
-           blob_ids: tuple[BlobId, ...]) -> PrefixMatch:
-        """The match, given its chain's ids (a walk keeps them as it goes: a resumed
-        walk adds the ids of the blobs it passes to those of the walk it resumes)."""
-        match = object.__new__(cls)
-        setattr_ = object.__setattr__
-        setattr_(match, "chain", chain)
-        setattr_(match, "matched_blocks", matched_blocks)
-        setattr_(match, "matched_tokens", matched_tokens)
-        setattr_(match, "blob_ids", blob_ids)
-        return match
+        if self.blob_ids is None:
+            object.__setattr__(self, "blob_ids", tuple(map(_blob_id, self.chain)))
+        elif len(self.blob_ids) != len(self.chain):
+            raise ValueError(f"PrefixMatch: {len(self.blob_ids)} blob ids for a chain of "
+                             f"{len(self.chain)} blobs")
 
 
 # A walk as kept: (seq, chain, its ids, pos, parent, its match).
 _Walk = tuple[tuple[int, ...], tuple[Blob, ...], tuple[BlobId, ...], int, BlobId | None,
               PrefixMatch]
 _ForkKey = tuple[BlobId | None, int, int]  # (parent, position, first block id)
-_NO_MATCH = PrefixMatch.of((), 0, 0, ())  # (immutable: one serves every empty match)
+# (Immutable: one serves every empty match.)
+_NO_MATCH = PrefixMatch(chain=(), matched_blocks=0, matched_tokens=0, blob_ids=())
 _WALKS_KEPT = 64
 _TIPS_KEPT = 256  # first block ids with walks to resume
 _TIPS_PER_FIRST = 64  # walks kept to resume per first block id, latest first
@@ -224,7 +219,8 @@ class BlobIndex:
         if passed:  # (else the walk it went on from ended here: its match is this one)
             found += tuple(passed)
             found_ids += tuple(map(_blob_id, passed))
-            match = PrefixMatch.of(found, pos, pos * self.block_tokens, found_ids)
+            match = PrefixMatch(chain=found, matched_blocks=pos,
+                                matched_tokens=pos * self.block_tokens, blob_ids=found_ids)
         walk = (seq, found, found_ids, pos, parent, match)
         if seq is block_ids:  # a caller's tuple, likely matched again
             if len(self._walks) >= _WALKS_KEPT:

@@ -18,7 +18,6 @@ from storage.stripes import Stripe, add_sent, sources_of
 from storage.tiers import Location
 
 _NONE: frozenset[Location] = frozenset()
-_new = tuple.__new__
 
 
 class _Run:
@@ -35,10 +34,9 @@ class _Run:
         self.times_s: list[float] = []  # of the copies, blob by blob
 
     def step(self) -> Step:
-        # Built as tuples in C (`_new`): a run always holds a blob, which is all
-        # `Step.__new__` checks.
-        return _new(Step, (self.kind, tuple(self.blob_ids), self.location,
-                           sources_of(self.sent_bytes), self.kv_bytes, sum(self.times_s)))
+        return Step(kind=self.kind, blob_ids=tuple(self.blob_ids), location=self.location,
+                    sources=sources_of(self.sent_bytes), kv_bytes=self.kv_bytes,
+                    time_s=sum(self.times_s))
 
 
 def _joined_run(runs: list[_Run], kind: StepKind, location: Location) -> _Run:

@@ -23,8 +23,6 @@ from storage.plans import COPY, DROP, Source, Step
 from storage.stripes import Stripe
 from storage.tiers import Location
 
-_new = tuple.__new__  # (steps built with every field in order, as the store builds them)
-
 
 def leading_drops(placement: Placement, pins: dict[BlobId, int], ids: tuple[BlobId, ...],
                   src: Location) -> tuple[list[BlobId], Sequence[BlobId]]:
@@ -130,8 +128,8 @@ def direct_offload(placement: Placement, sizes: list[int],
         demoted.append(blob_id)
         pending = []
     if not demoted and not new:  # plain drops alone: one step
-        return ((_new(Step, (DROP, tuple(pending), src, (),
-                             sum(map(sizes.__getitem__, pending)), 0)),)
+        return ((Step(kind=DROP, blob_ids=tuple(pending), location=src,
+                      kv_bytes=sum(map(sizes.__getitem__, pending)), time_s=0),)
                 if pending else ()), 0
     lower = placement.layout.lower(src)
     if lower is None:
@@ -164,12 +162,13 @@ def _copy_step(blob_id: BlobId, kv_bytes: int, dst: Location, stripe: Stripe
     time_s = kv_bytes / stripe.rate
     holders = stripe.holders
     if len(holders) == 1:  # (one holder sends it all)
-        sources = (_new(Source, (holders[0], kv_bytes)),) if kv_bytes else ()
+        sources = (Source(location=holders[0], kv_bytes=kv_bytes),) if kv_bytes else ()
     else:
-        sources = tuple(_new(Source, (loc, n))
+        sources = tuple(Source(location=loc, kv_bytes=n)
                         for loc, n in zip(holders, stripe.sent_bytes((kv_bytes,)), strict=True)
                         if n)
-    return _new(Step, (COPY, (blob_id,), dst, sources, kv_bytes, time_s)), time_s
+    return Step(kind=COPY, blob_ids=(blob_id,), location=dst, sources=sources,
+                kv_bytes=kv_bytes, time_s=time_s), time_s
 
 
 def _drops_then_copy(steps: list[Step], times_s: list[float], ids: list[BlobId],
@@ -179,7 +178,8 @@ def _drops_then_copy(steps: list[Step], times_s: list[float], ids: list[BlobId],
     ``dropped`` bytes; none when empty) made one, then the copy of ``blob_id`` to
     ``dst`` (`_copy_step`), its time to ``times_s``."""
     if ids:
-        steps.append(_new(Step, (DROP, tuple(ids), place, (), dropped, 0)))
+        steps.append(Step(kind=DROP, blob_ids=tuple(ids), location=place, kv_bytes=dropped,
+                          time_s=0))
     step, time_s = _copy_step(blob_id, kv_bytes, dst, stripe)
     steps.append(step)
     times_s.append(time_s)
@@ -196,8 +196,8 @@ def _roomy_offload(placement: Placement, sizes: list[int],
     known = placement.stripes.setdefault(lower, {})
     steps: list[Step] = []
     if before[0]:
-        steps.append(_new(Step, (DROP, tuple(before[0]), src, (),
-                                 sum(map(sizes.__getitem__, before[0])), 0)))
+        steps.append(Step(kind=DROP, blob_ids=tuple(before[0]), location=src,
+                          kv_bytes=sum(map(sizes.__getitem__, before[0])), time_s=0))
     times_s = []
     # Each demotion copies one tier down, then drops the copy here along with the
     # plain drops up to the next demotion (one run of drops).
@@ -210,10 +210,11 @@ def _roomy_offload(placement: Placement, sizes: list[int],
         times_s.append(time_s)
         steps.append(step)
         if drops:
-            steps.append(_new(Step, (DROP, (blob_id, *drops), src, (),
-                                     kv_bytes + sum(map(sizes.__getitem__, drops)), 0)))
+            steps.append(Step(kind=DROP, blob_ids=(blob_id, *drops), location=src,
+                              kv_bytes=kv_bytes + sum(map(sizes.__getitem__, drops)), time_s=0))
         elif drops is not None:  # (the common case: a chain just written demotes blob after blob)
-            steps.append(_new(Step, (DROP, (blob_id,), src, (), kv_bytes, 0)))
+            steps.append(Step(kind=DROP, blob_ids=(blob_id,), location=src, kv_bytes=kv_bytes,
+                              time_s=0))
     return tuple(steps), sum(times_s)
 
 
@@ -274,7 +275,8 @@ def _evicting_offload(placement: Placement, sizes: list[int],
                     dropped += size
                 else:
                     if ids:
-                        steps.append(_new(Step, (DROP, tuple(ids), place, (), dropped, 0)))
+                        steps.append(Step(kind=DROP, blob_ids=tuple(ids), location=place, kv_bytes=dropped,
+                          time_s=0))
                     ids, place, dropped = [victim], lower, size
                 evicted.add(victim)
                 free += size
@@ -289,7 +291,8 @@ def _evicting_offload(placement: Placement, sizes: list[int],
             ids, place = [blob_id, *drops], src
             dropped = kv_bytes + sum(map(sizes_of, drops)) if drops else kv_bytes
     if ids:
-        steps.append(_new(Step, (DROP, tuple(ids), place, (), dropped, 0)))
+        steps.append(Step(kind=DROP, blob_ids=tuple(ids), location=place, kv_bytes=dropped,
+                          time_s=0))
     return tuple(steps), sum(times_s)
 
 

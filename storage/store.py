@@ -33,7 +33,6 @@ from storage.draft import Draft
 from storage.offload import direct_offload, leading_drops, offload_on_draft
 from storage.placement import Placement
 from storage.plans import (
-    _NO_TOKENS,
     COPY,
     FETCH,
     HIT,
@@ -52,9 +51,6 @@ from storage.stripes import SentByChain, Stripe, sources_of
 from storage.tiers import Location, StoreLayout, Tier
 
 _rate = attrgetter("rate")
-# Plans and steps on the hot paths are built by tuple.__new__ with every field in order
-# (a named tuple's keyword __new__ is a Python-level call: ~1.5% of an open-loop replay).
-_new = tuple.__new__
 _id = attrgetter("id")
 _kv_bytes = attrgetter("kv_bytes")
 _TIERS = tuple(Tier)  # (in order, as miss_tokens gives them)
@@ -75,7 +71,8 @@ def _recompute_steps(ids: list[BlobId], dst: Location, missing_bytes: int,
     compute (it batches the recomputed tokens as prefill); the time is the transfer
     time of the evictions."""
     if draft is None:
-        return (_new(Step, (PLACE, tuple(ids), dst, (), missing_bytes, 0)),), 0
+        return (Step(kind=PLACE, blob_ids=tuple(ids), location=dst, kv_bytes=missing_bytes,
+                     time_s=0),), 0
     draft.place_run(ids, dst, missing_bytes)
     return draft.steps, draft.time_s
 
@@ -92,8 +89,8 @@ def _load_steps(ids: list[BlobId], sizes: list[int], missing_bytes: int, dst: Lo
     if draft is None:
         sources = sources_of(sent_memo.sent(ids, sizes, stripes))
         # (A draft adds the copies' times up in the same order: load_time_s.)
-        steps = (_new(Step, (COPY, tuple(ids), dst, sources, missing_bytes,
-                             load_time_s)),)
+        steps = (Step(kind=COPY, blob_ids=tuple(ids), location=dst, sources=sources,
+                      kv_bytes=missing_bytes, time_s=load_time_s),)
         for loc, n in sources:
             sent[loc.tier] = sent.get(loc.tier, 0) + n
         return steps, load_time_s, sent
@@ -223,17 +220,19 @@ class _StoreBase(Commit):
         index = self.index
         requested = len(block_ids) * index.block_tokens
         if not chain and self._miss_directly:  # nothing cached: no hits, all misses
-            return _new(TransferPlan, (
-                FETCH, dst, now_s, self.version, True, None, (), 0, MISS,
-                requested, 0, 0, 0.0, 0.0, chain, (), {}, dict.fromkeys(_TIERS, requested), 0))
+            return TransferPlan(
+                purpose=FETCH, location=dst, now_s=now_s, base_version=self.version, time_s=0,
+                action=MISS, requested_tokens=requested, chain=chain, hit_tokens={},
+                miss_tokens=dict.fromkeys(_TIERS, requested))
         hits, local = lookup_tokens(match, dst, self.placement, index.block_tokens, helds)
         unmatched = requested - match.matched_tokens
         if not ids:
             misses = miss_tokens(hits, unmatched)
             action = HIT if match.chain else MISS
-            return _new(TransferPlan, (
-                FETCH, dst, now_s, self.version, True, None, (), 0, action, requested,
-                match.matched_tokens, 0, 0.0, 0.0, chain, (), hits, misses, local))
+            return TransferPlan(
+                purpose=FETCH, location=dst, now_s=now_s, base_version=self.version, time_s=0,
+                action=action, requested_tokens=requested, prefix_tokens=match.matched_tokens,
+                chain=chain, hit_tokens=hits, miss_tokens=misses, local_tokens=local)
         sizes = list(map(index.sizes.__getitem__, ids))
         missing_bytes = sum(sizes)
         # Room as committed (the common case): the steps are built without a draft.
@@ -259,10 +258,12 @@ class _StoreBase(Commit):
         steps, time_s, sent = _load_steps(ids, sizes, missing_bytes, dst, stripes, times_s,
                                           load_time_s, draft, self._sent_by_chain[dst])
         served = served_hits(hits, local, dst.tier, sent)
-        return _new(TransferPlan, (
-            FETCH, dst, now_s, self.version, True, None, steps, time_s,
-            LOAD, requested, match.matched_tokens, 0, load_time_s,
-            recompute_time_s, chain, (), served, miss_tokens(served, unmatched), local))
+        return TransferPlan(
+            purpose=FETCH, location=dst, now_s=now_s, base_version=self.version, steps=steps,
+            time_s=time_s, action=LOAD, requested_tokens=requested,
+            prefix_tokens=match.matched_tokens, load_time_s=load_time_s,
+            recompute_time_s=recompute_time_s, chain=chain, hit_tokens=served,
+            miss_tokens=miss_tokens(served, unmatched), local_tokens=local)
 
     def _fetch_lookup(self, block_ids: Sequence[int], dst: Location
                       ) -> tuple[PrefixMatch, list[BlobId], list[frozenset[Location]] | None]:
@@ -337,11 +338,11 @@ class _StoreBase(Commit):
         if self._has_room(dst, need + lost_bytes):
             # One step places both (a draft records consecutive places at one place as one).
             placed = (*lost, *new_ids) if lost else new_ids
-            steps = (_new(Step, (PLACE, placed, dst, (), lost_bytes + need, 0)),
-                     ) if placed else ()
-            return _new(TransferPlan, (
-                WRITE, dst, now_s, self.version, True, None, steps, 0, None, 0, 0, 0,
-                0.0, 0.0, chain, new, _NO_TOKENS, _NO_TOKENS, 0))
+            steps = (Step(kind=PLACE, blob_ids=placed, location=dst,
+                          kv_bytes=lost_bytes + need, time_s=0),) if placed else ()
+            return TransferPlan(purpose=WRITE, location=dst, now_s=now_s,
+                                base_version=self.version, steps=steps, time_s=0, chain=chain,
+                                new_blobs=new)
         draft = self._draft(dst, now_s)
         if not draft.make_room(dst, need + lost_bytes, match.blob_ids):
             return self._no_fit(Purpose.WRITE, dst, now_s, NoFit.NO_ROOM, chain=chain)
@@ -380,9 +381,9 @@ class _StoreBase(Commit):
             plain = self._plain_offload(ids, drops, src, chain, new)
             if plain is not None:
                 steps, time_s = plain
-                return _new(TransferPlan, (
-                    OFFLOAD, src, now_s, self.version, True, None, steps, time_s, None,
-                    0, 0, 0, 0.0, 0.0, chain, new, _NO_TOKENS, _NO_TOKENS, 0))
+                return TransferPlan(purpose=OFFLOAD, location=src, now_s=now_s,
+                                    base_version=self.version, steps=steps, time_s=time_s,
+                                    chain=chain, new_blobs=new)
         return self._write_plan(match, new, new_ids, chain, src, now_s)
 
     def plan_offload(self, blob_ids: Iterable[BlobId], src: Location, now_s: float) -> TransferPlan:
@@ -398,9 +399,9 @@ class _StoreBase(Commit):
         plain = self._plain_offload(ids, drops, src, chain)
         if plain is not None:
             steps, time_s = plain
-            return _new(TransferPlan, (
-                OFFLOAD, src, now_s, self.version, True, None, steps, time_s, None,
-                0, 0, 0, 0.0, 0.0, chain, (), _NO_TOKENS, _NO_TOKENS, 0))
+            return TransferPlan(purpose=OFFLOAD, location=src, now_s=now_s,
+                                base_version=self.version, steps=steps, time_s=time_s,
+                                chain=chain)
         draft = self._draft(src, now_s)
         if not offload_on_draft(draft, pins, ids, drops, src, chain):
             return self._no_fit(Purpose.OFFLOAD, src, now_s, NoFit.NO_ROOM_BELOW)

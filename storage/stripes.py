@@ -10,12 +10,11 @@ per stripe (`add_sent`), then made a step's sources (`sources_of`).
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from itertools import islice, repeat
+from itertools import islice
 
 from storage.plans import Source
 from storage.tiers import Location, StoreLayout
 
-_new = tuple.__new__
 
 class _Shares(dict):
     """A holder's share of copies by size (`kv_bytes * rate // total_rate`, whole bytes),
@@ -78,11 +77,11 @@ def sources_of(sent: dict[Location, int]) -> tuple[Source, ...]:
         return ()
     if len(sent) == 1:
         ((loc, n),) = sent.items()
-        return (_new(Source, (loc, n)),) if n else ()
+        return (Source(location=loc, kv_bytes=n),) if n else ()
     items = sorted(sent.items())
     if 0 in sent.values():
         items = [item for item in items if item[1]]
-    return tuple(map(_new, repeat(Source), items))
+    return tuple(Source(location=loc, kv_bytes=n) for loc, n in items)
 
 
 def add_sent(sent: dict[Location, int], kv_bytes: Sequence[int],

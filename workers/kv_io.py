@@ -25,11 +25,9 @@ from storage.store import BlobStore
 from storage.tiers import HBM, Location
 from workers.kv_links import Transfer
 
-_new = tuple.__new__
-
 
 class FetchResult(NamedTuple):
-    """What a fetch brought to HBM (a named tuple: two are built a call, in C)."""
+    """What a fetch brought to HBM."""
 
     prefix_tokens: int  # cached tokens the request need not compute
     recompute_tokens: int  # of those, recomputed from text because loading is slower
@@ -50,10 +48,11 @@ def fetch(store: BlobStore, block_ids: tuple[int, ...], hbm: Location, now_s: fl
     if plan.chain:  # (nothing to pin on a miss)
         store.pin_fetched(plan)
     recompute = plan.recompute_tokens if plan.action is RECOMPUTE else 0
-    # (Built by tuple.__new__, every field given: a named tuple's __new__ is a Python call.)
     if store.on_apply is not None and transfer is None:  # nothing moves
-        return _new(FetchResult, (plan.prefix_tokens, recompute, 0.0, plan.chain, None))
-    return _new(FetchResult, (plan.prefix_tokens, recompute, plan.time_s, plan.chain, transfer))
+        return FetchResult(prefix_tokens=plan.prefix_tokens, recompute_tokens=recompute,
+                           transfer_s=0.0, pinned=plan.chain)
+    return FetchResult(prefix_tokens=plan.prefix_tokens, recompute_tokens=recompute,
+                       transfer_s=plan.time_s, pinned=plan.chain, transfer=transfer)
 
 
 def release_fetch(store: BlobStore, hbm: Location, result: FetchResult) -> None:
