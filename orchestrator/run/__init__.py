@@ -1,7 +1,10 @@
 """The run shell: one replay from settings to results.
 
 `settings` (RunSettings, prepare, run_replay) is the entry; `replay` the async
-orchestrator driving the two loops; `reconfig` moves workers; `series`,
+orchestrator, composed of the `feeder` (sessions in), the `fast_loop` (with its
+`idle_spans`) and the slow loop; `sampler` walks the workers into the facts the
+control core receives (observations, with `quotes` pricing the predictor's
+shapes); `reconfig` moves workers; `series`,
 `summary`, `output`, `report`, `tables` record and present a run; `metrics*`,
 `openmetrics` and `trace_events` are its observers.
 """
