@@ -40,6 +40,12 @@ class ConservationError(AssertionError):
     """Calls appeared or vanished: the emulator is wrong, not the input."""
 
 
+class DecisionLog(Protocol):
+    """A structlog logger, as the run logs decisions to it."""
+
+    def info(self, event: str, **fields: object) -> None: ...
+
+
 class LoopHost(Protocol):
     """What the fast loop asks of the run it belongs to."""
 
@@ -70,7 +76,7 @@ class FastLoop:
     def __init__(self, *, queue: deque[Pending], runtime: ClusterRuntime,
                  policy: AdmissionPolicy, series: Series, control: ControlConfig,
                  lag: ObservationLag, sampler: Sampler, hbm_peak: HbmPeak, host: LoopHost,
-                 logger: object = None, skip_idle: bool = True) -> None:
+                 logger: DecisionLog | None = None, skip_idle: bool = True) -> None:
         self.queue, self.runtime, self.policy, self.series = queue, runtime, policy, series
         self.control, self.lag, self.sampler, self.hbm_peak = control, lag, sampler, hbm_peak
         self.host, self.logger, self.skip_idle = host, logger, skip_idle

@@ -1,13 +1,14 @@
 """The control plane's async shell: sessions in, admission, routing, the two loops.
 
-Only this module (with `feeder`, which starts the sessions, `fast_loop`,
-`idle_spans` and `reconfig`) awaits anything on the orchestrator side. The
+Only this module (with `feeder`, `fast_loop`, `idle_spans`, `slow_loop` and
+`reconfig`) awaits anything on the orchestrator side. The
 `Orchestrator` is composed of its parts: the `Feeder` starts the sessions, the
 `FastLoop` (orchestrator.run.fast_loop, asleep over idle spans in
 orchestrator.run.idle_spans) samples the cluster every period through the
 `Sampler` (orchestrator.run.sampler), hands the admission policy its lagged
-observation and applies its decision; the slow loop here does the same for
-reallocation; both record the series and the counters the summary is built from.
+observation and applies its decision; the `SlowLoop` (orchestrator.run.slow_loop)
+does the same for reallocation; they record the series and the counters the
+summary is built from.
 Conservation is checked at every sample: submitted = completed + rejected + in flight.
 """
 
@@ -25,21 +26,22 @@ from orchestrator.control.config import ControlConfig
 from orchestrator.control.observe import ObservationLag
 from orchestrator.control.policies.base import AdmissionPolicy, loop_model_of
 from orchestrator.control.predictor import Predictor, PredictorSettings
-from orchestrator.control.realloc import ReallocationPolicy, Reallocator, ReallocDecision
+from orchestrator.control.realloc import ReallocationPolicy, Reallocator
 from orchestrator.control.router import FillCandidate, PrefixAffinityRouter, RoutingPolicy
 from orchestrator.control.stability import LoopModel
 from orchestrator.run.collector import fewer_young_collections
 from orchestrator.run.completed import CompletedCalls
-from orchestrator.run.fast_loop import ConservationError, FastLoop
+from orchestrator.run.fast_loop import ConservationError, DecisionLog, FastLoop
 from orchestrator.run.feeder import Feeder
 from orchestrator.run.ledger import LedgerListener, held_call_ids
-from orchestrator.run.plugin_checks import checked_realloc, checked_route, plugin_failed
+from orchestrator.run.plugin_checks import checked_route, plugin_failed
 from orchestrator.run.quotes import PoolQuotes
 from orchestrator.run.reconfig import Reconfigurer
 from orchestrator.run.result import ReplayResult, decode_slots
 from orchestrator.run.sampler import HbmPeak, Sampler, energy_j
 from orchestrator.run.series import Series
 from orchestrator.run.sessions import Outcome, Pending
+from orchestrator.run.slow_loop import SlowLoop
 from storage.tiers import Tier
 from traces.model import Session
 from traces.replay import LoadOptions
@@ -60,12 +62,6 @@ class Backend(Protocol):
     async def start(self, orch: Orchestrator) -> None: ...
 
     async def stop(self) -> None: ...
-
-
-class DecisionLog(Protocol):
-    """A structlog logger, as the run logs decisions to it."""
-
-    def info(self, event: str, **fields: object) -> None: ...
 
 
 def _block_tokens(sessions: Sequence[Session]) -> int:
@@ -136,8 +132,6 @@ class Orchestrator:
         self._loop: asyncio.AbstractEventLoop | None = None  # the run's, set when it starts
         self._pending: dict[int, Pending] = {}
         self._call_ids = iter(range(1, 1 << 62))
-        self.realloc_decisions: list[ReallocDecision] = []
-        self.realloc_times_s: list[float] = []
         self.done = CompletedCalls()  # completed calls, as columns
         self.series = Series(period_s=control.fast_period_s)
         self._rejected_arrivals_s: list[float] = []
@@ -281,31 +275,6 @@ class Orchestrator:
         for method in methods:
             method(self, *args)
 
-    async def _slow_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        await asyncio.sleep(self.control.slow_period_s)
-        while True:
-            now_s = loop.time()
-            self.fast.idle.flush(loop.time_ns())  # the idle span's samples before this
-
-            try:
-                decision = self.realloc.decide(self.lag.seen_at(now_s), now_s)
-            except Exception as exc:
-                raise plugin_failed("reallocator", self.realloc, exc) from exc
-            checked_realloc(decision, self.realloc, self._pool_names)
-            self.realloc_decisions.append(decision)
-            self.realloc_times_s.append(now_s)
-            started = decision.move is not None and self.reconfigurer.start(decision.move, now_s)
-            if started:
-                self.wake()
-            self.notify("on_reallocation", decision, now_s)
-            if self.logger is not None:
-                self.logger.info("reallocation", t_s=round(now_s, 6), reason=decision.reason.value,
-                                 imbalance=round(decision.imbalance, 6),
-                                 move=(f"{decision.move.from_pool}->{decision.move.to_pool}"
-                                       if decision.move else None), started=started)
-            await asyncio.sleep(self.control.slow_period_s)
-
     # -- the run -------------------------------------------------------------------------
     async def run(self) -> ReplayResult:
         with fewer_young_collections():
@@ -324,14 +293,17 @@ class Orchestrator:
                                       seed=self.seed, kv_policy=self.kv_policy)
         # An event-driven policy is the engine's own scheduler: it sees its state unlagged.
         self.lag = ObservationLag(0.0 if self._event_driven else self.control.observation_lag_s)
-        self.realloc = self._reallocator or Reallocator(self.control)
-        self._pool_names = frozenset(p.name for p in self.cluster.spec.pools)
         self.reconfigurer = Reconfigurer(self.runtime, self.cluster, self.weights_per_gpu)
         self.sampler = Sampler(self.runtime, self.predictor, self.control.fast_period_s)
         self.fast = FastLoop(queue=self.queue, runtime=self.runtime, policy=self.policy,
                              series=self.series, control=self.control, lag=self.lag,
                              sampler=self.sampler, hbm_peak=self._hbm_peak, host=self,
                              logger=self.logger, skip_idle=self.skip_idle)
+        self.slow = SlowLoop(control=self.control, lag=self.lag,
+                             reallocator=self._reallocator or Reallocator(self.control),
+                             pools=frozenset(p.name for p in self.cluster.spec.pools),
+                             reconfigurer=self.reconfigurer, idle=self.fast.idle,
+                             notify=self.notify, logger=self.logger)
 
     async def _run(self) -> ReplayResult:
         wall0 = time.perf_counter()  # wall-clock ok: reported as sim.wall_s
@@ -354,7 +326,7 @@ class Orchestrator:
         self.runtime.start()  # a worker task that fails reaches `crashed` (workers.runtime)
         loops = [asyncio.create_task(self.fast.run())]
         if self.control.realloc_enabled:
-            loops.append(asyncio.create_task(self._slow_loop()))
+            loops.append(asyncio.create_task(self.slow.run()))
         feeder = asyncio.create_task(self.feeder.feed(np.random.default_rng(self.seed)))
         feeder_box.append(feeder)
         self._feeder = feeder
@@ -422,7 +394,7 @@ class Orchestrator:
             kv_policy=self.kv_policy.value, kv_bytes_per_token=rt.store.index.kv_bytes_per_token,
             link_utilisation=rt.links.utilisation(end_s),
             path_bytes={k: int(v) for k, v in sorted(rt.links.bytes_by_path.items())},
-            realloc_decisions=self.realloc_decisions, realloc_times_s=self.realloc_times_s,
+            realloc_decisions=self.slow.decisions, realloc_times_s=self.slow.times_s,
             first_session_s=self.feeder.first_session_s,
             last_session_s=self.feeder.last_session_s,
             predicted_fill_latency_s=self.sampler.predicted_fill_latency_s(),
