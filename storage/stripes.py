@@ -81,7 +81,8 @@ def sources_of(sent: dict[Location, int]) -> tuple[Source, ...]:
     items = sorted(sent.items())
     if 0 in sent.values():
         items = [item for item in items if item[1]]
-    return tuple(Source(location=loc, kv_bytes=n) for loc, n in items)
+    # (A list, not a generator: the compiled build has no closures in cpdef functions.)
+    return tuple([Source(location=loc, kv_bytes=n) for loc, n in items])
 
 
 def add_sent(sent: dict[Location, int], kv_bytes: Sequence[int],
