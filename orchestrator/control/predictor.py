@@ -134,7 +134,8 @@ class Predictor:
             self.fill_correction += learn * (fill_s / model - self.fill_correction)
         dec = rt.decode_workers.get(req.decode_worker) if req.decode_worker else None
         if dec is not None:
-            itl_s = req.itl_s
+            # The service's own time per token, without waits and stalls.
+            itl_s = req.decode_s_per_token
             if itl_s is not None and itl_s > 0:
                 context = req.input_tokens + req.output_tokens / 2
                 model = self._model_tpot_rounded_s(dec.spec.pool, dec.sequences_running() + 1,

@@ -59,7 +59,7 @@ class Orchestrator(Feeder, FastLoop, IdleSpans):
                  listeners: Sequence[object] = (), deadline_s: float | None = None,
                  reallocator=None, router=None, backend=None, skip_idle: bool = True,
                  predictor: PredictorSettings | None = None,
-                 kv_policy: KVPolicy = DEFAULT_KV_POLICY):
+                 kv_policy: KVPolicy = DEFAULT_KV_POLICY, keep_token_gaps: bool = False):
         self.cluster, self.sessions, self.policy = cluster, list(sessions), policy
         self.control, self.load, self.seed = control, load, seed
         self.on_progress = on_progress
@@ -113,6 +113,8 @@ class Orchestrator(Feeder, FastLoop, IdleSpans):
         self._event_driven = bool(getattr(policy, "event_driven", False))
         self.shared_chains = SharedChains()  # what the sessions share (traces.shared_prefix)
         self.kv_policy = kv_policy  # where a call's KV goes when it ends (workers.kv_policy)
+        # Keep every token gap's record (workers.token_gaps): a benchmark reads a window.
+        self.keep_token_gaps = keep_token_gaps
         super().__init__()  # the feeder's, the fast loop's and its idle spans' own state
 
     # -- sessions and calls ----------------------------------------------------------
@@ -270,7 +272,8 @@ class Orchestrator(Feeder, FastLoop, IdleSpans):
         self._hbm_peak = HbmPeak(self.weights_per_gpu)  # the largest HBM per GPU sampled
         self.runtime = ClusterRuntime(self.cluster, self.block_tokens, on_done=self._on_done,
                                       executor=getattr(self.backend, "executor", None),
-                                      seed=self.seed, kv_policy=self.kv_policy)
+                                      seed=self.seed, kv_policy=self.kv_policy,
+                                      keep_token_gaps=self.keep_token_gaps)
         # An event-driven policy is the engine's own scheduler: it sees its state unlagged.
         self.lag = ObservationLag(0.0 if self._event_driven else self.control.observation_lag_s)
         self.series.period_s = self.control.fast_period_s
@@ -362,6 +365,7 @@ class Orchestrator(Feeder, FastLoop, IdleSpans):
             predicted_decode_calls_per_s=self.predictor.decode_calls_per_s(rt),
             rejected_arrivals_s=self._rejected_arrivals_s,
             decode_slots=decode_slots(self.cluster), ledger=self.ledger_report,
+            token_gaps=rt.token_gaps,
             shared_prefix={"sessions": self.shared_chains.sessions,
                            "tokens": self.shared_chains.tokens,
                            "chains": self.shared_chains.count})

@@ -48,6 +48,8 @@ class ReplayResult:
     # utilisation {"mean", "p99"}; bytes started per kind of path.
     link_utilisation: dict = field(default_factory=dict)
     path_bytes: dict = field(default_factory=dict)
+    # The gap before every token streamed (workers.token_gaps.TokenGaps), or None.
+    token_gaps: object = None
 
 
 def decode_slots(cluster: BoundCluster) -> int:
