@@ -7,8 +7,8 @@ since the same sequence's previous token. So a decode step that carries a prefil
 preempted and resumed has one gap spanning its stall: from its last token before the
 preemption to its first after it (the wait, the KV reload and the recompute). With
 multi-token prediction a step's gap is shared by the k tokens it yields for a sequence:
-k tokens of gap / k each, as SGLang's `bench_serving` counts a chunk of k tokens
-(`adjust_itl = chunk_gap / num_new_tokens`, repeated k times). A call's first token
+k tokens of gap / k each, as SGLang's `bench_serving` counts a streamed chunk of k
+tokens (https://github.com/sgl-project/sglang/pull/12064). A call's first token
 (the fill's last logits, streamed when the call joins a decode batch) has no gap: that
 is TTFT's.
 
@@ -17,8 +17,8 @@ its start, its steps' ends and how many sequences each step served (`run`), appe
 to flat arrays in a few C-level operations. The gaps are differences of those ends, and
 each counts once per sequence: the histogram is built from them in one numpy pass
 (`GapHistogram`, log buckets 0.1% wide holding their tokens and the sum of their gaps),
-folded in as the buffer grows, so a long replay keeps a fixed ~400 KB, not a value per
-token. `keep=True` keeps every record instead (a benchmark's window is known only once
+folded in as the buffer grows, so a long replay keeps a fixed amount (the histogram's
+~400 KB, at most ~2 MB of records before a fold), not a value per token. `keep=True` keeps every record instead (a benchmark's window is known only once
 the run is over: `histogram(lo_s, hi_s)`, `tokens(lo_s, hi_s)`).
 
 Exceptions to "every sequence of the step had its previous token at the step's start"

@@ -93,3 +93,18 @@ def test_points_on_the_process_pool_equal_points_run_here(capsys):
         assert code == 0, err
         runs.append(json.loads(stdout))
     assert runs[0] == runs[1]
+
+
+def test_a_failure_while_writing_leaves_no_directory(tmp_path, capsys, monkeypatch):
+    import orchestrator.bench.output as output
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(output, "write_plot", broken)
+    cluster = str(ROOT / "examples" / "clusters" / "hgx-h100-llama70b.toml")
+    out = tmp_path / "run"
+    with pytest.raises(RuntimeError, match="disk full"):
+        run_cli([*argv(hardware=None, gpus=None, concurrency="1"), "--cluster", cluster,
+                 "--out", str(out)], capsys)
+    assert list(tmp_path.iterdir()) == []  # neither --out nor its temporary directory
