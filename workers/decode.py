@@ -40,10 +40,14 @@ from workers.ready import ReadyBuffer
 from workers.request import DECODE, DECODE_WAIT, DECODING, LOADING, TRANSFER, Request
 from workers.run_wait import RunWait
 from workers.state import StateMemo, WorkerState
+from workers.token_gaps import TokenGaps
 
 
 class DecodeWorker(DecodeKv):
     kv_policy: KVPolicy = DEFAULT_KV_POLICY  # where a call's KV goes when it retires
+    # The run's recorder of the gaps before the tokens streamed (workers.token_gaps), set
+    # by the runtime; None: not recorded.
+    token_gaps: TokenGaps | None = None
 
     def __init__(self, spec: WorkerSpec, pricer: StepPricer, store: BlobStore,
                  ready: ReadyBuffer, log: EventLog,
@@ -89,6 +93,9 @@ class DecodeWorker(DecodeKv):
         # batch is as planned (`_batch_changed` clears it): fewer steps retire none.
         self._least_remaining = 0
         self._states = StateMemo()
+        # Sequences resumed after a stall that have streamed no token here yet: call id ->
+        # the time of their last token before it (`token_gaps`).
+        self._resumed: dict[int, float] = {}
         ready.subscribe(self._on_ready)
 
     def sequences_running(self) -> int:
@@ -181,7 +188,10 @@ class DecodeWorker(DecodeKv):
         self._poke()
 
     def _join(self, now_s: float) -> None:
+        stalled = self.token_gaps.stalled if self.token_gaps is not None else None
         for req in self._loaded:
+            if stalled and req.call_id in stalled:  # its next token's gap spans the stall
+                self._resumed[req.call_id] = stalled.pop(req.call_id)
             req.state = DECODING
             if req.decode_start_s is None:
                 req.decode_start_s = now_s
@@ -216,11 +226,16 @@ class DecodeWorker(DecodeKv):
                 ends = now_s + np.cumsum(self.pricer.decode_step_times_s(
                     len(self.running), run.mean_contexts))
                 done = await self._run_steps(ends)
+                if self.token_gaps is not None:  # before `_advance` retires anyone
+                    self.token_gaps.decode_mtp_run(now_s, ends, done, run.gained,
+                                                   self.running, self._resumed)
                 self._advance(done, now_s, loop.time(), run.gained[done - 1])
                 continue
             mean_context = self._planned_tokens / len(self.running)
             ends = self.pricer.decode_run_ends_s(now_s, len(self.running), mean_context, steps)
             done = await self._run_steps(ends)
+            if self.token_gaps is not None:  # before `_advance` retires anyone
+                self.token_gaps.decode_run(now_s, ends, done, self.running, self._resumed)
             self._advance(done, now_s, loop.time())
 
     async def _run_steps(self, ends: list[float] | np.ndarray) -> int:

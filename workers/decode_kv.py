@@ -61,6 +61,8 @@ class DecodeKv:
     _least_remaining: int
     _replan: bool
     _requeueing: bool
+    token_gaps: object  # workers.token_gaps.TokenGaps, or None
+    _resumed: dict[int, float]
 
     def _footprint(self, req: Request) -> float:
         """KV of `req` now, per GPU of its attention rank group (KVCapacity units)."""
@@ -196,7 +198,10 @@ class DecodeKv:
         gone = {id(r) for r in reqs}
         self.running = [r for r in self.running if id(r) not in gone]
         self._batch_changed()
+        gaps = self.token_gaps
         for req in reqs:
+            if gaps is not None:  # its last token came now, or before a stall not yet over
+                gaps.stalled[req.call_id] = self._resumed.pop(req.call_id, now_s)
             release_fetch(self.store, self.hbm, self._fetches.pop(req.call_id))
             req.preemptions += 1
             req.decode_worker = None

@@ -167,6 +167,11 @@ class ExecutedDecodeWorker(DecodeWorker):
         tokens of their completed jumps, ready to be loaded by another decode worker."""
         self.accepting = False
         out = [*self.running, *self._loaded, *self._loading.values()]
+        if self.token_gaps is not None and self._loop is not None:
+            # Their next token's gap spans the move (workers.token_gaps).
+            now_s = self._loop.time()
+            for req in self.running:
+                self.token_gaps.stalled[req.call_id] = self._resumed.pop(req.call_id, now_s)
         self.running, self._loaded = [], []
         self._batch_changed()
         self._loading.clear()

@@ -197,6 +197,8 @@ class MixedWorker(DecodeWorker):
         mean_context = self._planned_tokens / len(self.running)
         ends = self.pricer.decode_run_ends_s(now_s, len(self.running), mean_context, steps)
         done = await self._run_steps(ends)
+        if self.token_gaps is not None:  # before `_advance` retires anyone
+            self.token_gaps.decode_run(now_s, ends, done, self.running, self._resumed)
         self._advance(done, now_s, self._loop.time())
 
     async def _mixed_step(self, chunks: list[FillChunk], now_s: float) -> None:
@@ -217,6 +219,8 @@ class MixedWorker(DecodeWorker):
         await sleep_on(loop, now_s + transfer_s + latency_s - loop.time())
         end_s = loop.time()
         self.fills.resume(chunks)
+        if self.token_gaps is not None and decodes:  # the chunks' time is in every gap
+            self.token_gaps.decode_run(now_s, [end_s], 1, self.running, self._resumed)
         self._advance(1 if decodes else 0, now_s, end_s)
         for c in chunks:
             self._tokens_done += c.tokens

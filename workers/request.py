@@ -129,15 +129,22 @@ class Request:
         return None if self.first_token_s is None else self.first_token_s - self.arrival_s
 
     @property
-    def itl_s(self) -> float | None:
-        """Inter-token latency: time in decode batches over the tokens decode produced (all
-        but the fill's first). Waits for decode, loads and preemptions are not in it; with
-        multi-token prediction a step's time is shared by the tokens it yields."""
+    def tpot_s(self) -> float | None:
+        """Time per output token as the client sees it: first token to last over the
+        tokens after the first, (done - first token) / (output tokens - 1), the figure
+        SGLang's and vLLM's `bench_serving` report as TPOT. Its stalls (a preemption's
+        wait, reload and recompute) are in it; None for a call with fewer than two output
+        tokens or not done."""
+        if self.done_s is None or self.output_tokens < 2 or self.first_token_s is None:
+            return None
+        return (self.done_s - self.first_token_s) / (self.output_tokens - 1)
+
+    @property
+    def decode_s_per_token(self) -> float | None:
+        """Time in decode batches over the tokens decode produced (all but the fill's
+        first): the service's own per-token time, without the waits for decode, loads and
+        preemptions (what the controllers' predictor learns from); with multi-token
+        prediction a step's time is shared by the tokens it yields."""
         if self.done_s is None or self.output_tokens < 2:
             return None
         return self.parts_s[DECODE] / (self.output_tokens - 1)
-
-    @property
-    def tpot_s(self) -> float | None:
-        """Alias of `itl_s` (docs/metrics.md): the per-token figure without the waits."""
-        return self.itl_s

@@ -22,6 +22,7 @@ from workers.pricing import StepPricer
 from workers.ready import ReadyBuffer
 from workers.request import Request
 from workers.state import WorkerState
+from workers.token_gaps import TokenGaps
 
 # Pools whose workers decode: the control plane steers their batch (decode_workers).
 DECODING = (Phase.DECODE, MIXED)
@@ -39,8 +40,11 @@ class ClusterRuntime:
                  eff: Efficiency = DEFAULT_EFFICIENCY,
                  on_done: Callable[[Request, float], None] | None = None,
                  keep_events: bool = False, jump: bool = True, executor=None, seed: int = 0,
-                 kv_policy: KVPolicy = DEFAULT_KV_POLICY):
+                 kv_policy: KVPolicy = DEFAULT_KV_POLICY, keep_token_gaps: bool = False):
         self.cluster = cluster
+        # The gaps before every token streamed, recorded by the decoding workers
+        # (workers.token_gaps); `keep_token_gaps` keeps each record (a benchmark's window).
+        self.token_gaps = TokenGaps(keep=keep_token_gaps)
         self.kv_policy = kv_policy  # where a call's KV goes when it ends (workers.kv_policy)
         self.seed = seed  # decode workers draw multi-token-prediction acceptance from it
         # None: steps wait on this loop's clock; a StepExecutor (workers.executor): steps run
@@ -78,6 +82,8 @@ class ClusterRuntime:
     def _make_worker(self, spec: WorkerSpec, pricer: StepPricer) -> FillWorker | DecodeWorker:
         worker = self._new_worker(spec, pricer)
         worker.kv_policy = self.kv_policy
+        if isinstance(worker, DecodeWorker):  # mixed workers too
+            worker.token_gaps = self.token_gaps
         fills = getattr(worker, "fills", None)
         if fills is not None:  # fill and mixed workers promote hot prefixes they fetch
             fills.rack = self.links.rack_cache(spec)

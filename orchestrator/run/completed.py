@@ -144,5 +144,5 @@ class DoneCall:
     context_tokens = Request.context_tokens
     remaining = Request.remaining
     ttft_s = Request.ttft_s
-    itl_s = Request.itl_s
     tpot_s = Request.tpot_s
+    decode_s_per_token = Request.decode_s_per_token

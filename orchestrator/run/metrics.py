@@ -98,8 +98,8 @@ def _call_rows(p: str) -> list[tuple]:
     return [
         (f"{p}request_ttft_seconds", "histogram", RUN, "seconds", "time to first token"),
         (f"{p}request_itl_seconds", "histogram", RUN, "seconds",
-         "inter-token latency of a call: its time in decode batches over the tokens decode "
-         "produced (waits and preemptions left out)"),
+         "a call's mean inter-token latency as the client sees it: first token to last "
+         "over the tokens after the first (its TPOT; stalls included)"),
         (f"{p}request_tpot_seconds", "histogram", RUN, "seconds",
          "alias of request_itl_seconds (same observations)"),
         (f"{p}request_latency_part_seconds", "histogram", (*RUN, "part"), "seconds",

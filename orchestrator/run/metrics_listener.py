@@ -120,9 +120,10 @@ class MetricsListener:
         self._c("output_tokens_total").inc(req.output_tokens)
         if req.ttft_s is not None:
             self._c("request_ttft_seconds").observe(req.ttft_s)
-        if req.itl_s is not None:
-            self._c("request_itl_seconds").observe(req.itl_s)
-            self._c("request_tpot_seconds").observe(req.itl_s)  # the alias
+        tpot_s = req.tpot_s  # the call's mean gap between tokens, as the client sees it
+        if tpot_s is not None:
+            self._c("request_itl_seconds").observe(tpot_s)
+            self._c("request_tpot_seconds").observe(tpot_s)  # the alias
         self._c("request_e2e_seconds").observe(now_s - req.arrival_s)
         for part in LatencyPart:
             self._c("request_latency_part_seconds", part.key).observe(req.parts_s[part])
@@ -268,6 +269,6 @@ class MetricsListener:
         worker = req.decode_worker or req.fill_worker
         if worker is not None and worker in self._seen:
             labels = (model, *self.base, *self._seen[worker], worker)
-            if req.itl_s is not None:
-                self.m["vllm:inter_token_latency_seconds"].labels(*labels).observe(req.itl_s)
+            if req.tpot_s is not None:
+                self.m["vllm:inter_token_latency_seconds"].labels(*labels).observe(req.tpot_s)
             self.m["vllm:generation_tokens_total"].labels(*labels).inc(req.output_tokens)

@@ -85,7 +85,8 @@ class Orchestrator:
                  reallocator: ReallocationPolicy | None = None,
                  router: RoutingPolicy | None = None, backend: Backend | None = None,
                  skip_idle: bool = True, predictor: PredictorSettings | None = None,
-                 kv_policy: KVPolicy = DEFAULT_KV_POLICY) -> None:
+                 kv_policy: KVPolicy = DEFAULT_KV_POLICY,
+                 keep_token_gaps: bool = False) -> None:
         self.cluster, self.sessions, self.policy = cluster, list(sessions), policy
         self.control, self.load, self.seed = control, load, seed
         self.logger = logger  # a structlog logger for decisions, or None
@@ -139,6 +140,8 @@ class Orchestrator:
         self._event_driven = bool(getattr(policy, "event_driven", False))
         self.shared_chains = SharedChains()  # what the sessions share (traces.shared_prefix)
         self.kv_policy = kv_policy  # where a call's KV goes when it ends (workers.kv_policy)
+        # Keep every token gap's record (workers.token_gaps): a benchmark reads a window.
+        self.keep_token_gaps = keep_token_gaps
         self.feeder = Feeder(sessions=self.sessions, load=load, shared_chains=self.shared_chains,
                              next_call_id=self._next_call_id, submit=self._submit,
                              arrive=self._arrive, on_progress=on_progress)
@@ -290,7 +293,8 @@ class Orchestrator:
         self._hbm_peak = HbmPeak(self.weights_per_gpu)  # the largest HBM per GPU sampled
         self.runtime = ClusterRuntime(self.cluster, self.block_tokens, on_done=self._on_done,
                                       executor=getattr(self.backend, "executor", None),
-                                      seed=self.seed, kv_policy=self.kv_policy)
+                                      seed=self.seed, kv_policy=self.kv_policy,
+                                      keep_token_gaps=self.keep_token_gaps)
         # An event-driven policy is the engine's own scheduler: it sees its state unlagged.
         self.lag = ObservationLag(0.0 if self._event_driven else self.control.observation_lag_s)
         self.reconfigurer = Reconfigurer(self.runtime, self.cluster, self.weights_per_gpu)
@@ -402,6 +406,7 @@ class Orchestrator:
             rejected_arrivals_s=self._rejected_arrivals_s,
             decode_slots=decode_slots(self.cluster), ledger=self.ledger_report,
             loop_model=self._loop_model(),
+            token_gaps=rt.token_gaps,
             shared_prefix={"sessions": self.shared_chains.sessions,
                            "tokens": self.shared_chains.tokens,
                            "chains": self.shared_chains.count})

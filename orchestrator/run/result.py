@@ -52,6 +52,8 @@ class ReplayResult:
     # The policy's linearised admission loop (orchestrator.control.stability); None: it
     # declares none.
     loop_model: LoopModel | None = None
+    # The gap before every token streamed (workers.token_gaps.TokenGaps), or None.
+    token_gaps: object = None
 
 
 def decode_slots(cluster: BoundCluster) -> int:

@@ -95,7 +95,7 @@ class Sampler:
         return CompletedCall(
             input_tokens=req.input_tokens, computed_tokens=req.computed_tokens,
             output_tokens=req.output_tokens, fill_s=req.parts_s[_FILL],
-            fill_pool=None if fill is None else fill.spec.pool, itl_s=req.itl_s,
+            fill_pool=None if fill is None else fill.spec.pool, itl_s=req.decode_s_per_token,
             decode_pool=None if dec is None else dec.spec.pool,
             decode_sequences=0 if dec is None else dec.sequences_running() + 1)
 

@@ -20,8 +20,11 @@ Definitions (docs/metrics.md states them for users; keep the two in step):
   left calls queued: the periods in which admission, not arrivals, set what entered
   the service (the admission loop is closed only then);
 - goodput: output tokens per simulated second of calls that met both their TTFT
-  target and their inter-token latency target (`tpot_target_s`: the target keeps the
-  option's name, `--tpot-target`);
+  target and their time-per-output-token target (`tpot_target_s`, `--tpot-target`: the
+  call's client TPOT, first token to last over the tokens after the first);
+- latency per token: `itl_s` is over tokens, each token's gap since its sequence's
+  previous one as the client receives them (`workers.token_gaps`); `tpot_s` is over
+  calls, each call's mean gap (`Request.tpot_s`);
 - latency parts: each call's time from arrival to done split into admission_wait,
   fill, decode_wait, transfer and decode (`workers.request.LatencyPart`); per call they
   sum to its end-to-end latency.
@@ -175,16 +178,24 @@ def latency_breakdown(calls: CompletedCalls) -> dict[str, dict[str, float | None
     return {p.key: _pct(calls.part(p)) for p in LatencyPart}
 
 
-def _ttft_itl(calls: CompletedCalls) -> tuple[list[float], list[float | None]]:
-    """Every call's TTFT where it had a first token, and every call's ITL (None where
-    `Request.itl_s` is None), as `Request`'s properties compute them."""
-    decode = calls.part(LatencyPart.DECODE)
+def _ttft_tpot(calls: CompletedCalls) -> tuple[list[float], list[float | None]]:
+    """Every call's TTFT where it had a first token, and every call's client TPOT (None
+    where `Request.tpot_s` is None), as `Request`'s properties compute them."""
     ttft = [first - arrival for first, arrival in
             zip(calls.column("first_token_s"), calls.column("arrival_s"), strict=True)
             if first == first]  # NaN: no first token
-    itl = [None if done != done or out < 2 else spent / (out - 1) for done, out, spent in
-           zip(calls.column("done_s"), calls.column("output_tokens"), decode, strict=True)]
-    return ttft, itl
+    tpot = [None if done != done or out < 2 or first != first else (done - first) / (out - 1)
+            for done, first, out in zip(calls.column("done_s"), calls.column("first_token_s"),
+                                        calls.column("output_tokens"), strict=True)]
+    return ttft, tpot
+
+
+def itl_percentiles(result: ReplayResult) -> dict[str, float | None]:
+    """p50/p90/p99 over every token streamed after a call's first of the gap before it
+    (`workers.token_gaps`: from the steps that produced them, stalls included)."""
+    if result.token_gaps is None:
+        return _pct([])
+    return result.token_gaps.histogram().percentiles()
 
 
 def tier_hits(result: ReplayResult) -> dict:
@@ -305,15 +316,15 @@ def summarize(result: ReplayResult, ttft_target_s: float, tpot_target_s: float,
     """The run's summary: the figures of `--json`, by section (module docstring)."""
     calls, c = result.requests, result.counters
     duration = max(result.simulated_s, 1e-9)
-    ttft, itl_or_none = _ttft_itl(calls)
-    itl = [v for v in itl_or_none if v is not None]
+    ttft, tpot_or_none = _ttft_tpot(calls)
+    tpot = [v for v in tpot_or_none if v is not None]
     outputs = calls.column("output_tokens")
     out_tokens = sum(outputs)
-    good = sum(out for out, first, arrival, call_itl in
+    good = sum(out for out, first, arrival, call_tpot in
                zip(outputs, calls.column("first_token_s"), calls.column("arrival_s"),
-                   itl_or_none, strict=True)
+                   tpot_or_none, strict=True)
                if first == first and first - arrival <= ttft_target_s
-               and (call_itl is None or call_itl <= tpot_target_s))
+               and (call_tpot is None or call_tpot <= tpot_target_s))
     input_tokens = sum(calls.column("input_tokens"))
     return {
         "run": run,
@@ -323,8 +334,8 @@ def summarize(result: ReplayResult, ttft_target_s: float, tpot_target_s: float,
         "cache": cache_figures(result),
         "kv": kv_traffic(result, input_tokens),
         "ttft_s": _pct(ttft),
-        "itl_s": _pct(itl),
-        "tpot_s": _pct(itl),  # alias of itl_s (docs/metrics.md)
+        "itl_s": itl_percentiles(result),  # over tokens (docs/metrics.md)
+        "tpot_s": _pct(tpot),  # over calls
         "latency_breakdown_s": latency_breakdown(calls),
         "throughput": {
             "output_tokens_per_s": out_tokens / duration,

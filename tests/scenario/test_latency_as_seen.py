@@ -1,5 +1,5 @@
-"""Latency as the user sees it, through a whole replay: the summary's ITL, latency parts,
-preemptions and decode slots agree with the calls they are computed from."""
+"""Latency as the user sees it, through a whole replay: the summary's ITL, TPOT, latency
+parts, preemptions and decode slots agree with the calls they are computed from."""
 
 import numpy as np
 import pytest
@@ -45,9 +45,19 @@ def test_each_calls_parts_sum_to_its_end_to_end_latency(replayed):
 
 def test_summary_reports_itl_parts_and_slots(replayed):
     result, summary = replayed
-    itl = [r.itl_s for r in result.requests if r.itl_s is not None]
-    assert summary["itl_s"]["p50"] == pytest.approx(float(np.percentile(itl, 50)))
-    assert summary["tpot_s"] == summary["itl_s"]  # the documented alias
+    # TPOT per call: first token to last over the tokens after the first.
+    tpot = [r.tpot_s for r in result.requests if r.tpot_s is not None]
+    assert summary["tpot_s"]["p50"] == pytest.approx(float(np.percentile(tpot, 50)))
+    # ITL per token, recorded from the steps: every token after a call's first has one
+    # gap, and a call's gaps add up to its first token to its last (stalls included), so
+    # the recorder's tokens and their summed gaps are the calls' own.
+    gaps = result.token_gaps.histogram()
+    decoded = [r for r in result.requests if r.output_tokens >= 2]
+    assert gaps.count == pytest.approx(sum(r.output_tokens - 1 for r in decoded))
+    assert gaps.sums.sum() == pytest.approx(sum(r.done_s - r.first_token_s for r in decoded),
+                                            rel=1e-9)
+    assert summary["itl_s"] == gaps.percentiles()
+    assert summary["itl_s"]["p50"] <= summary["itl_s"]["p99"]
     assert set(summary["latency_breakdown_s"]) == PARTS
     fills = [r.parts_s[LatencyPart.FILL] for r in result.requests]
     assert summary["latency_breakdown_s"]["fill"]["p99"] == pytest.approx(

@@ -63,7 +63,7 @@ def run(submissions, jump=True, keep_events=False, decode_kv_tokens=None):
 def test_prefill_then_decode_completes_when_the_cost_core_says():
     blocks = tuple(range(1, 100))  # 99 blocks of 64 tokens
     req = Request(1, "s1", input_tokens=99 * 64, output_tokens=50, block_ids=blocks)
-    run([(0.0, "prefill-0", req)])
+    rt = run([(0.0, "prefill-0", req)])
     fill_s = predicted(Phase.PREFILL, 1, 99 * 64, 0).step_time_s[0]
     # Decode loads the KV from the prefill node's DRAM (200 GB/s) into HBM behind 4 host
     # links (4 x 64 GB/s): the slower is DRAM.
@@ -77,7 +77,14 @@ def test_prefill_then_decode_completes_when_the_cost_core_says():
     # The decode worker streams the output: the first token reaches the user once the KV
     # has arrived and the call joins a decode batch, not at the fill's end.
     assert req.ttft_s == pytest.approx(fill_s + load_s, abs=1e-8)
-    assert req.itl_s == pytest.approx(steps.sum() / 49, rel=1e-6)
+    assert req.tpot_s == pytest.approx(steps.sum() / 49, rel=1e-6)
+    # Per token, the client's gaps are the decode steps themselves: 49 tokens, each its
+    # step's time (the run's percentiles are those of the priced steps, to 0.1%).
+    gaps = rt.token_gaps.histogram()
+    assert gaps.count == 49 and gaps.sums.sum() == pytest.approx(steps.sum(), rel=1e-9)
+    for q in (50, 90, 99):
+        want = float(np.percentile(steps, q, method="inverted_cdf"))
+        assert gaps.percentile(q) == pytest.approx(want, rel=1e-3)
     parts = req.latency_breakdown_s
     assert parts["admission_wait"] == 0.0 and parts["decode_wait"] == pytest.approx(0, abs=1e-9)
     assert parts["fill"] == pytest.approx(fill_s, abs=1e-9)
@@ -143,13 +150,24 @@ def test_a_kv_squeeze_preempts_and_every_call_completes():
     assert all(r.recomputed_tokens > 0 for r in preempted)
     assert sum(r.recomputed_tokens for r in reqs) == sum(
         w.recomputed_tokens for w in rt.decode_workers.values())
-    # Every call's parts still add up to its end-to-end latency; ITL leaves the waits out.
+    # Every call's parts still add up to its end-to-end latency; its time in decode
+    # batches leaves the waits out, its client TPOT (first token to last) does not.
     for r in reqs:
         assert sum(r.latency_breakdown_s.values()) == pytest.approx(r.done_s - r.arrival_s,
                                                                     abs=1e-9)
-        assert r.itl_s * (r.output_tokens - 1) <= r.done_s - r.first_token_s + 1e-9
-    for r in preempted:  # its time out of the batch is not in its ITL
-        assert r.itl_s * (r.output_tokens - 1) < r.done_s - r.first_token_s - 1e-3
+        assert r.decode_s_per_token * (r.output_tokens - 1) <= r.done_s - r.first_token_s + 1e-9
+        assert r.tpot_s * (r.output_tokens - 1) == pytest.approx(r.done_s - r.first_token_s)
+    out_of_batch = [(r.done_s - r.first_token_s - r.decode_s_per_token * (r.output_tokens - 1))
+                    / r.preemptions for r in preempted]
+    assert min(out_of_batch) > 1e-3  # a preempted call's time out of the batch
+    # Per token, a stall is one gap (from the last token before it to the first after):
+    # the gaps still add up to every call's first token to its last, and the largest is
+    # at least a preempted call's mean stall.
+    gaps = rt.token_gaps.histogram()
+    assert gaps.count == pytest.approx(sum(r.output_tokens - 1 for r in reqs))
+    assert gaps.sums.sum() == pytest.approx(sum(r.done_s - r.first_token_s for r in reqs),
+                                            rel=1e-9)
+    assert gaps.percentile(100) >= max(out_of_batch)
 
 
 @pytest.mark.slow  # stepping one token at a time through ~8,000 steps takes ~3 s

@@ -15,7 +15,10 @@ def test_compact_drops_the_payload_of_a_done_call_and_keeps_its_figures():
     req.finish(3.0)
     req.compact()
     assert req.block_ids == req.writeback_block_ids == req.kv_chain == ()
-    assert req.ttft_s == 1.0 and req.itl_s == pytest.approx(0.25)
+    # First token at 2.0, last at 3.0, four tokens after the first: 0.25 s each, as the
+    # client sees them and as decode spent them (no stall between).
+    assert req.ttft_s == 1.0 and req.tpot_s == pytest.approx(0.25)
+    assert req.decode_s_per_token == pytest.approx(0.25)
     assert req.latency_breakdown_s["decode"] == 1.0 and req.input_tokens == 640
 
 
