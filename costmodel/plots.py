@@ -13,11 +13,14 @@ from pathlib import Path
 
 import numpy as np
 
+from costmodel import plotstyle
 from costmodel.phase import Phase
 from costmodel.sweep import SweepResult
 
 HBM_LINE_GB = 80.0
-COLORS = ("tab:green", "tab:blue", "tab:orange", "tab:red", "tab:purple", "tab:brown")
+# One colour-blind-safe colour per hardware line, in the sweep's order (costmodel.plotstyle).
+COLORS = (plotstyle.BLUISH_GREEN, plotstyle.BLUE, plotstyle.ORANGE, plotstyle.VERMILLION,
+          plotstyle.REDDISH_PURPLE, plotstyle.SKY_BLUE)
 
 
 @dataclass(frozen=True)
@@ -51,12 +54,13 @@ def write_plots(result: SweepResult, out_dir: Path) -> list[Path]:
     matplotlib.use("Agg")  # files only: never needs a display
     import matplotlib.pyplot as plt
 
+    plotstyle.apply()
     by_phase = [[i for i, w in enumerate(result.workloads) if w.phase == p] for p in Phase]
     by_phase = [row for row in by_phase if row]
     n_rows, n_cols = len(by_phase), max(len(row) for row in by_phase)
     paths = []
     for view in VIEWS:
-        fig, axes = plt.subplots(n_rows, n_cols, figsize=(4.2 * n_cols, 3.3 * n_rows),
+        fig, axes = plt.subplots(n_rows, n_cols, figsize=(4.6 * n_cols, 3.6 * n_rows),
                                  squeeze=False)
         for r, row in enumerate(by_phase):
             for col in range(n_cols):
@@ -73,16 +77,19 @@ def write_plots(result: SweepResult, out_dir: Path) -> list[Path]:
                    ncol=len(seen), frameon=False)
         fig.suptitle(view.title, x=0.02, ha="left")
         fig.tight_layout(rect=(0, 0, 1, 0.95))
+        for ax in axes.flat:
+            if ax.get_visible():
+                plotstyle.log_ticks(ax.xaxis)
+                if view.log_y:
+                    plotstyle.log_ticks(ax.yaxis)
         path = Path(out_dir) / view.file_name
-        fig.savefig(path, dpi=90)
+        plotstyle.save(fig, path, dpi=90)
         plt.close(fig)
         paths.append(path)
     return paths
 
 
 def _panel(ax, result: SweepResult, workload: int, view: View) -> None:
-    from matplotlib.ticker import NullFormatter
-
     c = result.columns
     w = result.workloads[workload]
     for h, name in enumerate(result.hardware_names):
@@ -101,15 +108,13 @@ def _panel(ax, result: SweepResult, workload: int, view: View) -> None:
                     label=name)
     if view.file_name == "frontier_hbm_per_gpu.png":
         ax.axhline(HBM_LINE_GB, color="grey", linestyle=":", linewidth=1)
-        ax.text(0.01, HBM_LINE_GB, "80 GB", va="bottom", fontsize=7, color="grey",
+        ax.text(0.01, HBM_LINE_GB, "80 GB", va="bottom", fontsize=9, color="grey",
                 transform=ax.get_yaxis_transform())  # x in panel fractions, y in GB
-    ax.set_xscale("log")
-    ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels collide on short ranges
+    ax.set_xscale("log")  # ticks: plotstyle.log_ticks, once the panel is drawn
     if view.log_y:
         ax.set_yscale("log")
     latency = "TPOT" if w.phase == Phase.DECODE else "TTFT"
-    ax.set_title(w.name, fontsize=9)
-    ax.set_xlabel(f"{latency} (ms)", fontsize=8)
-    ax.set_ylabel(view.y_label, fontsize=8)
-    ax.tick_params(labelsize=7)
+    ax.set_title(w.name)
+    ax.set_xlabel(f"{latency} (ms)")
+    ax.set_ylabel(view.y_label)
     ax.grid(True, which="major", alpha=0.3)

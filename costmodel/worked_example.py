@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from costmodel import findings_why
 from costmodel.hardware import HardwareTable, load_hardware
 from costmodel.phase import Phase
 from costmodel.sweep import Grid, SweepResult, Workload, merge_results, run_sweep
@@ -119,6 +120,7 @@ class Finding:
     claim: str
     holds: bool
     detail: str
+    why: str = ""  # a "no": what the model finds instead, in figures (costmodel.findings_why)
 
 
 def check_findings(result: SweepResult, line_bytes: float = HBM_LINE_BYTES) -> list[Finding]:
@@ -159,8 +161,13 @@ def _layout_findings(result: SweepResult, by_phase: dict[Phase, list[int]]) -> l
         good = [s for s in seen if test(s[2], s[1])]
         misses = [f"{w}/{h}: {_layout(c, i)}" for w, h, i in seen if (w, h, i) not in good]
         detail = f"{len(good)} of {len(seen)} frontiers"
-        out.append(Finding(claim, len(good) > len(seen) / 2,
-                           detail + ("; e.g. " + misses[0] if misses else "")))
+        holds = len(good) > len(seen) / 2
+        why = "" if holds else findings_why.layout_why(
+            c, [(w, h, int(i), [x.name for x in result.workloads].index(w), names.index(h))
+                for w, h, i in seen if (w, h, i) not in good],
+            fastest=pick is fastest, test=test)
+        out.append(Finding(claim, holds, detail + ("; e.g. " + misses[0] if misses else ""),
+                           why))
 
     def fastest(rows):
         return np.argmin(c["ttft_or_tpot_s"][rows])
@@ -193,7 +200,8 @@ def _gb200_finding(result: SweepResult) -> Finding | None:
         return None
     share = float(np.mean(c["hardware"][combined] == gb))
     return Finding("decode: GB200 leads most of the range", share > 0.5,
-                   f"{share:.0%} of the combined decode frontier is GB200")
+                   f"{share:.0%} of the combined decode frontier is GB200",
+                   "" if share > 0.5 else findings_why.gb200_why(c, names, combined))
 
 
 def _energy_finding(c, front, by_phase: dict[Phase, list[int]]) -> Finding | None:
@@ -207,11 +215,12 @@ def _energy_finding(c, front, by_phase: dict[Phase, list[int]]) -> Finding | Non
     if len(energy) != 3:
         return None
     order = sorted(energy, key=energy.get)
+    holds = order[0] == Phase.MIDFILL and order[-1] == Phase.DECODE
     return Finding(
-        "energy per query: decode highest, midfill lowest",
-        order[0] == Phase.MIDFILL and order[-1] == Phase.DECODE,
+        "energy per query: decode highest, midfill lowest", holds,
         ", ".join(f"{p.name.lower()} {energy[p]:,.0f} J" for p in order)
-        + " (cheapest frontier query)")
+        + " (cheapest frontier query)",
+        "" if holds else findings_why.energy_why(c, front, by_phase, energy))
 
 
 def _hbm_finding(c, front, line_bytes: float) -> Finding | None:
@@ -220,7 +229,8 @@ def _hbm_finding(c, front, line_bytes: float) -> Finding | None:
         return None
     share = float(np.mean(c["hbm_bytes_per_gpu"][front] < line_bytes))
     return Finding("most frontier points under 80 GB HBM per GPU", share > 0.5,
-                   f"{share:.0%} of {int(front.sum())} frontier points")
+                   f"{share:.0%} of {int(front.sum())} frontier points",
+                   "" if share > 0.5 else findings_why.hbm_why(c, front, line_bytes))
 
 
 def print_worked_example(console=None, result: SweepResult | None = None) -> SweepResult:
@@ -249,9 +259,13 @@ def print_worked_example(console=None, result: SweepResult | None = None) -> Swe
     findings.add_column("finding")
     findings.add_column("holds")
     findings.add_column("what the model says")
-    for f in check_findings(result):
+    checked = check_findings(result)
+    for f in checked:
         findings.add_row(f.claim, "[green]yes[/]" if f.holds else "[red]no[/]", f.detail)
     console.print(findings)
+    for f in checked:
+        if not f.holds:  # each "no" explained by the figures behind it
+            console.print(f"why not, {f.claim}: {f.why}", highlight=False)
     return result
 
 

@@ -65,7 +65,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.run(args) or 0)
+        code = int(args.run(args) or 0)
+        hub = getattr(args, "_metrics_hub", None)
+        if hub is not None:  # --metrics-port: until one scrape has read the final values
+            hub.finish()
+        return code
     except _user_error_types() as exc:
         sys.stderr.write(f"tokenfactory {args.command}: error: {exc}\n")
         return EXIT_USAGE
@@ -74,6 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    finally:
+        hub = getattr(args, "_metrics_hub", None)
+        if hub is not None:
+            hub.close()
 
 
 __all__ = ["_common", "main"]

@@ -84,13 +84,38 @@ def print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, sort_keys=False, allow_nan=False) + "\n")
 
 
+def add_overwrite_option(p: argparse.ArgumentParser, what: str = "an earlier run in --out") -> None:
+    """`--overwrite`: the one way to let a command replace what it wrote before."""
+    p.add_argument("--overwrite", action="store_true",
+                   help=f"replace {what} (default: refuse, exit 2)")
+
+
+def set_help(p: argparse.ArgumentParser, dest: str, text: str) -> None:
+    """Replace an option's help: a command whose default is computed says so."""
+    for action in p._actions:  # argparse has no public way to reach an added option
+        if action.dest == dest:
+            action.help = text
+            return
+    raise KeyError(dest)
+
+
+def check_new_file(path: Path, overwrite: bool, option: str = "--out") -> None:
+    """Refuse an existing file unless `overwrite` (one line, exit 2)."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{option} {path}: is a directory")
+    if path.exists() and not overwrite:
+        raise UserError(f"{option} {path}: exists; --overwrite replaces it")
+
+
 @contextmanager
-def atomic_path(path: Path) -> Iterator[Path]:
-    """Yield a temporary path beside `path`; rename it into place only on success."""
+def atomic_path(path: Path, overwrite: bool = True) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; rename it into place only on success, with
+    the mode a plain `open` would give it (mkstemp's are private). An existing `path`
+    is refused unless `overwrite`."""
     path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
-        raise UserError(f"{path}: is a directory")
+    check_new_file(path, overwrite)
     if not parent.is_dir():
         raise UserError(f"{path}: directory {parent} does not exist")
     if not os.access(parent, os.W_OK):
@@ -100,6 +125,9 @@ def atomic_path(path: Path) -> Iterator[Path]:
     tmp = Path(tmp_name)
     try:
         yield tmp
+        from orchestrator.run.output import current_umask
+
+        os.chmod(tmp, 0o666 & ~current_umask())
         os.replace(tmp, path)
     finally:
         if tmp.exists():

@@ -36,14 +36,14 @@ def add_load_options(parser: argparse.ArgumentParser) -> None:
         type=non_negative_float,
         default=1.0,
         metavar="F",
-        help="multiply every think/tool gap by F (default 1; 0 removes them)",
+        help="multiply every think/tool gap by F (default %(default)g; 0 removes them)",
     )
     group.add_argument(
         "--repeat",
         type=positive_int,
         default=1,
         metavar="K",
-        help="replay the trace K times over, each copy as new sessions (default 1)",
+        help="replay the trace K times over, each copy as new sessions (default %(default)s)",
     )
     group.add_argument(
         "--shared-prefix-tokens",
@@ -58,7 +58,7 @@ def add_load_options(parser: argparse.ArgumentParser) -> None:
         "--duration",
         type=positive_float,
         metavar="S",
-        help="admit no new session after S simulated seconds",
+        help="admit no new session after S simulated seconds (default: no limit)",
     )
 
 

@@ -58,7 +58,7 @@ def add_run_options(p: argparse.ArgumentParser, controller: bool = True) -> None
     p.add_argument("--model", default=DEFAULT_MODEL,
                    help=f"model preset or config.json (default: {DEFAULT_MODEL})")
     p.add_argument("--cluster", default=DEFAULT_CLUSTER,
-                   help=f"cluster preset or TOML file (default: {DEFAULT_CLUSTER})")
+                   help="cluster preset or TOML file (default: %(default)s)")
     p.add_argument("--reallocator", default="hysteresis",
                    help="slow loop: a registered name or module:Class (default: hysteresis)")
     p.add_argument("--router", default="prefix-affinity",
@@ -94,7 +94,7 @@ def add_run_options(p: argparse.ArgumentParser, controller: bool = True) -> None
                    metavar="S", help="reallocation loop period (default %(default)s s)")
     c.add_argument("--observation-lag", type=non_negative_float,
                    default=ControlConfig.observation_lag_s, metavar="S",
-                   help="age of what controllers see (default %(default)s s)")
+                   help="age of what controllers see (default %(default)g s)")
     c.add_argument("--no-realloc", action="store_true", help="never move workers between pools")
     c.add_argument("--no-hysteresis", action="store_true",
                    help="reallocate without dead band or dwell time (flaps)")

@@ -41,6 +41,31 @@ def prepare_or_fail(paths, trace_format: str, settings: RunSettings) -> Prepared
     return prepared
 
 
+def exit_status(summary: dict, signal_ends_run: bool = False) -> int:
+    """A replay's exit status: 1 when a live run stopped for want of workers (it did not
+    finish; its summary printed); 128 + the signal's number when SIGINT or SIGTERM
+    stopped a live run (130 for Ctrl-C, as a virtual run stopped by it exits), unless
+    a signal is how the command ends (`serve`); else 0."""
+    import signal
+
+    live = summary.get("live") or {}
+    if live.get("stop_reason"):
+        return 1
+    if live.get("signal") and not signal_ends_run:
+        return 128 + int(signal.Signals[live["signal"]])
+    return 0
+
+
+def warn_if_trace_runs_out(prepared: Prepared, settings: RunSettings) -> None:
+    """One stderr line when the trace has fewer sessions than the load options ask for
+    (`orchestrator.run.load_window`): the figures, and the --repeat that has enough."""
+    from orchestrator.run.load_window import shortfall
+
+    short = shortfall(settings.load, len(prepared.sessions))
+    if short is not None:
+        sys.stderr.write(short.note(settings.load) + "\n")
+
+
 def series_format_or_fail(args: argparse.Namespace) -> None:
     if getattr(args, "series_format", "csv") == "parquet":
         try:
@@ -50,23 +75,37 @@ def series_format_or_fail(args: argparse.Namespace) -> None:
                             "(pip install 'tokenfactory[parquet]')") from None
 
 
-def out_dir_or_fail(out: str | None) -> Path | None:
+def out_dir_or_fail(out: str | None, overwrite: bool = False) -> Path | None:
+    """--out checked before anything runs: refused when it holds anything, unless it
+    is an earlier run and `overwrite` (`orchestrator.run.output.check_out_dir`)."""
     if out is None:
         return None
     try:
-        check_out_dir(Path(out))
+        check_out_dir(Path(out), overwrite)
     except OutputError as exc:
         raise UserError(str(exc)) from None
     return Path(out)
 
 
-def run_label(settings: RunSettings, prefix: str = "") -> str:
-    """The run's `run` label (metrics, summary, trace events): `<controller>-seed<seed>`;
-    a compare run named other than by its controller (`--clusters`, `--kv-policies`: its
-    files' prefix) has that name in front, so that the runs' series stay apart."""
+# What `--out DIR` holds after a replay, for `--help` (docs/metrics.md has the columns).
+OUT_HELP = ("write the run into DIR, whole or not at all: summary.json (the --json "
+            "figures), series.csv (one row per fast-loop period or idle span), "
+            "decisions.jsonl (admission and reallocation decisions), metrics.om "
+            "(Prometheus metrics with timestamps, for `metrics backfill`; --metrics says "
+            "which, none for no file); a DIR that exists is refused unless it is empty, or "
+            "an earlier run and --overwrite is given")
+
+
+def run_label(settings: RunSettings, prefix: str = "", name: str | None = None) -> str:
+    """The run's `run` label (metrics, summary, trace events): `--run-name` when given,
+    else `<controller>-seed<seed>`; a compare run is told from its neighbours by its
+    files' prefix: after the name (`NAME-retire`), or, when named other than by its
+    controller (`--clusters`, `--kv-policies`), in front of the default label."""
+    label = prefix.removesuffix("-")
+    if name:
+        return f"{name}-{label}" if label else name
     run = f"{settings.controller}-seed{settings.seed}"
-    name = prefix.removesuffix("-")
-    return run if name in ("", settings.controller) else f"{name}-{run}"
+    return run if label in ("", settings.controller) else f"{label}-{run}"
 
 
 def replay_into(prepared: Prepared, settings: RunSettings, directory: Path | None,
@@ -77,7 +116,7 @@ def replay_into(prepared: Prepared, settings: RunSettings, directory: Path | Non
                         if directory is not None else (None, None))
     label = f"replay ({settings.controller})"
     hub = metrics_hub(args)
-    run = run_label(settings, prefix)
+    run = run_label(settings, prefix, getattr(args, "run_name", None))
     listeners, recorder = hub.listeners(run, settings.controller,
                                         recording=directory is not None,
                                         spill_dir=directory)
@@ -110,7 +149,7 @@ def replay_into(prepared: Prepared, settings: RunSettings, directory: Path | Non
         series_writer.close(result.series)
         hub.write(recorder, directory / f"{prefix}{OM_NAME}", result.simulated_s)
     if tracer is not None:
-        write_trace_events(tracer, Path(args.trace_events), prefix, settings, result.simulated_s)
+        write_trace_events(tracer, Path(args.trace_events), prefix, run, result.simulated_s)
     return result, summary
 
 
@@ -207,7 +246,7 @@ def trace_recorder(args: argparse.Namespace, settings: RunSettings):
     return TraceRecorder(args.trace_events_max_calls, settings.seed)
 
 
-def write_trace_events(tracer, path: Path, prefix: str, settings: RunSettings,
+def write_trace_events(tracer, path: Path, prefix: str, run: str,
                        simulated_s: float) -> None:
     """Write one run's trace (compare: `CONTROLLER-FILE` beside FILE); note a cut."""
     import sys
@@ -216,7 +255,7 @@ def write_trace_events(tracer, path: Path, prefix: str, settings: RunSettings,
 
     path = path.with_name(f"{prefix}{path.name}")
     try:
-        write(path, tracer.render(simulated_s, run=run_label(settings, prefix)))
+        write(path, tracer.render(simulated_s, run=run))
     except OSError as exc:
         raise UserError(f"--trace-events {path}: cannot write: {exc.strerror}") from None
     note = tracer.cut_note()

@@ -9,7 +9,7 @@ from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
-from orchestrator.cli._common import UserError, comma_names, print_json
+from orchestrator.cli._common import UserError, add_overwrite_option, comma_names, print_json
 from orchestrator.cli._replay_opts import (
     KV_POLICIES,
     add_run_options,
@@ -17,7 +17,12 @@ from orchestrator.cli._replay_opts import (
     settings_from_args,
     trace_paths,
 )
-from orchestrator.cli._replay_run import out_dir_or_fail, prepare_or_fail, replay_into
+from orchestrator.cli._replay_run import (
+    out_dir_or_fail,
+    prepare_or_fail,
+    replay_into,
+    warn_if_trace_runs_out,
+)
 from orchestrator.control.config import ControlConfig
 from orchestrator.control.policies import PluginError
 from orchestrator.plugins import load_policy
@@ -43,8 +48,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="comma-separated KV placement policies (offload, retain): run the "
                         "trace and controller under each (replaces --kv-policy)")
     add_run_options(p, controller=False)
-    p.add_argument("--out", default="compare-out",
-                   help="directory for report.html and each run's files (default: compare-out)")
+    p.add_argument("--out", default="compare-out", metavar="DIR",
+                   help="write into DIR, whole or not at all: report.html, compare.json (every "
+                        "summary) and each run's files, prefixed by its label: "
+                        "LABEL-summary.json, LABEL-series.csv, LABEL-decisions.jsonl, "
+                        "LABEL-metrics.om (--metrics) (default: compare-out; a DIR that "
+                        "exists is refused unless empty, or an earlier run and --overwrite)")
+    add_overwrite_option(p)
     p.set_defaults(run=run)
 
 
@@ -113,15 +123,17 @@ def parse_kv_policies(text: str) -> list[str]:
 def _run_all(args: argparse.Namespace, runs: dict[str, RunSettings], title: str,
              notes: str = "") -> dict:
     """Replay each labelled setting on the same sessions; write the report when asked."""
-    out = out_dir_or_fail(args.out)
+    out = out_dir_or_fail(args.out, args.overwrite)
     by_cluster: dict[str, object] = {}  # the sessions are read once per cluster
     for settings in runs.values():
         if settings.cluster not in by_cluster:
             by_cluster[settings.cluster] = prepare_or_fail(trace_paths(args), args.format,
                                                            settings)
     prepared = {label: by_cluster[s.cluster] for label, s in runs.items()}
+    first = next(iter(runs))  # the same sessions and load options in every run
+    warn_if_trace_runs_out(prepared[first], runs[first])
     results, summaries = {}, {}
-    with run_dir(out) if out is not None else nullcontext(None) as directory:
+    with run_dir(out, args.overwrite) if out is not None else nullcontext(None) as directory:
         for label, settings in runs.items():
             results[label], summaries[label] = replay_into(prepared[label], settings, directory,
                                                            args, prefix=f"{label}-")
@@ -160,10 +172,12 @@ def compare_kv_policies(args: argparse.Namespace, policies: list[str], controlle
 CLUSTER_ROWS = (
     ("calls completed", (("requests", "completed"),), "{:,.0f}"),
     ("GPUs", (("resources", "gpus"),), "{:,.0f}"),
-    ("goodput tokens/s", (("goodput", "output_tokens_per_s"),), "{:,.1f}"),
+    ("goodput tokens/s, load window", (("goodput", "window", "output_tokens_per_s"),),
+     "{:,.1f}"),
     ("TTFT p50 / p99 (s)", (("ttft_s", "p50"), ("ttft_s", "p99")), "{:.2f}"),
     ("ITL p50 / p99 (ms)", (("itl_s", "p50"), ("itl_s", "p99")), "ms"),
-    ("output tokens/s per GPU", (("throughput", "output_tokens_per_s_per_gpu"),), "{:,.2f}"),
+    ("output tokens/s per GPU, load window", (("throughput", "window",
+                                               "output_tokens_per_s_per_gpu"),), "{:,.2f}"),
     ("energy per call (kJ)", (("energy", "joules_per_call"),), "kJ"),
 )
 # And, for KV placement policies, where prefixes were found and what moved.
@@ -175,13 +189,14 @@ KV_ROWS = (
 )
 
 
-def _figure(summary: dict, section: str, key: str):
-    if section == "itl_s" and "itl_s" not in summary:
-        section = "tpot_s"
-    if (section, key) == ("kv", "total_bytes_moved"):
-        value = summary.get("kv", {}).get("bytes_moved", {}).get("total")
-    else:
-        value = summary.get(section, {}).get(key)
+def _figure(summary: dict, *path: str):
+    from orchestrator.run.tables import figure_at
+
+    if path[0] == "itl_s" and "itl_s" not in summary:
+        path = ("tpot_s", *path[1:])
+    if path == ("kv", "total_bytes_moved"):
+        path = ("kv", "bytes_moved", "total")
+    value = figure_at(summary, path)
     return None if value is None else float(value)
 
 
@@ -194,8 +209,8 @@ def cluster_rows(summaries: dict[str, dict], table=CLUSTER_ROWS) -> list[tuple[s
         cells = []
         for s in summaries.values():
             parts = []
-            for section, key in paths:
-                v = _figure(s, section, key)
+            for path in paths:
+                v = _figure(s, *path)
                 parts.append("-" if v is None else
                              f"{v / _SCALES[fmt]:,.{1 if fmt == 'ms' else 2}f}"
                              if fmt in _SCALES else fmt.format(v))
@@ -233,9 +248,12 @@ def run(args: argparse.Namespace) -> int:
         names = parse_controllers(_given(args.controllers, DEFAULT_CONTROLLERS))
         title = "tokenfactory compare: " + " vs ".join(names)
         summaries = compare(args, names, title)
+    from orchestrator.cli._replay_run import exit_status
+
+    code = max((exit_status(s) for s in summaries.values()), default=0)
     if args.json:
         print_json({"runs": summaries})
-        return 0
+        return code
     if args.kv_policies is not None:
         print_cluster_table(summaries, title="compare KV placement policies",
                             table=CLUSTER_ROWS + KV_ROWS)
@@ -247,4 +265,4 @@ def run(args: argparse.Namespace) -> int:
         summary_table(summaries, title="compare")
     if args.out:
         print(f"report: {args.out}/report.html")
-    return 0
+    return code

@@ -125,11 +125,19 @@ def _print_table(title: str, figures, row: dict, extra: list[tuple[str, str]]) -
     table.add_column("figure")
     table.add_column("value", justify="right")
     for key, label, scale, unit in figures:
-        table.add_row(label, f"{row[key] * scale:,.3f} {unit}".rstrip())
+        table.add_row(label, _value(row[key] * scale, unit))
     for label, value in extra:
         table.add_row(label, value)
     table.add_row("fits in HBM", "yes" if row["fits"] else "NO")
     Console().print(table)
+
+
+def _value(value: float, unit: str) -> str:
+    """A figure as read: a count (no unit, a whole number: GPUs, experts) without
+    decimals, everything else to three."""
+    if not unit and float(value).is_integer():
+        return f"{value:,.0f}"
+    return f"{value:,.3f} {unit}".rstrip()
 
 
 def _capacity_rows(row: dict, context: int) -> list[tuple[str, str]]:

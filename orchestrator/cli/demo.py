@@ -28,10 +28,25 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="session starts at L x the rate that uses the cluster's planned "
                         "capacity in steady state (default %(default)s; ignored with "
                         "--sessions-per-hour)")
-    p.add_argument("--out", default="demo-out", help="report directory (default: demo-out)")
+    p.add_argument("--out", default="demo-out", metavar="DIR",
+                   help="write into DIR, whole or not at all: report.html, compare.json and "
+                        "each controller's CONTROLLER-summary.json, -series.csv, "
+                        "-decisions.jsonl, -metrics.om (--metrics) (default: demo-out; a DIR "
+                        "that exists is refused unless empty, or an earlier run and "
+                        "--overwrite)")
+    from orchestrator.cli._common import add_overwrite_option
+
+    add_overwrite_option(p)
+    # set_defaults also sets each option's default as --help shows it (%(default)s).
     p.set_defaults(run=run, cluster=DEMO_CLUSTER, seed=DEMO_SEED,
                    think_scale=DEMO_POINT.think_scale, duration=DEMO_POINT.duration_s,
                    observation_lag=DEMO_POINT.observation_lag_s, repeat=None)
+    from orchestrator.cli._common import set_help
+
+    set_help(p, "duration", "admit no new session after S simulated seconds "
+                            f"(default {DEMO_POINT.duration_s:g})")
+    set_help(p, "repeat", "replay the trace K times over, each copy as new sessions "
+                          "(default: as many times as the load needs over --duration)")
 
 
 def _capacity(args: argparse.Namespace):
@@ -91,10 +106,12 @@ def _choose_load(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    from orchestrator.cli._replay_run import out_dir_or_fail
     from orchestrator.cli.compare import compare
     from orchestrator.run.demo import DEMO_CONTROLLERS, oscillation_ratio, run_binding_decisions
     from orchestrator.run.tables import summary_table
 
+    out_dir_or_fail(args.out, args.overwrite)  # before the capacity is worked out
     load = _choose_load(args)
     why = load["why"]
     lines = [
@@ -121,8 +138,10 @@ def run(args: argparse.Namespace) -> int:
         c, ring = s["control"], s["control"]["ringing_period_s"]
         predicted = "none" if ring["predicted"] is None else f"{ring['predicted']:.1f} s"
         measured = "none" if ring["measured"] is None else f"{ring['measured']:.1f} s"
+        index = ("null (decode almost idle)" if c["oscillation_index"] is None
+                 else f"{c['oscillation_index']:.3f}")
         print(f"{name}: decode occupancy {c['decode_occupancy_mean']:.3f}, oscillation index "
-              f"{c['oscillation_index']:.3f}, starvation {c['decode_starvation_fraction']:.3f}, "
+              f"{index}, starvation {c['decode_starvation_fraction']:.3f}, "
               f"admission bound in {c['admission_bound_fraction']:.1%} of periods, "
               f"ringing period predicted {predicted} (model-derived, for a loop bound every "
               f"period), measured {measured}, lost {s['requests']['lost']}")

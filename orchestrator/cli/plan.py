@@ -14,7 +14,14 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.cli._common import UserError, atomic_path, positive_float, print_json
+from orchestrator.cli._common import (
+    UserError,
+    add_overwrite_option,
+    atomic_path,
+    check_new_file,
+    positive_float,
+    print_json,
+)
 
 # The fill's batch is one part of what a user waits for (queueing, the KV transfer and
 # decode admission come on top): a fifth of replay's default 10 s TTFT target.
@@ -54,6 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kv-precision", default="bf16", help="KV cache: bf16 or fp8 (default bf16)")
     p.add_argument("--name", help="the cluster's name (default: --out's stem, else 'planned')")
     p.add_argument("--out", type=Path, metavar="FILE", help="write the cluster TOML here")
+    add_overwrite_option(p, "an existing --out FILE")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run)
 
@@ -83,7 +91,7 @@ def _command(args: argparse.Namespace) -> str:
     return " ".join(shlex.quote(w) for w in words)
 
 
-def _check_out(out: Path | None) -> None:
+def _check_out(out: Path | None, overwrite: bool) -> None:
     """Refuse an --out that cannot be written before any work is done."""
     import os
 
@@ -92,6 +100,7 @@ def _check_out(out: Path | None) -> None:
     parent = out.parent if str(out.parent) else Path(".")
     if out.is_dir():
         raise UserError(f"--out: {out} is a directory")
+    check_new_file(out, overwrite)
     if not parent.is_dir():
         raise UserError(f"--out: {out}: directory {parent} does not exist")
     if not os.access(parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
@@ -167,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
     model = _load("--model", load_model, args.model)
     hw = _load("--hardware", load_hardware, args.hardware)
     weights, kv = _precisions(args, model)
-    _check_out(args.out)
+    _check_out(args.out, args.overwrite)
     workload = workload_from_traces(list(args.trace), args.format)
     plan = plan_cluster(model, hw, args.gpus, workload, Targets(args.ttft_target,
                                                                 args.tpot_target),
@@ -180,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
     except ClusterError as exc:
         raise UserError(f"the planned cluster does not bind ({exc}); please report") from None
     if args.out is not None:
-        with atomic_path(args.out) as tmp:
+        with atomic_path(args.out, args.overwrite) as tmp:
             tmp.write_text(text)
     if args.json:
         print_json(plan_dict(plan, str(args.out) if args.out else None))
@@ -239,13 +248,24 @@ def plan_dict(plan: Plan, out: str | None) -> dict[str, object]:
     }
 
 
+def _session_pace(w) -> str:
+    """The trace's calls per active session-hour; a trace whose sessions spend no time
+    between calls (one call each, or no think gaps: Azure, Mooncake) has no such pace."""
+    rate = w.calls_per_session_s
+    if not math.isfinite(rate):
+        what = ("one call per session" if w.calls == w.sessions
+                else "no time recorded between a session's calls")
+        return f"{what}, so no calls per active session-hour (the arrivals set the pace)"
+    return f"{rate * 3600:.1f} calls per active session-hour"
+
+
 def print_plan(plan: Plan, out: Path | None) -> None:
     from costmodel.phase import Phase
 
     w = plan.workload
     print(f"{plan.model} on {plan.gpus} {plan.hardware.name} GPUs ({plan.nodes.count} node(s) "
           f"of up to {plan.nodes.gpus_each}); trace: {w.sessions} sessions, {w.calls:,} calls, "
-          f"{w.calls_per_session_s * 3600:.1f} calls per active session-hour")
+          f"{_session_pace(w)}")
     print(f"targets: fill step <= {plan.targets.ttft_s:g} s, decode TPOT <= "
           f"{plan.targets.tpot_s * 1e3:g} ms")
     for p in plan.pools:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from contextlib import nullcontext
 
-from orchestrator.cli._common import print_json
+from orchestrator.cli._common import add_overwrite_option, print_json
 from orchestrator.cli._replay_opts import (
     add_run_options,
     add_trace_args,
@@ -13,10 +13,13 @@ from orchestrator.cli._replay_opts import (
     trace_paths,
 )
 from orchestrator.cli._replay_run import (
+    OUT_HELP,
+    exit_status,
     out_dir_or_fail,
     prepare_or_fail,
     replay_into,
     series_format_or_fail,
+    warn_if_trace_runs_out,
 )
 from orchestrator.run.output import run_dir
 from orchestrator.run.settings import DEFAULT_CLUSTER, DEFAULT_CONTROLLER, DEFAULT_MODEL
@@ -30,7 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     f"--controller {DEFAULT_CONTROLLER}, the bundled sample when no TRACE.")
     add_trace_args(p)
     add_run_options(p)
-    p.add_argument("--out", help="directory for summary.json, series.csv, decisions.jsonl")
+    p.add_argument("--out", metavar="DIR", help=OUT_HELP)
+    add_overwrite_option(p)
     p.add_argument("--series-format", choices=("csv", "parquet"), default="csv",
                    help="--out: the series as series.csv (default) or series.parquet "
                         "(needs pyarrow), written as the run goes")
@@ -45,9 +49,10 @@ def run(args: argparse.Namespace) -> int:
         return run_counterexample(args)
     settings = settings_from_args(args)
     series_format_or_fail(args)
-    out = out_dir_or_fail(args.out)
+    out = out_dir_or_fail(args.out, args.overwrite)
     prepared = prepare_or_fail(trace_paths(args), args.format, settings)
-    with run_dir(out) if out is not None else nullcontext(None) as directory:
+    warn_if_trace_runs_out(prepared, settings)
+    with run_dir(out, args.overwrite) if out is not None else nullcontext(None) as directory:
         _, summary = replay_into(prepared, settings, directory, args)
     if args.json:
         print_json(summary)
@@ -55,8 +60,7 @@ def run(args: argparse.Namespace) -> int:
         from orchestrator.run.tables import summary_table
 
         summary_table({settings.controller: summary})
-    # A live run stopped for want of workers did not finish: exit 1, its summary printed.
-    return 1 if (summary.get("live") or {}).get("stop_reason") else 0
+    return exit_status(summary)
 
 
 def run_counterexample(args: argparse.Namespace) -> int:
@@ -75,7 +79,7 @@ def run_counterexample(args: argparse.Namespace) -> int:
         raise UserError(f"{path}: cannot read: {exc.strerror}") from None
     except (ValueError, TypeError) as exc:
         raise UserError(f"{path}: not a counterexample file: {exc}") from None
-    out = out_dir_or_fail(args.out)
+    out = out_dir_or_fail(args.out, args.overwrite)
     try:
         result = run_scenario(scenario)
     except PluginError as exc:
@@ -84,7 +88,7 @@ def run_counterexample(args: argparse.Namespace) -> int:
     summary = summarize(result, control.ttft_target_s, control.tpot_target_s,
                         run=path.stem, controller=scenario.controller)
     if out is not None:
-        with run_dir(out) as directory:
+        with run_dir(out, args.overwrite) as directory:
             write_json(directory / "summary.json", summary)
             write_series_csv(directory / "series.csv", result.series)
     if args.json:

@@ -12,14 +12,20 @@ from __future__ import annotations
 import argparse
 from contextlib import nullcontext
 
-from orchestrator.cli._common import UserError, print_json
+from orchestrator.cli._common import UserError, add_overwrite_option, print_json
 from orchestrator.cli._replay_opts import (
     add_run_options,
     add_trace_args,
     settings_from_args,
     trace_paths,
 )
-from orchestrator.cli._replay_run import out_dir_or_fail, prepare_or_fail, replay_into
+from orchestrator.cli._replay_run import (
+    OUT_HELP,
+    exit_status,
+    out_dir_or_fail,
+    prepare_or_fail,
+    replay_into,
+)
 from orchestrator.run.output import run_dir
 from traces.replay import MAX_REPEAT
 
@@ -32,7 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "print the summary (calls in flight reported as such).")
     add_trace_args(p)
     add_run_options(p)
-    p.add_argument("--out", help="directory for summary.json, series.csv, decisions.jsonl")
+    p.add_argument("--out", metavar="DIR", help=OUT_HELP)
+    add_overwrite_option(p)
     p.set_defaults(run=run, clock="live", repeat=MAX_REPEAT)
 
 
@@ -40,9 +47,9 @@ def run(args: argparse.Namespace) -> int:
     if args.clock != "live":
         raise UserError(f"--clock {args.clock}: serve runs on the live clock only")
     settings = settings_from_args(args)
-    out = out_dir_or_fail(args.out)
+    out = out_dir_or_fail(args.out, args.overwrite)
     prepared = prepare_or_fail(trace_paths(args), args.format, settings)
-    with run_dir(out) if out is not None else nullcontext(None) as directory:
+    with run_dir(out, args.overwrite) if out is not None else nullcontext(None) as directory:
         _, summary = replay_into(prepared, settings, directory, args)
     if args.json:
         print_json(summary)
@@ -50,5 +57,5 @@ def run(args: argparse.Namespace) -> int:
         from orchestrator.run.tables import summary_table
 
         summary_table({settings.controller: summary}, title="serve")
-    # A live run stopped for want of workers did not finish: exit 1, its summary printed.
-    return 1 if (summary.get("live") or {}).get("stop_reason") else 0
+    # A signal is how serve ends (exit 0); stopped for want of workers: 1.
+    return exit_status(summary, signal_ends_run=True)

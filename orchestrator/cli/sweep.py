@@ -16,7 +16,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from orchestrator.cli._common import UserError, comma_names, positive_int, print_json
+from orchestrator.cli._common import (
+    UserError,
+    add_overwrite_option,
+    comma_names,
+    positive_int,
+    print_json,
+)
 from orchestrator.executors import EXECUTORS
 
 PHASES = ("all", "prefill", "midfill", "decode")
@@ -35,7 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workload", action="append", metavar="NAME",
                    help=f"workload, repeatable (default all of: {', '.join(workload_names())})")
     p.add_argument("--out", type=Path, default=Path("sweep-out"), metavar="DIR",
-                   help="output directory (default ./sweep-out)")
+                   help="write sweep.csv, frontier.csv and the PNGs into DIR (default "
+                        "./sweep-out; a DIR holding files is refused unless --overwrite)")
+    add_overwrite_option(p, "the files of an earlier sweep in --out")
     p.add_argument("--plots", action=argparse.BooleanOptionalAction, default=True,
                    help="write PNG plots (default yes)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -63,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     hardware = tuple(comma_names("--hardware", args.hardware))
     workloads = select_workloads(args.phase, args.workload)
     out = args.out
-    parent = _check_out(out)
+    parent = _check_out(out, args.overwrite)
 
     started = time.perf_counter()  # wall-clock ok
     result = _run(args, hardware, workloads, run_worked_example)
@@ -95,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
             "files": files, "configs_evaluated": result.configs_evaluated,
             "rows": rows, "frontier_rows": frontier_rows, "sweep_s": round(sweep_s, 4),
             "summary": summary_rows(result),
-            "findings": [{"claim": f.claim, "holds": f.holds, "detail": f.detail}
+            "findings": [{"claim": f.claim, "holds": f.holds, "detail": f.detail,
+                          "why": f.why}
                          for f in check_findings(result)],
         })
         return 0
@@ -129,10 +138,14 @@ def _run(args: argparse.Namespace, hardware, workloads, run_worked_example):
         raise UserError(str(exc)) from None
 
 
-def _check_out(out: Path) -> Path:
-    """Refuse, before any work, an --out that cannot become a directory of results."""
+def _check_out(out: Path, overwrite: bool) -> Path:
+    """Refuse, before any work, an --out that cannot become a directory of results, or
+    that holds files and may not be overwritten."""
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out}: exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise UserError(f"--out {out}: holds files (an earlier sweep?); --overwrite replaces "
+                        "them, or choose another directory")
     parent = out.resolve().parent
     if not parent.is_dir():
         raise UserError(f"--out {out}: directory {parent} does not exist")

@@ -1,8 +1,10 @@
 """`tokenfactory sweep-replay`: one replay per point of a grid, on local cores or Ray.
 
 Writes `table.csv` (one row per point: the grid's keys, then the replay's
-`--json` summary with dotted column names), `frontiers.csv` and three PNGs of
-goodput against p99 TTFT, p99 TPOT and energy per call (docs/sweep-replay.md).
+`--json` summary with dotted column names), `frontiers.csv`, three PNGs of
+goodput in the load window against p99 TTFT, p99 TPOT and energy per call, and
+`report.html` (all of it on one page); prints the results table
+(docs/sweep-replay.md).
 """
 
 from __future__ import annotations
@@ -39,8 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="output directory (default ./sweep-replay-out)")
     p.add_argument("--resume", action="store_true",
                    help="continue the sweep already in --out: run only points not done")
-    p.add_argument("--force", action="store_true",
-                   help="replace the results of another (or this) grid held in --out")
+    p.add_argument("--overwrite", "--force", dest="force", action="store_true",
+                   help="replace the results of another (or this) grid held in --out "
+                        "(default: refuse, exit 2)")
     p.add_argument("--plots", action=argparse.BooleanOptionalAction, default=True,
                    help="write PNG plots of the frontiers (default yes)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -53,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from orchestrator.sweeps import GridError, SweepOptions, load_grid, run_sweep_replay
 
     if args.resume and args.force:
-        raise UserError("--resume and --force: choose one")
+        raise UserError("--resume and --overwrite: choose one")
     from traces import sample_path
 
     traces = args.trace or [str(sample_path())]
@@ -70,6 +73,10 @@ def run(args: argparse.Namespace) -> int:
                     "skipped": report.skipped, "failed": report.failed,
                     "wall_s": round(report.wall_s, 3), "files": list(report.files)})
         return 0
+    from orchestrator.sweeps.report import print_results
+
+    print_results(list(report.rows), list(report.varying),
+                  title=f"sweep-replay: {report.points} points")
     sys.stdout.write(
         f"{report.points} points: {report.ran} run, {report.skipped} already done, "
         f"{report.failed} failed; {report.wall_s:.1f} s on {args.executor}; wrote "

@@ -6,7 +6,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from orchestrator.cli._common import atomic_path, non_negative_int, positive_int, print_json
+from orchestrator.cli._common import (
+    add_overwrite_option,
+    atomic_path,
+    check_new_file,
+    non_negative_int,
+    positive_int,
+    print_json,
+)
 from traces.formats import Format
 
 FORMATS = tuple(f.value for f in Format)
@@ -49,6 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--to", choices=("native",), required=True, help="output format")
     q.add_argument("--out", type=Path, required=True, metavar="FILE",
                    help="output file (.gz compresses it)")
+    add_overwrite_option(q, "an existing FILE")
     q.set_defaults(run=run_convert)
 
     q = tsub.add_parser("synth", help="generate agent sessions like the real collection")
@@ -63,6 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="native trace to write (.gz compresses it)",
     )
+    add_overwrite_option(q, "an existing FILE")
     q.set_defaults(run=run_synth)
 
 
@@ -128,8 +137,9 @@ def run_convert(args: argparse.Namespace) -> int:
     from traces import read_sessions
     from traces.native import write_native_file
 
+    check_new_file(args.out, args.overwrite)
     sessions = read_sessions([args.trace], args.format)
-    with atomic_path(args.out) as tmp:
+    with atomic_path(args.out, args.overwrite) as tmp:
         n_calls = write_native_file(
             sessions, tmp, gzip_out=args.out.name.endswith(".gz"), source=str(args.trace)
         )
@@ -143,8 +153,9 @@ def run_synth(args: argparse.Namespace) -> int:
     from traces.native import write_native_file
     from traces.synth import generate
 
+    check_new_file(args.out, args.overwrite)
     sessions = generate(args.sessions, np.random.default_rng(args.seed))
-    with atomic_path(args.out) as tmp:
+    with atomic_path(args.out, args.overwrite) as tmp:
         n_calls = write_native_file(
             sessions,
             tmp,

@@ -60,6 +60,7 @@ class LiveBackend(ProcessSupervisor):
         self.bad_peers_total = 0
         self.late_results_dropped = 0
         self.stop_reason: str | None = None
+        self.signal: signal.Signals | None = None  # the first SIGINT/SIGTERM that stopped the run
         self.address = ""
         self.ledger = LedgerListener()
         self.ledger_report = None
@@ -163,6 +164,8 @@ class LiveBackend(ProcessSupervisor):
 
     def _on_signal(self, orch, sig: signal.Signals) -> None:
         self._event("signal", signal=signal.Signals(sig).name)
+        if self.signal is None:
+            self.signal = signal.Signals(sig)  # the first: what the command's exit says
         orch.interrupt()
 
     async def _listen(self) -> None:
@@ -375,7 +378,8 @@ class LiveBackend(ProcessSupervisor):
                "processes_restarted": self.restarts_total,
                "bad_connections": self.bad_peers_total,
                "late_results_dropped": self.late_results_dropped,
-               "stop_reason": self.stop_reason}
+               "stop_reason": self.stop_reason,
+               "signal": None if self.signal is None else self.signal.name}
         if self.ledger_report is not None:
             out["ledger"] = self.ledger_report.as_dict()
             # The ledger's own count of the calls losses moved (its walk of the lost

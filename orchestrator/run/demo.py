@@ -67,9 +67,12 @@ DEV_LOAD = LoadOptions(sessions_per_hour=360.0, think_scale=0.05)
 
 def oscillation_ratio(retire: dict, buffered: dict) -> float:
     """Retire's oscillation index over buffered's, from their replay summaries (inf when
-    buffered's is 0 and retire's is not; nan when both are 0)."""
+    buffered's is 0 and retire's is not; nan when both are 0, or either is null: a decode
+    almost idle, docs/metrics.md)."""
     r = retire["control"]["oscillation_index"]
     b = buffered["control"]["oscillation_index"]
+    if r is None or b is None:
+        return float("nan")
     if b == 0:
         return float("nan") if r == 0 else float("inf")
     return r / b

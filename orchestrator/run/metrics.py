@@ -23,9 +23,28 @@ PREFIX = "tokenfactory_"
 RUN = ("run", "controller")
 POOL = (*RUN, "pool", "phase")
 WORKER = (*POOL, "worker")
-# Latency buckets from 1 ms to 100 s, 1-2-5 per decade.
-LATENCY_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0,
-                     10.0, 20.0, 50.0, 100.0)
+
+
+def decade_buckets(first_exp: int, last_exp: int, mantissas: tuple[float, ...]) -> tuple:
+    """Bucket bounds m x 10^e for e in first_exp..last_exp-1 and each mantissa, then
+    10^last_exp; written so that a bound prints as a short decimal (`le="0.0132"`)."""
+    bounds = [float(f"{m}e{e}") for e in range(first_exp, last_exp) for m in mantissas]
+    return (*bounds, float(f"1e{last_exp}"))
+
+
+# 25 per decade, about 10^(k/25) to three digits: neighbours 1.09 to 1.1 apart, so the
+# quantile Prometheus interpolates inside a bucket (histogram_quantile) and the value at
+# that rank share a bucket and differ by at most 10% of it, whatever the values.
+FINE_MANTISSAS = (1.0, 1.1, 1.2, 1.32, 1.45, 1.59, 1.74, 1.91, 2.09, 2.29, 2.51, 2.75, 3.02,
+                  3.31, 3.63, 3.98, 4.37, 4.79, 5.25, 5.75, 6.31, 6.92, 7.59, 8.32, 9.12)
+# TTFT and end-to-end latency from 10 ms to 10,000 s; inter-token latency from 1 ms to
+# 10 s. A value beyond the last bound counts only in +Inf (its quantile reads as the
+# last bound, as Prometheus does).
+TTFT_BUCKETS_S = decade_buckets(-2, 4, FINE_MANTISSAS)
+ITL_BUCKETS_S = decade_buckets(-3, 1, FINE_MANTISSAS)
+# The latency parts (five label sets) 1-2-5 per decade from 0.1 ms to 10,000 s: coarser,
+# to within a bucket (a factor of up to 2.5).
+PART_BUCKETS_S = decade_buckets(-4, 4, (1.0, 2.0, 5.0))
 # vLLM's own buckets (vllm/v1/metrics/loggers.py), so its dashboards' quantiles read alike.
 VLLM_TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
                        2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
@@ -189,14 +208,21 @@ class Metrics:
             return Counter(fam.name, fam.help, **kwargs)
         if fam.kind == "gauge":
             return Gauge(fam.name, fam.help, **kwargs)
-        if fam.name.startswith("vllm:"):
-            buckets = (VLLM_TTFT_BUCKETS_S if "first_token" in fam.name else VLLM_ITL_BUCKETS_S)
-        else:
-            buckets = LATENCY_BUCKETS_S
-        return Histogram(fam.name, fam.help, buckets=buckets, **kwargs)
+        return Histogram(fam.name, fam.help, buckets=histogram_buckets(fam.name), **kwargs)
 
     def __getitem__(self, name: str):
         return self._by_name[name]
+
+
+def histogram_buckets(name: str) -> tuple[float, ...]:
+    """The bucket bounds of a histogram family (docs/metrics.md, "Prometheus metrics")."""
+    if name.startswith("vllm:"):
+        return VLLM_TTFT_BUCKETS_S if "first_token" in name else VLLM_ITL_BUCKETS_S
+    if name.endswith(("_itl_seconds", "_tpot_seconds")):
+        return ITL_BUCKETS_S
+    if name.endswith("_latency_part_seconds"):
+        return PART_BUCKETS_S
+    return TTFT_BUCKETS_S  # ttft, e2e
 
 
 def oscillation_index(occupancy: np.ndarray, samples_per_slow_period: int) -> float:

@@ -13,6 +13,17 @@ over a one-minute window finds two points and reads 0 while nothing happens
 Spans the run skips as idle (`on_skip`) get their heartbeats and nothing
 else. The run's end is kept for every series.
 
+A histogram's points list only the buckets that inform a quantile, the same
+at every point: from the highest bound no observation of the run reached to
+the lowest bound holding all of them, and +Inf. The buckets below were 0 at
+every point and those above equal to +Inf at every point (counts only grow),
+so `histogram_quantile` over any window interpolates in the same bucket with
+or without them, and a file stays small with fine buckets. Its points are
+kept as values and given their lines at `write`, when the run's last point
+says which buckets those are.
+`drop_labels` leaves out every series carrying one of those labels (`--metrics
+run`: no per-pool, per-worker or per-link series).
+
 `write` lays the points on a wall-clock base, `start_unix_s` + simulated
 time, so that Prometheus, after `promtool tsdb create-blocks-from
 openmetrics`, shows the run as if it had happened then. OpenMetrics wants each
@@ -64,28 +75,64 @@ def _labels(labels: dict[str, str]) -> str:
 
 class _Series:
     """One label set of a family: its last point seen, and the points kept so far (in
-    memory as (time_s, lines), or spilled to `path` as "time_s n" then the n lines)."""
+    memory as (time_s, payload), or spilled to `path` as "time_s n" then the n payload
+    lines). A payload is the point's lines; a histogram's is its values, one per sample,
+    rendered at `write` with the buckets its last point says inform a quantile."""
 
-    __slots__ = ("buffer", "heartbeat_s", "path", "point", "seen_s", "written_s")
+    __slots__ = ("buffer", "heartbeat_s", "histogram", "path", "point", "prefixes", "seen_s",
+                 "written_s")
 
-    def __init__(self, heartbeat_s: float) -> None:
+    def __init__(self, heartbeat_s: float, histogram: bool) -> None:
         self.heartbeat_s = heartbeat_s
-        self.point: tuple[str, ...] = ()  # "name{labels} value" lines of the last point seen
+        self.histogram = histogram
+        # ("name{labels} ", value) of each sample of the last point seen
+        self.point: tuple[tuple[str, float], ...] = ()
+        self.prefixes: tuple[str, ...] = ()  # a histogram's, the same at every point
         self.seen_s = self.written_s = -math.inf
         self.buffer: list[tuple[float, tuple[str, ...]]] = []
         self.path: Path | None = None
+
+    def payload(self, point: tuple[tuple[str, float], ...]) -> tuple[str, ...]:
+        if not self.histogram:
+            return tuple(prefix + floatToGoString(value) for prefix, value in point)
+        if not self.prefixes:
+            self.prefixes = tuple(prefix for prefix, _ in point)
+        return tuple(map(repr, (value for _, value in point)))
+
+    def render(self, payload, keep: list[int] | None) -> list[str]:
+        """A kept point's lines (a histogram's samples at positions `keep`: `informing`)."""
+        if keep is None:
+            return list(payload)
+        return [self.prefixes[i] + floatToGoString(float(payload[i])) for i in keep]
+
+    def informing(self) -> list[int]:
+        """A histogram's samples to write, by position: every sample but the buckets
+        below the highest bound its last point has no observation in, and those above
+        the lowest bound holding all of them (+Inf kept). A bucket left out was 0 at every
+        point, or equal to +Inf at every point, since counts only grow."""
+        buckets = [i for i, prefix in enumerate(self.prefixes) if "_bucket{" in prefix]
+        if not buckets:
+            return list(range(len(self.prefixes)))
+        counts = [self.point[i][1] for i in buckets]
+        total = counts[-1]
+        zeros = sum(1 for c in counts if c == 0) if total > 0 else len(counts)
+        full = next(k for k, c in enumerate(counts) if c >= total)
+        dropped = set(buckets[:max(zeros - 1, 0)]) | set(buckets[full + 1:-1])
+        return [i for i in range(len(self.prefixes)) if i not in dropped]
 
 
 class OpenMetricsRecorder:
     def __init__(self, registry: CollectorRegistry, interval_s: float,
                  spill_dir: Path | None = None, heartbeat_s: float = HEARTBEAT_S,
-                 rate_heartbeat_s: float = RATE_HEARTBEAT_S) -> None:
+                 rate_heartbeat_s: float = RATE_HEARTBEAT_S,
+                 drop_labels: frozenset[str] = frozenset()) -> None:
         if not interval_s > 0:
             raise ValueError(f"metrics interval must be > 0 s, got {interval_s!r}")
         if not 0 < rate_heartbeat_s <= heartbeat_s:
             raise ValueError(f"metrics heartbeats must be 0 < {rate_heartbeat_s!r} (counters) "
                              f"<= {heartbeat_s!r} (gauges, histograms) s")
         self.registry, self.interval_s = registry, interval_s
+        self.drop_labels = frozenset(drop_labels)
         self.heartbeat_s, self.rate_heartbeat_s = heartbeat_s, rate_heartbeat_s
         self.spill_parent = spill_dir  # None: the system's temporary directory
         self._spill: Path | None = None
@@ -96,7 +143,8 @@ class OpenMetricsRecorder:
         self.scrapes = 0
         self.points = 0  # points kept
         self._held_chars = 0
-        self._prefix: dict[tuple, tuple[tuple, str]] = {}  # sample -> (series key, "name{..} ")
+        # sample -> (series key, "name{..} "), or None for a sample `drop_labels` leaves out
+        self._prefix: dict[tuple, tuple[tuple, str] | None] = {}
 
     # -- listening ---------------------------------------------------------------------
     def on_sample(self, orch, obs, now_s: float) -> None:
@@ -156,22 +204,26 @@ class OpenMetricsRecorder:
             self._spill_all()
 
     def _read(self):
-        """(family, label set without "le", the point's lines) of every series now."""
+        """(family, label set without "le", the point's ("name{labels} ", value) pairs)
+        of every series now, but those `drop_labels` leaves out."""
         for fam in self.registry.collect():
-            points: dict[tuple, list[str]] = {}
+            points: dict[tuple, list[tuple[str, float]]] = {}
             for sample in fam.samples:
                 if sample.name.endswith("_created"):
                     continue  # creation times are of the emulator's process, not the run
                 ident = (sample.name, *sample.labels.items())
-                cached = self._prefix.get(ident)
-                if cached is None:
-                    key = tuple((k, v) for k, v in sample.labels.items() if k != "le")
-                    cached = self._prefix[ident] = (key,
-                                                    f"{sample.name}{_labels(sample.labels)} ")
-                points.setdefault(cached[0], []).append(
-                    cached[1] + floatToGoString(sample.value))
-            for key, lines in points.items():
-                yield fam, key, tuple(lines)
+                try:
+                    cached = self._prefix[ident]
+                except KeyError:
+                    labels = sample.labels
+                    key = tuple((k, v) for k, v in labels.items() if k != "le")
+                    cached = self._prefix[ident] = (
+                        None if self.drop_labels.intersection(labels)
+                        else (key, f"{sample.name}{_labels(labels)} "))
+                if cached is not None:
+                    points.setdefault(cached[0], []).append((cached[1], sample.value))
+            for key, pairs in points.items():
+                yield fam, key, tuple(pairs)
 
     def _series(self, name: str, kind: str, help_text: str, key: tuple) -> _Series:
         entry = self._families.get(name)
@@ -180,10 +232,10 @@ class OpenMetricsRecorder:
         s = entry[2].get(key)
         if s is None:
             s = entry[2][key] = _Series(self.rate_heartbeat_s if kind in _RATE_TYPES
-                                        else self.heartbeat_s)
+                                        else self.heartbeat_s, kind == "histogram")
         return s
 
-    def _observe(self, s: _Series, point: tuple[str, ...], now_s: float, keep_all: bool) -> None:
+    def _observe(self, s: _Series, point: tuple, now_s: float, keep_all: bool) -> None:
         if point != s.point:
             if s.seen_s > s.written_s:
                 self._keep(s, s.point, s.seen_s)  # the last point before the change
@@ -192,10 +244,11 @@ class OpenMetricsRecorder:
             self._keep(s, point, now_s)
         s.seen_s = now_s
 
-    def _keep(self, s: _Series, point: tuple[str, ...], t_s: float) -> None:
+    def _keep(self, s: _Series, point: tuple, t_s: float) -> None:
+        payload = s.payload(point)
         s.point, s.written_s = point, t_s
-        s.buffer.append((t_s, point))
-        self._held_chars += sum(map(len, point)) + 24
+        s.buffer.append((t_s, payload))
+        self._held_chars += sum(map(len, payload)) + 24
         self.points += 1
 
     def finish(self, end_s: float) -> None:
@@ -245,9 +298,10 @@ class OpenMetricsRecorder:
             yield f"# HELP {name} {_escape_help(help_text)}\n"
             yield f"# TYPE {name} {kind}\n"
             for s in series.values():
-                for t_s, point in self._records(s):
+                keep = s.informing() if s.histogram else None
+                for t_s, payload in self._records(s):
                     stamp = f" {start_unix_s + t_s:.3f}\n"
-                    for line in point:
+                    for line in s.render(payload, keep):
                         yield line + stamp
         yield "# EOF\n"
 

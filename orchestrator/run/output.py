@@ -2,8 +2,10 @@
 
 Files go into a temporary directory beside `--out`, which is renamed into
 place when the run succeeds; on any error it is removed, so a failed or
-interrupted run leaves nothing half-written. An existing `--out` is replaced
-only if it is empty or holds an earlier run of ours (marked by `RUN_MARKER`).
+interrupted run leaves nothing half-written. An existing `--out` is written
+only if it is empty, or, with `--overwrite`, if it holds an earlier run of
+ours (marked by `RUN_MARKER`), which is then replaced whole; a directory of
+anything else is never replaced.
 """
 
 from __future__ import annotations
@@ -29,14 +31,19 @@ class OutputError(ValueError):
     """An --out the run may not write: names the path and why."""
 
 
-def check_out_dir(out: Path) -> None:
+def check_out_dir(out: Path, overwrite: bool = False) -> None:
+    """Refuse, before anything runs, an --out the run may not write (module docstring)."""
     out = Path(out)
     parent = out.parent if str(out.parent) else Path(".")
     if out.exists() and not out.is_dir():
         raise OutputError(f"--out {out}: exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not (out / RUN_MARKER).exists():
-        raise OutputError(f"--out {out}: exists, is not empty and is not an earlier run; "
-                          "choose another directory")
+    if out.is_dir() and any(out.iterdir()):
+        if not (out / RUN_MARKER).exists():
+            raise OutputError(f"--out {out}: exists, is not empty and is not an earlier run; "
+                              "choose another directory")
+        if not overwrite:
+            raise OutputError(f"--out {out}: holds an earlier run; --overwrite replaces it, "
+                              "or choose another directory")
     if not parent.is_dir():
         raise OutputError(f"--out {out}: parent directory {parent} does not exist")
     if not os.access(parent, os.W_OK):
@@ -44,10 +51,11 @@ def check_out_dir(out: Path) -> None:
 
 
 @contextmanager
-def run_dir(out: Path) -> Iterator[Path]:
-    """Yield a temporary directory; move it to `out` only if the block succeeds."""
+def run_dir(out: Path, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a temporary directory; move it to `out` only if the block succeeds (an
+    earlier run there is replaced only with `overwrite`: `check_out_dir`)."""
     out = Path(out)
-    check_out_dir(out)
+    check_out_dir(out, overwrite)
     parent = out.parent if str(out.parent) else Path(".")
     try:
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
@@ -63,10 +71,18 @@ def run_dir(out: Path) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, out)
-        os.chmod(out, 0o755)
+        os.chmod(out, 0o777 & ~current_umask())
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def current_umask() -> int:
+    """The process's file-mode creation mask (read by setting it and setting it back:
+    mkstemp and mkdtemp make private files, which a finished output should not stay)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_json(path: Path, obj) -> None:

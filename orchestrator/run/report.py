@@ -8,9 +8,8 @@ import io
 
 import numpy as np
 
+from orchestrator.run.load_window import window_bounds_s
 from orchestrator.run.replay import ReplayResult
-
-COLORS = {"retire": "#d62728", "buffered": "#1f77b4", "predictive": "#2ca02c"}
 
 
 def _smooth(values: np.ndarray, n: int) -> np.ndarray:
@@ -21,41 +20,70 @@ def _smooth(values: np.ndarray, n: int) -> np.ndarray:
 
 
 def plot_png(results: dict[str, ReplayResult]) -> bytes:
+    """The report's figure (`plot_figure`) as PNG bytes, every label inside the image."""
+    import matplotlib.pyplot as plt
+
+    from costmodel import plotstyle
+
+    fig = plot_figure(results)
+    buf = io.BytesIO()
+    plotstyle.save(fig, buf, dpi=90, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def plot_figure(results: dict[str, ReplayResult]):
+    """Decode occupancy, calls waiting, admission rate and TTFT over time, a line per run
+    in its controller's colour (costmodel.plotstyle)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(4, 1, figsize=(11, 11), sharex=True)
+    from costmodel import plotstyle
+
+    plotstyle.apply()
+    colours = plotstyle.Colours(results)  # one colour per run, the same in every panel
+    fig, axes = plt.subplots(4, 1, figsize=(13, 12), sharex=True)
     for name, res in results.items():
-        s, color = res.series, COLORS.get(name)
+        s, (color, ls) = res.series, colours.style(name)
         t = s.array("time_s")
-        axes[0].plot(t, s.array("decode_occupancy"), lw=0.6, color=color, label=name)
-        axes[1].plot(t, s.array("backlog"), lw=0.6, color=color, label=f"{name} backlog")
-        axes[1].plot(t, s.array("admission_queue"), lw=0.6, ls=":", color=color,
-                     label=f"{name} admission queue")
+        axes[0].plot(t, s.array("decode_occupancy"), lw=0.7, color=color, ls=ls, label=name)
+        axes[1].plot(t, s.array("backlog"), lw=0.7, color=color, ls=ls)
+        axes[1].plot(t, s.array("admission_queue"), lw=0.7, ls=":", color=color)
         period = res.control.fast_period_s
-        axes[2].plot(t, _smooth(s.array("admitted") / period, 10), lw=0.8, color=color,
-                     label=name)
+        axes[2].plot(t, _smooth(s.array("admitted") / period, 10), lw=0.9, color=color, ls=ls)
         ttft = s.array("ttft_mean_s")
         ok = ~np.isnan(ttft)
-        axes[3].plot(t[ok], ttft[ok], lw=0.6, color=color, label=name)
+        axes[3].plot(t[ok], ttft[ok], lw=0.7, color=color, ls=ls)
+    first = next(iter(results.values()), None)
+    if first is not None:  # the runs share their sessions: one band, one window
+        lo, hi = window_bounds_s(first)
         for ax in axes:
-            ax.axvspan(res.first_session_s, res.last_session_s, color="0.9", zorder=-1)
+            ax.axvspan(first.first_session_s, first.last_session_s, color="0.92", zorder=-2)
+            ax.axvspan(lo, hi, color="0.82", zorder=-1)
     axes[0].set_ylabel("decode occupancy\n(running / slots)")
     axes[1].set_ylabel("calls waiting")
     axes[2].set_ylabel("admission rate\n(calls/s, 10-period mean)")
     axes[3].set_ylabel("TTFT of calls\nstarting decode (s)")
     axes[3].set_yscale("log")
-    axes[3].set_xlabel("simulated time (s); shaded: sessions being started")
+    axes[3].set_xlabel("simulated time (s); shaded: sessions being started, darker: the load "
+                       "window (docs/metrics.md)")
+    # One key for the runs' colours, beside the top panel; the second panel's two kinds of
+    # line in grey. Outside the axes, so no legend covers a curve.
+    from matplotlib.lines import Line2D
+
+    key = axes[0].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), title="run")
+    for line in key.get_lines():
+        line.set_linewidth(2.5)  # a swatch, not a hairline
+    axes[1].legend([Line2D([], [], color=plotstyle.GREY), Line2D([], [], color=plotstyle.GREY,
+                                                                  ls=":")],
+                   ["backlog", "admission queue"], loc="upper left", bbox_to_anchor=(1.01, 1.0))
     for ax in axes:
-        ax.legend(loc="upper right", fontsize=8)
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
-    plt.close(fig)
-    return buf.getvalue()
+    plotstyle.log_ticks(axes[3].yaxis)
+    return fig
 
 
 def _rows(summaries: dict[str, dict]) -> str:
@@ -70,7 +98,10 @@ def _rows(summaries: dict[str, dict]) -> str:
 
 def write_report(path, results: dict[str, ReplayResult], summaries: dict[str, dict],
                  title: str, notes: str = "") -> None:
+    from orchestrator.run.tables import null_notes
+
     png = base64.b64encode(plot_png(results)).decode("ascii")
+    notes_html = "".join(f"<p>{html.escape(line)}</p>" for line in null_notes(summaries))
     head = "".join(f"<th>{html.escape(n)}</th>" for n in summaries)
     doc = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
@@ -88,9 +119,13 @@ th:first-child {{ text-align: left; }}
 <table><tr><th>figure</th>{head}</tr>
 {_rows(summaries)}
 </table>
-<p>Oscillation index: coefficient of variation of decode occupancy, sampled every fast-loop
-period while sessions are being started (after the first 10% of that span). Decode starvation:
-share of those samples with decode below half its slots while calls wait in the admission queue or the ready buffer.
+{notes_html}
+<p>The load window: from the first session start plus 10% of the span in which sessions
+start, to the last start; rates marked "load window" count the calls completed in it, those
+marked "run" every call over the whole run, drain included. Oscillation index: the relative
+RMS of decode occupancy's fluctuations faster than one slow-loop period, over the load
+window (null on a decode almost idle). Decode starvation: share of the window's samples with
+decode below half its slots while calls wait in the admission queue or the ready buffer.
 See docs/metrics.md.</p>
 </body></html>
 """

@@ -102,7 +102,8 @@ def run_replay(prepared: Prepared, settings: RunSettings,
         summary = summarize(result, settings.control.ttft_target_s,
                             settings.control.tpot_target_s,
                             run=f"{settings.controller}-seed{settings.seed}",
-                            controller=settings.controller)
+                            controller=settings.controller, load=settings.load,
+                            trace_sessions=len(prepared.sessions))
     if backend is not None:
         summary["live"] = {**backend.summary(), "interrupted": orch.interrupted}
         ledger = summary["live"].get("ledger")

@@ -1,17 +1,19 @@
 """The replay summary: the figures of `--json`, and the definitions they rest on.
 
 Definitions (docs/metrics.md states them for users; keep the two in step):
-- measurement window: the samples (one per fast-loop period) taken while sessions
-  are being started, after the first 10% of that span: from first start + 10% of
-  (last start - first start) to the last start. This leaves out the ramp-up and
-  the drain, when load is not what the run was set to; a run whose sessions all
-  start at once uses 10% to 90% of the simulated time instead;
+- measurement (load) window: the samples (one per fast-loop period) taken while
+  sessions are being started, after the first 10% of that span
+  (`orchestrator.run.load_window`, which also defines `load.*` and the window's
+  throughput and goodput);
 - oscillation index: the relative RMS of the fast fluctuations of decode occupancy
   (sequences decoding / decode slots) over the window: the standard deviation of
   occupancy minus its moving average over one slow-loop period, divided by the
   mean occupancy. Ringing of the admission loop (periods of a few observation lags
   and fill times) counts in full; load that drifts over minutes (sessions
-  arriving, ending) does not;
+  arriving, ending) does not. On a decode almost idle (mean occupancy in the window
+  below IDLE_OCCUPANCY) it and the measured period are null, with the reason in
+  `control.oscillation_null_reason`: there they measure a handful of sequences
+  coming and going, not a loop;
 - decode starvation fraction: the share of window samples in which decode runs
   below half its slots while work it could run waits upstream: calls the sample's
   admission decision left queued, or filled calls in the ready buffer (calls that
@@ -21,7 +23,9 @@ Definitions (docs/metrics.md states them for users; keep the two in step):
   the service (the admission loop is closed only then);
 - goodput: output tokens per simulated second of calls that met both their TTFT
   target and their time-per-output-token target (`tpot_target_s`, `--tpot-target`: the
-  call's client TPOT, first token to last over the tokens after the first);
+  call's client TPOT, first token to last over the tokens after the first): over the
+  load window (`goodput.window`), and over the whole run, drain included
+  (`goodput.output_tokens_per_s`);
 - latency per token: `itl_s` is over tokens, each token's gap since its sequence's
   previous one as the client receives them (`workers.token_gaps`); `tpot_s` is over
   calls, each call's mean gap (`Request.tpot_s`);
@@ -35,11 +39,19 @@ from __future__ import annotations
 import numpy as np
 
 from orchestrator.run.completed import CompletedCalls
+from orchestrator.run.load_window import WARMUP, load_figures, window_bounds_s, window_rates
 from orchestrator.run.replay import ReplayResult
 from storage.tiers import Tier
+from traces.replay import LoadOptions
 from workers.request import LatencyPart
 
-WARMUP = 0.10
+__all__ = ["WARMUP", "summarize", "window_bounds_s", "window_throughput"]
+
+# Below this mean decode occupancy in the window decode is almost idle: the oscillation
+# index and the measured period are null (docs/metrics.md). 5% of the slots: the
+# operating points docs/control.md reports run at 0.2 and above, while the bundled
+# sample on the default cluster runs at 0.002 (1.7 sequences of 864 slots).
+IDLE_OCCUPANCY = 0.05
 
 
 def _pct(values: list[float]) -> dict[str, float | None]:
@@ -47,14 +59,6 @@ def _pct(values: list[float]) -> dict[str, float | None]:
         return {"p50": None, "p90": None, "p99": None}
     arr = np.asarray(values, dtype=np.float64)
     return {f"p{q}": float(np.percentile(arr, q)) for q in (50, 90, 99)}
-
-
-def window_bounds_s(result: ReplayResult) -> tuple[float, float]:
-    """The measurement window's start and end (module docstring)."""
-    span = result.last_session_s - result.first_session_s
-    if span > 0:
-        return result.first_session_s + WARMUP * span, result.last_session_s
-    return WARMUP * result.simulated_s, (1 - WARMUP) * result.simulated_s
 
 
 def _window(result: ReplayResult) -> np.ndarray:
@@ -66,19 +70,9 @@ def _window(result: ReplayResult) -> np.ndarray:
 
 
 def window_throughput(result: ReplayResult) -> dict[str, float | None]:
-    """Output tokens per second of the calls that completed inside the measurement window:
-    the rate while the run is at the load it was set to, without the ramp-up and the drain
-    (which, at real think times, can last days of simulated time and dilute the run's
-    overall average). None when the window is empty."""
-    lo, hi = window_bounds_s(result)
-    if hi <= lo:
-        return {"output_tokens_per_s": None, "output_tokens_per_s_per_gpu": None}
-    calls = result.requests
-    tokens = sum(out for out, done in zip(calls.column("output_tokens"), calls.column("done_s"),
-                                          strict=True)
-                 if done == done and lo <= done <= hi)  # NaN: not done
-    rate = tokens / (hi - lo)
-    return {"output_tokens_per_s": rate, "output_tokens_per_s_per_gpu": rate / result.gpus}
+    """Output tokens per second of the calls that completed inside the load window
+    (`orchestrator.run.load_window`)."""
+    return window_rates(result, [True] * len(result.requests.column("done_s")))[0]
 
 
 def _cv(values: np.ndarray) -> float:
@@ -123,6 +117,21 @@ def dominant_period_s(values: np.ndarray, sample_period_s: float) -> float:
                          nperseg=min(256, len(values)))
     k = int(np.argmax(power[1:])) + 1
     return float(1.0 / freqs[k])
+
+
+def oscillation_null_reason(occupancy: np.ndarray) -> str | None:
+    """Why the window's oscillation index and measured period are not figures (null in
+    the summary), or None when they are: a window of fewer than two samples, or a decode
+    almost idle (mean occupancy below IDLE_OCCUPANCY), where they would measure a few
+    sequences coming and going rather than the admission loop."""
+    if len(occupancy) < 2:
+        return f"the load window holds {len(occupancy)} sample(s): nothing to measure"
+    mean = float(occupancy.mean())
+    if mean < IDLE_OCCUPANCY:
+        return (f"decode almost idle: mean occupancy {mean:.3f} in the load window, below "
+                f"{IDLE_OCCUPANCY:g}; the index would measure a few sequences coming and "
+                "going, not the admission loop")
+    return None
 
 
 def pipeline_s(result: ReplayResult) -> float:
@@ -288,10 +297,14 @@ def control_figures(result: ReplayResult, duration_s: float) -> dict:
     occ = s.array("decode_occupancy")[w]
     admitted = s.array("admitted")[w]
     reconf = len(result.reconfigurations)
-    osc = oscillation(result)
+    osc: dict = oscillation(result)
+    why_null = oscillation_null_reason(occ)
+    if why_null is not None:
+        osc = {"oscillation_index": None, "oscillation_period_s": None}
     model = loop_model(result)
     return {
         **osc,
+        "oscillation_null_reason": why_null,
         "decode_starvation_fraction": starvation(result),
         "admission_bound_fraction": admission_bound(result),
         "decode_occupancy_mean": float(occ.mean()) if len(occ) else 0.0,
@@ -312,23 +325,29 @@ def control_figures(result: ReplayResult, duration_s: float) -> dict:
 
 
 def summarize(result: ReplayResult, ttft_target_s: float, tpot_target_s: float,
-              run: str = "", controller: str = "") -> dict:
-    """The run's summary: the figures of `--json`, by section (module docstring)."""
+              run: str = "", controller: str = "", load: LoadOptions | None = None,
+              trace_sessions: int | None = None) -> dict:
+    """The run's summary: the figures of `--json`, by section (module docstring). `load`
+    and `trace_sessions` (the sessions the trace has, before --repeat) say what load
+    was asked for (`load.*`); without them only what the run got is reported."""
     calls, c = result.requests, result.counters
     duration = max(result.simulated_s, 1e-9)
     ttft, tpot_or_none = _ttft_tpot(calls)
     tpot = [v for v in tpot_or_none if v is not None]
     outputs = calls.column("output_tokens")
     out_tokens = sum(outputs)
-    good = sum(out for out, first, arrival, call_tpot in
-               zip(outputs, calls.column("first_token_s"), calls.column("arrival_s"),
-                   tpot_or_none, strict=True)
-               if first == first and first - arrival <= ttft_target_s
-               and (call_tpot is None or call_tpot <= tpot_target_s))
+    met = [first == first and first - arrival <= ttft_target_s  # NaN: no first token
+           and (call_tpot is None or call_tpot <= tpot_target_s)
+           for first, arrival, call_tpot in zip(calls.column("first_token_s"),
+                                               calls.column("arrival_s"), tpot_or_none,
+                                               strict=True)]
+    good = sum(out for out, ok in zip(outputs, met, strict=True) if ok)
+    window_all, window_good = window_rates(result, met)
     input_tokens = sum(calls.column("input_tokens"))
     return {
         "run": run,
         "controller": controller or result.policy,
+        "load": load_figures(result, load, trace_sessions),
         "requests": request_counts(result),
         "tokens": {"recomputed": sum(calls.column("recomputed_tokens"))},
         "cache": cache_figures(result),
@@ -341,10 +360,12 @@ def summarize(result: ReplayResult, ttft_target_s: float, tpot_target_s: float,
             "output_tokens_per_s": out_tokens / duration,
             "output_tokens_per_s_per_gpu": out_tokens / duration / result.gpus,
             "input_tokens_per_s": input_tokens / duration,
-            "window": window_throughput(result),
+            "window": window_all,
         },
         "goodput": {
-            "output_tokens_per_s": good / duration,
+            "output_tokens_per_s": good / duration,  # the whole run, drain included
+            "output_tokens_per_s_per_gpu": good / duration / result.gpus,
+            "window": window_good,  # the load window (docs/metrics.md)
             "ttft_target_s": ttft_target_s, "tpot_target_s": tpot_target_s,
         },
         "control": control_figures(result, duration),

@@ -6,6 +6,10 @@ from rich.console import Console
 from rich.table import Table
 
 ROWS = (
+    ("sessions started / asked for", (("load", "sessions_started"),
+                                      ("load", "sessions_asked")), "{:,.0f}"),
+    ("sessions per hour achieved / asked", (("load", "sessions_per_hour_achieved"),
+                                            ("load", "sessions_per_hour_asked")), "{:,.1f}"),
     ("calls submitted", ("requests", "submitted"), "{:,.0f}"),
     ("calls completed", ("requests", "completed"), "{:,.0f}"),
     ("calls rejected", ("requests", "rejected"), "{:,.0f}"),
@@ -17,9 +21,13 @@ ROWS = (
                                    ("latency_breakdown_s", "decode_wait", "p99")), "{:.2f}"),
     ("KV transfer p50 / p99 (s)", (("latency_breakdown_s", "transfer", "p50"),
                                    ("latency_breakdown_s", "transfer", "p99")), "{:.3f}"),
-    ("output tokens/s", ("throughput", "output_tokens_per_s"), "{:,.1f}"),
-    ("output tokens/s per GPU", ("throughput", "output_tokens_per_s_per_gpu"), "{:,.2f}"),
-    ("goodput tokens/s", ("goodput", "output_tokens_per_s"), "{:,.1f}"),
+    # Rates in the load window (docs/metrics.md), then over the whole run, drain included.
+    ("output tokens/s: load window / run", (("throughput", "window", "output_tokens_per_s"),
+                                            ("throughput", "output_tokens_per_s")), "{:,.1f}"),
+    ("output tokens/s per GPU: load window", ("throughput", "window",
+                                              "output_tokens_per_s_per_gpu"), "{:,.2f}"),
+    ("goodput tokens/s: load window / run", (("goodput", "window", "output_tokens_per_s"),
+                                             ("goodput", "output_tokens_per_s")), "{:,.1f}"),
     ("oscillation index", ("control", "oscillation_index"), "{:.3f}"),
     ("ringing period model / measured (s)", (("control", "ringing_period_s", "predicted"),
                                              ("control", "ringing_period_s", "measured")),
@@ -39,9 +47,12 @@ ROWS = (
 )
 
 
-def _get(summary: dict, path: tuple[str, ...]):
+def figure_at(summary: dict, path: tuple[str, ...]):
+    """The figure at `path`, None where the summary has none (an older summary)."""
     value = summary
     for key in path:
+        if not isinstance(value, dict) or key not in value:
+            return None
         value = value[key]
     return value
 
@@ -65,9 +76,9 @@ def summary_rows(summaries: dict[str, dict]) -> list[tuple[str, list[str]]]:
         cells = []
         for s in summaries.values():
             if isinstance(path[0], tuple):
-                cells.append(" / ".join(_fmt(_get(s, p), fmt) for p in path))
+                cells.append(" / ".join(_fmt(figure_at(s, p), fmt) for p in path))
             else:
-                cells.append(_fmt(_get(s, path), fmt))
+                cells.append(_fmt(figure_at(s, path), fmt))
         rows.append((label, cells))
     return rows
 
@@ -81,8 +92,29 @@ def print_rows(title: str, names, rows: list[tuple[str, list[str]]],
         table.add_column(name, justify="right")
     for label, cells in rows:
         table.add_row(label, *cells)
-    Console().print(table)
+    print_table(table)
+
+
+def print_table(table: Table) -> None:
+    """Print a rich table on stdout; to a file or a pipe at its natural width, so that no
+    cell is cut or wrapped to fit the 80 columns rich assumes there."""
+    console = Console()
+    if not console.is_terminal:
+        from rich.measure import Measurement
+
+        width = Measurement.get(console, console.options.update(width=10_000), table).maximum
+        console = Console(width=max(console.width, width))
+    console.print(table)
+
+
+def null_notes(summaries: dict[str, dict]) -> list[str]:
+    """One line per run whose control figures are null, saying why (docs/metrics.md)."""
+    return [f"note: {name}: oscillation index and measured ringing period not reported: "
+            f"{why}" for name, s in summaries.items()
+            if (why := figure_at(s, ("control", "oscillation_null_reason")))]
 
 
 def summary_table(summaries: dict[str, dict], title: str = "replay summary") -> None:
     print_rows(title, summaries, summary_rows(summaries))
+    for line in null_notes(summaries):
+        print(line)

@@ -1,5 +1,8 @@
-"""Pareto frontiers of a sweep: goodput (more is better) against p99 TTFT, p99 TPOT
-and energy per call (less is better), as a CSV of the frontier rows and PNGs."""
+"""Pareto frontiers of a sweep: goodput in the load window (more is better) against p99
+TTFT, p99 TPOT and energy per call (less is better), as a CSV of the frontier rows and
+PNGs. The load window's goodput, not the whole run's: at recorded think times the drain
+after the last session start lasts simulated hours and the whole-run average says more
+about it than about the load (docs/metrics.md)."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ import numpy as np
 from costmodel.pareto import pareto_mask
 from orchestrator.sweeps.store import write_table
 
-GOODPUT = "goodput.output_tokens_per_s"
+GOODPUT = "goodput.window.output_tokens_per_s"
 # (cost column, file stem, axis label)
 FRONTIERS = (
     ("ttft_s.p99", "frontier_ttft_p99", "p99 TTFT (s)"),
@@ -63,36 +66,50 @@ def _plot(path: Path, rows: list[dict[str, Any]], cost: str, label: str, mask: n
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from costmodel import plotstyle
+
+    plotstyle.apply()
     x, y = _column(rows, cost), _column(rows, GOODPUT)
     ok = np.isfinite(x) & np.isfinite(y)
-    fig, ax = plt.subplots(figsize=(8, 5.5), dpi=110)
-    ax.scatter(x[ok & ~mask], y[ok & ~mask], s=18, color="0.65", label="dominated")
+    # Points in their controller's colour (the same as in every other plot): filled on the
+    # frontier, hollow when dominated.
+    names = [str(r.get("controller", "")) for r in rows]
+    colours = plotstyle.Colours(sorted({n for n in names if n}))
+    fig, ax = plt.subplots(figsize=(9, 6))
+    for name in dict.fromkeys(names):
+        mine = np.array([n == name for n in names])
+        colour = colours.colour(name) if name else plotstyle.BLUE
+        ax.scatter(x[ok & mine & ~mask], y[ok & mine & ~mask], s=30, facecolors="none",
+                   edgecolors=colour, linewidths=1.0)
+        ax.scatter(x[ok & mine & mask], y[ok & mine & mask], s=40, color=colour, zorder=3,
+                   label=name or None)
     front = np.flatnonzero(mask)
     front = front[np.argsort(x[front], kind="stable")]
     if front.size:
-        ax.step(x[front], y[front], where="post", color="tab:blue", lw=1.2)
-        ax.scatter(x[front], y[front], s=28, color="tab:blue", zorder=3, label="frontier")
+        ax.step(x[front], y[front], where="post", color=plotstyle.GREY, lw=1.2, zorder=2)
         same: dict[tuple[float, float], list[int]] = {}
         for i in front:
             same.setdefault((x[i], y[i]), []).append(int(i))
         for (px, py), group in list(same.items())[:20]:  # at most 20 labels: legibility
             more = f" (+{len(group) - 1} alike)" if len(group) > 1 else ""
             right_half = px > np.nanmean(x[front])
-            note = ax.annotate(_label(rows[group[0]], varying) + more, (px, py), fontsize=6,
-                               xytext=(-3 if right_half else 3, 3), textcoords="offset points",
-                               ha="right" if right_half else "left")
-            note.set_in_layout(False)  # a long label must not squeeze the axes
+            ax.annotate(_label(rows[group[0]], varying) + more, (px, py), fontsize=8,
+                        xytext=(-4 if right_half else 4, 4), textcoords="offset points",
+                        ha="right" if right_half else "left")
     finite = x[ok]
-    if finite.size and finite.min() > 0 and finite.max() / finite.min() > 100:
+    log_x = finite.size and finite.min() > 0 and finite.max() / finite.min() > 100
+    if log_x:
         ax.set_xscale("log")
     ax.set_xlabel(f"{label}  (less is better)")
-    ax.set_ylabel("goodput, output tokens/s  (more is better)")
+    ax.set_ylabel("goodput in the load window, output tokens/s  (more is better)")
     ax.set_title(f"Sweep: goodput against {label}, {int(ok.sum())} points, "
-                 f"{front.size} on the frontier")
+                 f"{front.size} on the frontier (filled)")
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
+    if any(names):
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), title="controller")
+    if log_x:
+        plotstyle.log_ticks(ax.xaxis)
     tmp = path.with_name(f".{path.name}.tmp.png")  # renamed into place once complete
-    fig.savefig(tmp, format="png")
+    plotstyle.save(fig, tmp, format="png")
     plt.close(fig)
     tmp.replace(path)

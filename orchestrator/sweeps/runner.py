@@ -1,6 +1,6 @@
 """Run a sweep: validate everything, claim --out, run the points that are not done
-on the chosen executor, journal each as it finishes, then write the table and
-the frontiers."""
+on the chosen executor, journal each as it finishes, then write the table, the
+frontiers and report.html (orchestrator.sweeps.report)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from orchestrator.executors import make_executor
 from orchestrator.sweeps.frontier import write_frontiers
 from orchestrator.sweeps.grid import Grid, GridError
 from orchestrator.sweeps.point import build_tasks, run_point
-from orchestrator.sweeps.store import TABLE, SweepDir, check_out, manifest_for
+from orchestrator.sweeps.report import write_report
+from orchestrator.sweeps.store import REPORT, TABLE, SweepDir, check_out, manifest_for
 
 TABLE_REWRITE_S = 2.0  # rewrite table.csv at most this often while points finish
 
@@ -40,6 +41,8 @@ class SweepReport:
     failed: int
     wall_s: float
     files: tuple[str, ...]
+    rows: tuple[dict, ...] = ()  # table.csv's rows, in the grid's order
+    varying: tuple[str, ...] = ()  # the grid's keys with more than one value
 
 
 def read_sessions_or_fail(paths: Sequence[str | Path], trace_format: str):
@@ -101,5 +104,17 @@ def run_sweep_replay(grid: Grid, trace_paths: Sequence[str | Path], trace_format
             store.close()
     varying = [k for k, values in grid.axes if len(values) > 1]
     files = (TABLE, *write_frontiers(options.out, columns, rows, varying, options.plots))
+    write_report(options.out / REPORT, rows, varying, _grid_text(grid),
+                 [options.out / f for f in files if f.endswith(".png")],
+                 f"tokenfactory sweep-replay: {len(tasks)} points")
     return SweepReport(points=len(tasks), ran=ran, skipped=len(tasks) - len(todo),
-                       failed=failed, wall_s=time.perf_counter() - started, files=files)  # wall-clock ok
+                       failed=failed, wall_s=time.perf_counter() - started,  # wall-clock ok
+                       files=(*files, REPORT), rows=tuple(rows), varying=tuple(varying))
+
+
+def _grid_text(grid: Grid) -> str:
+    """The grid as its file would say it: one `key = [values]` line per axis."""
+    import json
+
+    return "\n".join(f"{key} = {json.dumps(list(values), default=str)}"
+                     for key, values in grid.axes)

@@ -28,11 +28,12 @@ from orchestrator.sweeps.grid import Grid, GridError
 MANIFEST = "sweep.json"
 JOURNAL = "points.jsonl"
 TABLE = "table.csv"
+REPORT = "report.html"
 LOCK = ".sweep.lock"
 KIND = "tokenfactory sweep-replay"
-# Files a sweep writes; --force removes only these.
+# Files a sweep writes; --force removes only these (`--overwrite`, also spelt --force).
 OURS = (MANIFEST, JOURNAL, TABLE, "frontiers.csv", "frontier_ttft_p99.png",
-        "frontier_tpot_p99.png", "frontier_energy_per_call.png")
+        "frontier_tpot_p99.png", "frontier_energy_per_call.png", REPORT)
 
 
 def manifest_for(grid: Grid, traces: list[str], trace_format: str) -> dict[str, Any]:
@@ -137,13 +138,13 @@ def check_out(out: Path, manifest: dict[str, Any], resume: bool, force: bool) ->
     if old.get("identity") != manifest["identity"]:
         if not force:
             raise GridError(f"--out {out}: holds results of a different grid or traces "
-                            f"({old.get('points', '?')} points); --force to replace them")
+                            f"({old.get('points', '?')} points); --overwrite to replace them")
         return "replace"
     if force:
         return "replace"
     if not resume:
         raise GridError(f"--out {out}: already holds results of this grid; --resume to run "
-                        "only what is missing, --force to start over")
+                        "only what is missing, --overwrite to start over")
     return "resume"
 
 

@@ -29,8 +29,9 @@ WORKERS = sum(p.workers for p in load_cluster(DEFAULT_CLUSTER).pools)
 CLI = [sys.executable, "-m", "orchestrator.cli"]
 # A heartbeat timeout no busy machine reaches (only a hang would): no process is lost but
 # by the test's own doing. The silent process's test finds it with a shorter one.
+# No wait for a last scrape after the run (--metrics-linger 0) but where a test scrapes.
 LIVE = ["--clock", "live", "--speed", "100", "--think-scale", "0.01", "--no-progress",
-        "--json", "--heartbeat-timeout", "30"]
+        "--json", "--heartbeat-timeout", "30", "--metrics-linger", "0"]
 
 
 def children(pid):
@@ -85,22 +86,32 @@ def gone(pids):
             os.kill(pid, 0)
 
 
-@pytest.mark.parametrize(("command", "sig"), [
-    (["replay", "--max-sessions", "4"], signal.SIGTERM),
-    (["serve"], signal.SIGINT),
+@pytest.mark.parametrize(("command", "sig", "status"), [
+    (["replay", "--max-sessions", "4"], signal.SIGTERM, 143),
+    (["replay", "--max-sessions", "4"], signal.SIGINT, 130),  # as a virtual run's Ctrl-C
+    (["serve"], signal.SIGINT, 0),  # serve runs until a signal: that is its end
 ])
-def test_a_signal_stops_the_run_reports_calls_in_flight_and_leaves_no_process(command, sig):
+def test_a_signal_stops_the_run_reports_calls_in_flight_and_leaves_no_process(command, sig,
+                                                                              status):
     port = free_port()
-    proc = subprocess.Popen([*CLI, *command, *LIVE, "--metrics-port", str(port)],
+    proc = subprocess.Popen([*CLI, *command, *LIVE, "--metrics-port", str(port),
+                             "--metrics-linger", "120"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     kids = wait_for_children(proc, WORKERS)
     wait_for_a_completed_call(proc, port)
     proc.send_signal(sig)
+    last_scrape = None  # scrape until the command exits: it waits for one after the run
+    while proc.poll() is None:
+        value = completed_calls(port)
+        last_scrape = value if value is not None else last_scrape
+        time.sleep(0.05)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
+    assert proc.returncode == status, err
     summary = json.loads(out)
     req = summary["requests"]
     assert summary["live"]["interrupted"] is True
+    assert summary["live"]["signal"] == signal.Signals(sig).name
+    assert last_scrape == req["completed"]  # the final count, served before the exit
     assert req["lost"] == 0 and req["completed"] > 0
     assert req["in_flight"] == req["submitted"] - req["completed"] - req["rejected"]
     assert f"signal={signal.Signals(sig).name!r}" in err

@@ -4,6 +4,7 @@ and the same table from the local process pool and from a local Ray instance."""
 from __future__ import annotations
 
 import csv
+import html
 import json
 import socket
 import subprocess
@@ -68,6 +69,7 @@ def test_a_sweep_writes_table_frontiers_and_manifest(tmp_path, tiny_trace):
         ("retire", "0"), ("retire", "1"), ("buffered", "0"), ("buffered", "1")]
     assert list(rows[0])[:5] == ["cluster", "controller", "think_scale", "seed", "point_id"]
     for column in ("ttft_s.p99", "control.oscillation_index", "goodput.output_tokens_per_s",
+                   "goodput.window.output_tokens_per_s", "load.sessions_started",
                    "energy.joules_per_call", "error"):
         assert column in rows[0]
     assert all(r["error"] == "" and r["requests.completed"] == "5" for r in rows)
@@ -122,10 +124,26 @@ def test_another_grids_out_is_refused_unless_forced(tmp_path, tiny_trace, capsys
             str(tmp_path / "out"), "--no-plots", "--no-progress"]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "different grid" in err and "--force" in err
+    assert err.count("\n") == 1 and "different grid" in err and "--overwrite" in err
     assert len(table(tmp_path / "out")) == 4
-    assert main([*argv, "--executor", "local", "--workers", "1", "--force"]) == 0
+    assert main([*argv, "--executor", "local", "--workers", "1", "--overwrite"]) == 0
     assert [r["seed"] for r in table(tmp_path / "out")] == ["2", "2"]
+    assert main([*argv, "--executor", "local", "--workers", "1", "--force"]) == 0  # its alias
+
+
+def test_the_cli_prints_the_results_and_writes_a_report(tmp_path, tiny_trace, capsys):
+    argv = ["sweep-replay", str(write_grid(tmp_path)), "--trace", str(tiny_trace), "--out",
+            str(tmp_path / "out"), "--no-progress", "--executor", "local", "--workers", "1"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "goodput tok/s" in out and "frontiers" in out and "load window" in out
+    rows = [line for line in out.splitlines()
+            if line.startswith("│ ") and ("retire" in line or "buffered" in line)]
+    assert len(rows) == 4  # one a point: controller and seed, then the figures
+    report = (tmp_path / "out" / "report.html").read_text()
+    assert report.count("<tr>") == 1 + 4 and report.count("data:image/png;base64,") == 3
+    assert 'controller = ["retire", "buffered"]' in html.unescape(report)
+    assert "report.html" in out
 
 
 def test_out_holding_something_else_is_refused(tmp_path, tiny_trace, capsys):

@@ -159,7 +159,8 @@ def test_a_port_in_use_is_one_line_and_exit_2(tmp_path, capsys):
 
 def test_metrics_are_served_during_the_run_and_the_port_is_freed(tmp_path, capsys):
     port = _free_port()
-    assert main(["replay", *SMALL, "--metrics-port", str(port), "--json"]) == 0
+    assert main(["replay", *SMALL, "--metrics-port", str(port), "--metrics-linger", "0",
+                 "--json"]) == 0
     capsys.readouterr()
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))  # released after the run

@@ -198,7 +198,7 @@ def test_a_session_whose_lines_are_not_contiguous_is_refused(capsys, tmp_path):
                                      ["synth", "--sessions", "2", "--seed", "1"]])
 def test_an_out_that_is_a_directory_is_a_one_line_error(capsys, tmp_path, command):
     code, _, err = run(capsys, "trace", *command, "--out", str(tmp_path))
-    assert code == 2 and err == f"tokenfactory trace: error: {tmp_path}: is a directory\n"
+    assert code == 2 and err == f"tokenfactory trace: error: --out {tmp_path}: is a directory\n"
     assert list(tmp_path.iterdir()) == []
 
 
