@@ -111,6 +111,12 @@ class IdleSpans:
                 self._catch_up((last_ns + (span.taken + 1) * period_ns) / 1e9, rest)
         await asyncio.sleep((last_ns + (ticks + 1) * period_ns - now_ns) / 1e9)
 
+    def flush_now(self, loop: asyncio.AbstractEventLoop) -> None:
+        """`flush` at the loop's present, while an idle span lasts (virtual time only: a
+        live loop never skips, so it has no span and no integer clock)."""
+        if self.span is not None:
+            self.flush(loop.time_ns())
+
     def flush(self, now_ns: int) -> None:
         """Take the lead samples of the idle span due strictly before `now_ns`, as a loop
         sampling every period would have: called before anything changes what they see

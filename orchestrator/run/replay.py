@@ -171,7 +171,7 @@ class Orchestrator:
         pending call; `future` gets the outcome (None: the call of a one-call session
         that has no task, `Feeder`)."""
         loop = self._loop
-        self.fast.idle.flush(loop.time_ns())  # the idle span's samples before this arrival
+        self.fast.idle.flush_now(loop)  # the idle span's samples before this arrival
         req.arrival_s = loop.time()
         pending = Pending(req, future, req.interactive)
         self.counters["submitted"] += 1

@@ -34,7 +34,7 @@ class SlowLoop:
         await asyncio.sleep(self.control.slow_period_s)
         while True:
             now_s = loop.time()
-            self.idle.flush(loop.time_ns())  # the idle span's samples before this decision
+            self.idle.flush_now(loop)  # the idle span's samples before this decision
             try:
                 decision = self.reallocator.decide(self.lag.seen_at(now_s), now_s)
             except Exception as exc:

@@ -74,7 +74,7 @@ def test_goodput_is_reported_in_the_load_window_and_over_the_whole_run():
     good = settings.control
     met = [r for r in result.requests if r.done_s is not None and lo <= r.done_s <= hi
            and r.ttft_s is not None and r.ttft_s <= good.ttft_target_s
-           and (r.itl_s is None or r.itl_s <= good.tpot_target_s)]
+           and (r.tpot_s is None or r.tpot_s <= good.tpot_target_s)]
     window = summary["goodput"]["window"]
     assert window["output_tokens_per_s"] == sum(r.output_tokens for r in met) / (hi - lo)
     assert (window["start_s"], window["end_s"]) == (lo, hi) == (
