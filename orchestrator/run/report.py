@@ -98,9 +98,12 @@ def _rows(summaries: dict[str, dict]) -> str:
 
 def write_report(path, results: dict[str, ReplayResult], summaries: dict[str, dict],
                  title: str, notes: str = "") -> None:
+    from orchestrator.run.loop_plot import loop_png, loop_view
     from orchestrator.run.tables import null_notes
 
     png = base64.b64encode(plot_png(results)).decode("ascii")
+    views = [loop_view(name, res, summaries.get(name, {})) for name, res in results.items()]
+    loop = base64.b64encode(loop_png(views)).decode("ascii")
     notes_html = "".join(f"<p>{html.escape(line)}</p>" for line in null_notes(summaries))
     head = "".join(f"<th>{html.escape(n)}</th>" for n in summaries)
     doc = f"""<!doctype html>
@@ -115,6 +118,14 @@ th:first-child {{ text-align: left; }}
 <p>{html.escape(notes)}</p>
 <img alt="decode occupancy, backlog, admission rate and TTFT over time"
  src="data:image/png;base64,{png}" style="width:100%">
+<h2>The loop</h2>
+<p>Each controller's declared loop model (its open loop L at this run's observation lag and
+measured pipeline delay: gain, phase and Nyquist curve) beside the measured spectrum of
+decode occupancy in the load window. Dashed: the predicted ringing frequency; dotted: the
+measured one. A controller without a linear model (local) has its spectrum only.
+See docs/control.md.</p>
+<img alt="open-loop Bode and Nyquist plots and the measured occupancy spectrum"
+ src="data:image/png;base64,{loop}" style="width:100%">
 <h2>Summary</h2>
 <table><tr><th>figure</th>{head}</tr>
 {_rows(summaries)}

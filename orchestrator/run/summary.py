@@ -61,7 +61,8 @@ def _pct(values: list[float]) -> dict[str, float | None]:
     return {f"p{q}": float(np.percentile(arr, q)) for q in (50, 90, 99)}
 
 
-def _window(result: ReplayResult) -> np.ndarray:
+def window_mask(result: ReplayResult) -> np.ndarray:
+    """Which of the series' samples lie in the load window (`orchestrator.run.load_window`)."""
     t = result.series.array("time_s")
     if len(t) == 0:
         return np.zeros(0, dtype=bool)
@@ -93,7 +94,7 @@ def _fast_part(values: np.ndarray, n: int) -> np.ndarray:
 
 
 def oscillation(result: ReplayResult) -> dict[str, float | None]:
-    w = _window(result)
+    w = window_mask(result)
     full = result.series.array("decode_occupancy")
     # Detrend over the whole run, then keep the window, so edges see their neighbours.
     n = max(1, round(result.control.slow_period_s / result.control.fast_period_s))
@@ -166,7 +167,7 @@ def loop_model(result: ReplayResult) -> dict[str, float | None]:
 
 
 def starvation(result: ReplayResult) -> float:
-    s, w = result.series, _window(result)
+    s, w = result.series, window_mask(result)
     if not w.any():
         return 0.0
     running, slots = s.array("decode_running")[w], s.array("decode_slots")[w]
@@ -176,7 +177,7 @@ def starvation(result: ReplayResult) -> float:
 
 def admission_bound(result: ReplayResult) -> float:
     """The share of window samples whose admission decision left calls queued."""
-    w = _window(result)
+    w = window_mask(result)
     if not w.any():
         return 0.0
     return float(np.mean(result.series.array("held")[w] > 0))
@@ -293,7 +294,7 @@ def cache_figures(result: ReplayResult) -> dict:
 def control_figures(result: ReplayResult, duration_s: float) -> dict:
     """The summary's `control`: the loops' behaviour over the measurement window, the
     linearised loop's model-derived figures, and the reconfigurations."""
-    s, w = result.series, _window(result)
+    s, w = result.series, window_mask(result)
     occ = s.array("decode_occupancy")[w]
     admitted = s.array("admitted")[w]
     reconf = len(result.reconfigurations)

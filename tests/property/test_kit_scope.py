@@ -19,7 +19,7 @@ from orchestrator.control.config import ControlConfig
 from orchestrator.kit import checks
 from orchestrator.kit import strategies as kit_st
 from orchestrator.kit.scenario import Scenario, run_scenario
-from orchestrator.run.summary import _window
+from orchestrator.run.summary import window_mask
 from tests.conftest import run_cli
 
 CASES = Path(__file__).parent / "data" / "kit_scope"
@@ -28,7 +28,7 @@ MAX_INDEX, MAX_FRACTION = 0.25, 0.05  # the bounds the project's own tests hold 
 
 def starved_times(result) -> np.ndarray:
     """Window samples counted as starved (docs/metrics.md)."""
-    s, w = result.series, _window(result)
+    s, w = result.series, window_mask(result)
     running, slots = s.array("decode_running"), s.array("decode_slots")
     starved = (running < 0.5 * slots) & (s.array("upstream_waiting") > 0) & w
     return s.array("time_s")[starved]
@@ -74,7 +74,7 @@ def test_a_lost_decode_worker_reads_as_oscillation_while_it_drains():
     result = run_scenario(scenario)
     with pytest.raises(checks.StabilityViolation, match="decode occupancy oscillates"):
         checks.oscillation_below(result, MAX_INDEX)
-    occupancy = result.series.array("decode_occupancy")[_window(result)]
+    occupancy = result.series.array("decode_occupancy")[window_mask(result)]
     assert occupancy.max() == 2.0
     checks.starvation_below(result, MAX_FRACTION)
     checks.oscillation_below(run_scenario(replace(scenario, lose_workers=())), MAX_INDEX)
@@ -115,7 +115,7 @@ def test_fill_bound_overload_lands_fills_in_batches_that_decode_drains_within_a_
         checks.oscillation_below(result, MAX_INDEX)
     with pytest.raises(checks.StabilityViolation):
         checks.starvation_below(result, MAX_FRACTION)
-    w = _window(result)
+    w = window_mask(result)
     running = result.series.array("decode_running")[w]
     slots = result.series.array("decode_slots")[w]
     assert np.mean(running == 0) > 0.25 and np.mean(running == slots) > 0.25
@@ -133,7 +133,7 @@ def test_a_lull_in_the_traffic_reads_as_oscillation_and_the_start_queue_removes_
     result = run_scenario(Scenario(arrivals_s=arrivals, output_tokens=1024))
     with pytest.raises(checks.StabilityViolation, match="decode occupancy oscillates"):
         checks.oscillation_below(result, MAX_INDEX)
-    s, w = result.series, _window(result)
+    s, w = result.series, window_mask(result)
     idle = ((s.array("decode_running") < s.array("decode_slots")) & (s.array("backlog") == 0)
             & (s.array("admission_queue") == 0) & w)
     assert idle.sum() >= 5

@@ -11,7 +11,7 @@ from orchestrator.kit import strategies as kit_st
 from orchestrator.kit.scenario import Scenario, run_scenario
 from orchestrator.run.metrics import Metrics
 from orchestrator.run.metrics_listener import MetricsListener
-from orchestrator.run.summary import _window, admission_bound, starvation
+from orchestrator.run.summary import admission_bound, starvation, window_mask
 
 
 def light(controller: str) -> object:
@@ -32,7 +32,7 @@ def heavy(controller: str) -> object:
 @pytest.mark.parametrize("controller", ["retire", "buffered"])
 def test_calls_admitted_at_once_are_not_held_back(controller):
     result = light(controller)
-    s, w = result.series, _window(result)
+    s, w = result.series, window_mask(result)
     # Calls arrived between samples (the queue each decision faced) ...
     assert (s.array("admission_queue")[w] > 0).mean() > 0.3
     # ... and the decisions admitted them (retire, seeing decode 2 s late, held calls
