@@ -34,8 +34,8 @@ class Observation:
     fill_running: int  # in a prefill or midfill batch
     ready_depth: int  # filled, waiting in the ready buffer for decode
     decode_loading: int  # a decode worker is loading their KV
-    decode_running: int  # decoding
-    decode_slots: int  # sum of the decode workers' target batches
+    decode_running: int  # decoding on the accepting decode workers
+    decode_slots: int  # sum of the accepting decode workers' target batches
     admitted_total: int
     retired_total: int  # decode completions
     completed_total: int  # all completions (fills that need no decode included)
@@ -45,6 +45,11 @@ class Observation:
     predicted_decode_calls_per_s: float  # decode service rate at the target batches, in calls
     predicted_fill_latency_s: float  # time for a typical fill
     pools: tuple[PoolObservation, ...] = ()
+    # Sequences still decoding on draining decode workers (lost, or being moved by the
+    # slow loop): their slots are no longer in decode_slots, nor these in decode_running.
+    # Last, with a default, so that observations built by keyword or position before it
+    # existed still build.
+    decode_draining: int = 0
 
     @property
     def backlog(self) -> int:

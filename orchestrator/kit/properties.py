@@ -95,10 +95,9 @@ def oscillation_below(controller, max_index: float = 0.25, max_examples: int = 2
 
     Scope: `strategies.overload_scenarios` (docs/plugins.md, "Scope of the overload
     properties"): bursts, varied outputs, agent sessions, an observation lag up to 5 s,
-    slower storage, a biased predictor. No decode worker is lost: occupancy is running
-    over the slots left, so while a drained worker finishes its sequences it reads above
-    1 and the index counts that step (tests/property/test_kit_scope.py pins one case)."""
-    scenarios_ = overload_scenarios(controller_spec(controller), lose_decode_worker=False)
+    slower storage, a biased predictor, a decode worker lost (occupancy is over the
+    slots still serving: a lost worker's draining sequences are not counted)."""
+    scenarios_ = overload_scenarios(controller_spec(controller))
     return _property("oscillation_below", controller, scenarios_,
                      lambda r: checks.oscillation_below(r, max_index), max_examples)
 

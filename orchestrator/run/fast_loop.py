@@ -225,6 +225,7 @@ class FastLoop:
         s.decode_occupancy.append(obs.decode_occupancy)
         s.decode_running.append(obs.decode_running)
         s.decode_slots.append(obs.decode_slots)
+        s.decode_draining.append(obs.decode_draining)
         s.backlog.append(obs.backlog)
         s.ready_depth.append(obs.ready_depth)
         s.admission_queue.append(obs.admission_queue)

@@ -52,7 +52,8 @@ class Sampler:
             # (busy_s as then), and that look's worker and pool figures hold.
             then = looked[2]
             figures = (then.fill_queue, then.fill_running, then.decode_loading,
-                       then.decode_running, then.decode_slots, self.idle_pools(then.pools))
+                       then.decode_running, then.decode_slots, self.idle_pools(then.pools),
+                       then.decode_draining)
         else:
             figures = self._walk(fill_states, decode_states, self._busy_last)
         interactive = sum(p.interactive for p in queue) if queue else 0
@@ -103,7 +104,7 @@ class Sampler:
                      interactive: int, figures: tuple, fill_states: list,
                      decode_states: list) -> Observation:
         (fill_queue, fill_running, decode_loading, decode_running, decode_slots,
-         pools) = figures
+         pools, decode_draining) = figures
         return Observation(
             time_s=now_s, admission_queue=queued, admission_queue_interactive=interactive,
             fill_queue=fill_queue, fill_running=fill_running,
@@ -113,28 +114,33 @@ class Sampler:
             completed_total=counters["completed"], rejected_total=counters["rejected"],
             predicted_decode_calls_per_s=self.predictor.decode_calls_per_s(decode_states),
             predicted_fill_latency_s=self.predictor.fill_latency_s(fill_states),
-            pools=pools)
+            pools=pools, decode_draining=decode_draining)
 
     def _walk(self, fill_states: list, decode_states: list,
               busy_last: dict[str, float] | None) -> tuple:
         """The fill and decode totals and the pools' observations of the workers' states,
         as (fill_queue, fill_running, decode_loading, decode_running, decode_slots,
-        pools). Each worker's busy share is its busy time since `busy_last`'s (a worker's
+        pools, decode_draining). Decode running and slots are the accepting workers':
+        a draining (lost, or being moved) worker's sequences finish on slots no longer
+        counted, so they are `decode_draining`, not occupancy (which would otherwise read
+        up to 2 while a lost worker drains). Each worker's busy share is its busy time since `busy_last`'s (a worker's
         busy_s at the last look, by name; brought up to date) over the period, at most
         1.0; None: no busy time."""
         # One pass over the workers: per pool [phase, workers, queued, running, slots, busy, n].
         pools: dict[str, list] = {}
         fill_queue = fill_running = 0
-        decode_loading = decode_running = decode_slots = 0
+        decode_loading = decode_running = decode_slots = decode_draining = 0
         period_s = self.period_s
         for decode, states in ((False, fill_states), (True, decode_states)):
             for st in states:
                 queued, running, accepting = st.queue_depth, st.running, st.accepting
                 if decode:
                     decode_loading += queued
-                    decode_running += running
                     if accepting:
+                        decode_running += running
                         decode_slots += st.target_batch
+                    else:
+                        decode_draining += running
                 else:
                     fill_queue += queued
                     fill_running += running
@@ -155,7 +161,8 @@ class Sampler:
                     p[5] += min(busy, 1.0)
                 p[6] += 1
         pool_obs = tuple([self._pool(name, pools[name]) for name in sorted(pools)])
-        return fill_queue, fill_running, decode_loading, decode_running, decode_slots, pool_obs
+        return (fill_queue, fill_running, decode_loading, decode_running, decode_slots,
+                pool_obs, decode_draining)
 
     def idle_pools(self, pools: tuple) -> tuple:
         """`pools` with no busy time in the period (`_pool`'s figures with a busy sum of

@@ -112,7 +112,8 @@ class Series:
     time_s: array = field(default_factory=_floats)
     decode_occupancy: array = field(default_factory=_floats)  # running / slots, true value
     decode_running: array = field(default_factory=_ints)
-    decode_slots: array = field(default_factory=_ints)
+    decode_slots: array = field(default_factory=_ints)  # the accepting workers'
+    decode_draining: array = field(default_factory=_ints)  # on draining decode workers
     backlog: array = field(default_factory=_ints)  # admitted, not yet decoding
     ready_depth: array = field(default_factory=_ints)
     admission_queue: array = field(default_factory=_ints)  # faced by the sample's decision
@@ -144,7 +145,8 @@ class Series:
     def repeat_idle(self, first_s: float, ticks: int, reason: str, admit: int) -> None:
         """`ticks` idle samples from `first_s` on, each equal to the last record's state
         with nothing admitted or completed in its period."""
-        for name in ("decode_occupancy", "decode_running", "decode_slots", "backlog",
+        for name in ("decode_occupancy", "decode_running", "decode_slots", "decode_draining",
+                     "backlog",
                      "ready_depth", "admission_queue", "held", "upstream_waiting", "in_flight",
                      "submitted_total", "completed_total", "rejected_total",
                      "workers_by_pool"):

@@ -66,16 +66,18 @@ def test_a_lag_beyond_5_s_starves_decode_at_start_up_only():
     checks.starvation_below(inside, MAX_FRACTION)
 
 
-def test_a_lost_decode_worker_reads_as_oscillation_while_it_drains():
-    """A decode worker lost: occupancy is running over the slots left, so while the
-    drained worker finishes its sequences occupancy reads up to 2 and the index counts
-    that step. The same scenario without the loss holds; decode never starves."""
+def test_a_lost_decode_worker_no_longer_reads_as_oscillation_while_it_drains():
+    """A decode worker lost (a case Hypothesis found when occupancy counted every decode
+    worker's sequences against the slots left: it read up to 2 while the lost worker
+    drained, index 0.254). Occupancy is now over the serving slots: it stays at most 1,
+    the draining sequences are counted apart, and the index is about the one without the
+    loss; decode never starves."""
     scenario = Scenario.load_file(CASES / "buffered_decode_worker_lost.json")
     result = run_scenario(scenario)
-    with pytest.raises(checks.StabilityViolation, match="decode occupancy oscillates"):
-        checks.oscillation_below(result, MAX_INDEX)
+    checks.oscillation_below(result, MAX_INDEX)
     occupancy = result.series.array("decode_occupancy")[window_mask(result)]
-    assert occupancy.max() == 2.0
+    assert occupancy.max() <= 1.0
+    assert result.series.array("decode_draining").max() > 0
     checks.starvation_below(result, MAX_FRACTION)
     checks.oscillation_below(run_scenario(replace(scenario, lose_workers=())), MAX_INDEX)
 

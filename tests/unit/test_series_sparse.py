@@ -86,7 +86,8 @@ def test_a_series_latency_columns_count_every_record(steps):
         dense[name].append(math.nan)
     for step in steps:
         if step < 0:  # an idle span after the last record
-            for name in ("decode_occupancy", "decode_running", "decode_slots", "backlog",
+            for name in ("decode_occupancy", "decode_running", "decode_slots",
+                         "decode_draining", "backlog",
                          "ready_depth", "admission_queue", "held", "upstream_waiting",
                          "in_flight", "submitted_total", "completed_total",
                          "rejected_total", "time_s"):
