@@ -17,12 +17,45 @@ from orchestrator.run.summary import oscillation, starvation
 
 
 class StabilityViolation(AssertionError):
-    pass
+    """What was violated (`what`), when in simulated time (`when_s`, or None) and the
+    measured figure against its bound (`by`)."""
+
+    def __init__(self, message: str, what: str = "", when_s: float | None = None,
+                 by: str = "") -> None:
+        super().__init__(message)
+        self.what, self.when_s, self.by = what or message, when_s, by
+
+
+class PropertyFailed(StabilityViolation):
+    """A kit property's failure, as one short paragraph: the property, the controller,
+    the measured figure against its bound, the scope, and the counterexample file (the
+    scenario Hypothesis shrank to) with the command that replays it."""
+
+    def __init__(self, message: str, prop: str = "", controller: str = "",
+                 scope: str = "", path: str = "", violation: StabilityViolation | None = None
+                 ) -> None:
+        v = violation or StabilityViolation(message)
+        super().__init__(message, v.what, v.when_s, v.by)
+        self.prop, self.controller, self.scope, self.path = prop, controller, scope, path
+
+    @classmethod
+    def of(cls, violation: StabilityViolation, prop: str, controller: str, scope: str,
+           path: str, about: str) -> PropertyFailed:
+        """The paragraph for `violation` of `prop` by `controller`; `about`: a few words on
+        the counterexample (its size, what it holds)."""
+        at = f", at t={violation.when_s:.1f} s simulated" if violation.when_s is not None else ""
+        message = "\n".join([
+            f"kit property {prop} failed for {controller}: {violation.what}",
+            f"  measured: {violation.by or violation.what}{at}",
+            f"  scope: {scope}",
+            f"  counterexample: {path} ({about})",
+            f"  replay it: tokenfactory replay --from-counterexample {path}"])
+        return cls(message, prop, controller, scope, str(path), violation)
 
 
 def _fail(what: str, when_s: float | None, by: str) -> None:
     at = f" at t={when_s:.1f} s" if when_s is not None else ""
-    raise StabilityViolation(f"{what}{at}: {by}")
+    raise StabilityViolation(f"{what}{at}: {by}", what, when_s, by)
 
 
 def buffer_bound(result: ReplayResult) -> int:

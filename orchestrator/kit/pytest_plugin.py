@@ -1,6 +1,8 @@
 """pytest plugin of the stability kit (registered as `tokenfactory` in `pytest11`).
 
 - `--kit-examples N` runs every kit property with N Hypothesis examples;
+- a failing kit property reports its one paragraph (`checks.PropertyFailed`: the
+  property, the measured figure, the scope, the counterexample file), no traceback;
 - the `stability` fixture gives tests the kit in one object:
   `stability.run(Scenario(...))`, then `stability.no_loss(result)` and the other checks.
 """
@@ -22,6 +24,17 @@ def pytest_configure(config) -> None:
         from orchestrator.kit import properties
 
         properties.EXAMPLES_OVERRIDE = n
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and call.excinfo is not None:
+        from orchestrator.kit.checks import PropertyFailed
+
+        if call.excinfo.errisinstance(PropertyFailed):
+            report.longrepr = str(call.excinfo.value)
 
 
 class _Kit:

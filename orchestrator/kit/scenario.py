@@ -144,11 +144,37 @@ class Scenario:
                 data["pfs"][key] /= self.storage_slowdown
         return data
 
+    def brief(self) -> str:
+        """A few words on what the scenario holds (a failure's message names its file
+        rather than printing every arrival)."""
+        parts = []
+        if self.arrivals_s:
+            outputs = self.output_tokens_each or (self.output_tokens,)
+            lo, hi = min(outputs), max(outputs)
+            parts.append(f"{len(self.arrivals_s)} open-loop calls over "
+                         f"{self.arrivals_s[-1] - self.arrivals_s[0]:.0f} s, outputs "
+                         f"{lo if lo == hi else f'{lo}-{hi}'} tokens")
+        if self.agent_sessions:
+            parts.append(f"{self.agent_sessions} agent session(s) of {self.agent_calls} calls")
+        if self.lose_workers:
+            parts.append(", ".join(f"{n} {pool} worker(s) lost at {t:.0f} s"
+                                   for t, pool, n in self.lose_workers))
+        parts.append(f"lag {self.observation_lag_s:g} s")
+        return "; ".join(parts)
+
+    def _repr_pretty_(self, p, cycle) -> None:
+        # Hypothesis (and IPython) print a drawn scenario this way: briefly, not every
+        # arrival time.
+        p.text(f"Scenario({self.controller!r}: {self.brief()})")
+
     def save(self, path: Path) -> Path:
+        """As JSON, a field a line (lists on one line: the file stays small)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         data = {"tokenfactory_counterexample": FORMAT_VERSION, **asdict(self)}
-        path.write_text(json.dumps(data, indent=2) + "\n")
+        lines = [f"  {json.dumps(k)}: {json.dumps(v, separators=(',', ':'))}"
+                 for k, v in data.items()]
+        path.write_text("{\n" + ",\n".join(lines) + "\n}\n")
         return path
 
     @classmethod

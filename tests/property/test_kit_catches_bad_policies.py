@@ -30,7 +30,7 @@ def failure(test, tmp_path, monkeypatch):
     with pytest.raises(StabilityViolation) as info:
         test()
     message = str(info.value)
-    path = tmp_path / message.split("counterexample: ")[1].split(" (replay")[0]
+    path = tmp_path / info.value.path
     return message, path
 
 

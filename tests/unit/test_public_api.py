@@ -35,15 +35,16 @@ PUBLIC = {
     "ReallocationPolicy": "orchestrator.control.realloc",
     "RoutingPolicy": "orchestrator.control.router",
 }
-KIT_MODULES = ("checks", "properties", "scenario", "strategies")
+KIT_MODULES = ("checks", "properties", "scenario", "scopes", "strategies")
 # What docs/plugins.md shows of the kit: each must stay reachable under tokenfactory.kit.
 KIT_NAMES = {
     "properties": ("bounded_buffers", "no_loss", "no_flapping", "oscillation_below",
                    "starvation_below"),
-    "checks": ("StabilityViolation", "bounded_buffers", "no_loss",
+    "checks": ("StabilityViolation", "PropertyFailed", "bounded_buffers", "no_loss",
                "no_reconfiguration_in_dead_band", "no_faster_than_dwell",
                "oscillation_below", "starvation_below"),
     "scenario": ("Scenario", "run_scenario", "KIT_CLUSTER"),
+    "scopes": ("OverloadScope", "scoped_scenarios"),
     "strategies": ("scenarios", "overload_scenarios", "open_loop_arrivals", "output_lengths",
                    "agent_load", "perturbations", "without_lulls", "capacity_calls_per_s",
                    "longest_cold_fill_tokens"),
