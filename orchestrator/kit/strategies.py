@@ -23,8 +23,9 @@ from workers.pricing import StepPricer
 
 ARRIVAL_KINDS = ("poisson", "bursts", "diurnal")
 
-# The scope of the overload properties (properties.oscillation_below and
-# starvation_below; docs/plugins.md), as the defaults of overload_scenarios.
+# The decode-bound scope of the overload properties (properties.oscillation_below and
+# starvation_below; scopes.OverloadScope; docs/plugins.md), as the defaults of
+# overload_scenarios.
 # Sustained overload on decode: open-loop calls at 1.5-2.5x the kit cluster's capacity for
 # 60-90 s, Poisson or in bursts of up to OVERLOAD_MAX_BURST calls at
 # once, with a queue at the start just deep enough that no realised lull idles decode

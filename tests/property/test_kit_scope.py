@@ -1,9 +1,13 @@
-"""Where the kit's overload properties stop, and why (docs/plugins.md, "Scope").
+"""Where `buffered` stops holding the overload properties, and why (docs/plugins.md,
+"Scope").
 
-`buffered` holds the oscillation and starvation bounds inside the scope of
-`strategies.overload_scenarios`. Each case here is a counterexample Hypothesis found (or a
-scenario built the same way) just outside that scope, pinned: the test asserts what
-happens there and what causes it, not that it passes.
+`buffered` holds the oscillation and starvation bounds inside the decode-bound scope
+(`strategies.overload_scenarios`) but for the start-up cases pinned below. Each case
+here is a counterexample Hypothesis found (or a scenario built the same way), pinned:
+the test asserts what happens there and what causes it, not that it passes. The
+fill-bound and lull cases are single scenarios of the kit's other scopes
+(`scopes.OverloadScope`); tests/property/test_kit_builtins.py has every built-in in
+every scope.
 """
 
 import json
