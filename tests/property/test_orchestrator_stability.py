@@ -18,3 +18,9 @@ test_buffered_holds_decode_steady_200 = pytest.mark.slow(
     kit.oscillation_below("buffered", 0.25, max_examples=200))
 test_buffered_does_not_starve_decode_200 = pytest.mark.slow(
     kit.starvation_below("buffered", 0.05, max_examples=200))
+
+# The lull scope (docs/plugins.md): decode drains and idles, then traffic returns;
+# buffered restarts it without starving it (its oscillation there is the lull's dip, as
+# admit-all's: tests/property/test_kit_builtins.py).
+test_buffered_does_not_starve_decode_after_lulls = kit.starvation_below(
+    "buffered", 0.05, max_examples=5, scope="lulls")
