@@ -60,7 +60,7 @@ def test_a_counterexample_file_is_a_field_a_line(tmp_path):
     an output length), not ~25 as a number a line, indented."""
     arrivals = tuple(round(0.1 * i + 0.012345, 6) for i in range(600))
     scenario = Scenario(arrivals_s=arrivals, output_tokens_each=(512,) * 600,
-                        output_tokens=512)
+                        output_tokens=512, lose_workers=((12.5, "decode", 1),))
     path = scenario.save(tmp_path / "c.json")
     assert path.stat().st_size < 15 * 600 + 800
     indented = json.dumps(json.loads(path.read_text()), indent=2)
