@@ -167,3 +167,24 @@ def size_pools(candidates: list[list[Candidate]], nodes: Nodes) -> Sizing | None
     # Deterministic: ties go to fewer GPUs per worker, then the candidate order.
     return max(near, key=lambda s: (s.donors, s.movable, s.calls_per_s,
                                     -max(c.gpus for c in s.choice)))
+
+
+def workers_that_pack(nodes: Nodes, gpus_each: int) -> int:
+    """How many workers of `gpus_each` GPUs the nodes hold: within a node, as many as
+    each node fits; wider, whole nodes of the full ones."""
+    if gpus_each > nodes.gpus_each:
+        full = nodes.count if nodes.last == nodes.gpus_each else nodes.count - 1
+        return full // (gpus_each // nodes.gpus_each)
+    return sum(size // gpus_each for size in nodes.sizes())
+
+
+def size_single(candidates: list[Candidate], nodes: Nodes) -> Sizing | None:
+    """One pool (aggregated workers): per candidate, as many workers as pack; the one
+    that sustains the most calls a second (ties: the smaller worker). None when none
+    packs."""
+    sized = [Sizing((c,), (n,), math.inf if c.gpu_s_per_call <= 0
+                    else n * c.gpus / c.gpu_s_per_call)
+             for c in candidates if (n := workers_that_pack(nodes, c.gpus)) >= 1]
+    if not sized:
+        return None
+    return max(sized, key=lambda s: (s.calls_per_s, -s.choice[0].gpus))
