@@ -150,8 +150,14 @@ class PoolPlan:
     name: str
     choice: Candidate
     workers: int
-    shape: PoolShape
+    shape: PoolShape  # a mixed pool: its decode shape (TPOT and KV are checked there)
     calls_per_s: float  # what this pool alone sustains
+    fill_shape: PoolShape | None = None  # a mixed pool: the fills it also serves
+
+    @property
+    def calls(self) -> int:
+        """Calls of the trace the pool serves."""
+        return (self.fill_shape or self.shape).calls
 
     @property
     def gpus(self) -> int:
@@ -295,23 +301,26 @@ def _sized(opts: _Options, model: ModelSpec, hw: HardwareSpec, gpus: int, target
                 f"{hw.name} as {opts.arrangement} (smallest workers: {smallest} GPUs)")
     if not math.isfinite(sizing.calls_per_s):
         raise PlanError("the trace has no work for any pool (no tokens to compute)")
-    pools = tuple(PoolPlan(n, c, w, opts.shapes[n], sizing.pool_rate(i))
-                  for i, (n, c, w) in enumerate(zip(opts.names, sizing.choice, sizing.workers,
-                                                    strict=True)))
+    if opts.arrangement == MIXED:
+        (c,), (w,) = sizing.choice, sizing.workers
+        pools = (PoolPlan("mixed", c, w, opts.shapes["decode"], sizing.pool_rate(0),
+                          opts.shapes["mixed"]),)
+    else:
+        pools = tuple(PoolPlan(n, c, w, opts.shapes[n], sizing.pool_rate(i))
+                      for i, (n, c, w) in enumerate(zip(opts.names, sizing.choice,
+                                                        sizing.workers, strict=True)))
     return Plan(model.name, hw, gpus, nodes, targets, pools, sizing.calls_per_s, workload,
                 opts.arrangement, memory_fraction, model.max_context_tokens)
 
 
-def _choose(plans: list[Plan | str], gpus: int) -> Plan:
+def _choose(plans: list[tuple[str, Plan | str]]) -> Plan:
     """The arrangement that sustains the most calls a second (ties: the fewer pools, then
     the order of ARRANGEMENTS); when none plans, every arrangement's reason on one line."""
-    done = [p for p in plans if isinstance(p, Plan)]
+    done = [p for _, p in plans if isinstance(p, Plan)]
     if not done:
-        reasons = [p for p in plans if isinstance(p, str)]
-        if len(reasons) == 1:
-            raise PlanError(reasons[0])
-        raise PlanError("; ".join(f"as {a}: {r}" for a, r in
-                                  zip(ARRANGEMENTS, reasons, strict=False)))
+        if len(plans) == 1:
+            raise PlanError(str(plans[0][1]))
+        raise PlanError("; ".join(f"as {a}: {r}" for a, r in plans))
     best = max(done, key=lambda p: (p.calls_per_s, -len(p.pools)))
     return replace(best, alternatives=tuple((p.arrangement, p.calls_per_s) for p in done))
 
@@ -329,11 +338,11 @@ def plan_cluster(model: ModelSpec, hw: HardwareSpec, gpus: int, workload: Worklo
     _check(gpus, workload, arrangement, memory_fraction)
     nodes = Nodes.of(gpus, hw.scale_up_domain_gpus)
     sizes = nodes.worker_sizes(gpus)
-    plans = [_sized(_options(model, hw, workload, targets, precision, kv_precision, grid,
-                             sizes, a, memory_fraction, f"--gpus {gpus}"),
-                    model, hw, gpus, targets, workload, memory_fraction)
+    plans = [(a, _sized(_options(model, hw, workload, targets, precision, kv_precision, grid,
+                                 sizes, a, memory_fraction, f"--gpus {gpus}"),
+                        model, hw, gpus, targets, workload, memory_fraction))
              for a in _arrangements(arrangement)]
-    return _choose(plans, gpus)
+    return _choose(plans)
 
 
 @dataclass(frozen=True)
@@ -369,13 +378,13 @@ def plan_for_rate(model: ModelSpec, hw: HardwareSpec, workload: WorkloadStats,
     opts = [_options(model, hw, workload, targets, precision, kv_precision, grid, sizes, a,
                      memory_fraction, option) for a in _arrangements(arrangement)]
     if all(o.error is not None for o in opts):
-        _choose([o.error for o in opts if o.error is not None], 0)
+        _choose([(o.arrangement, o.error or "") for o in opts])
     tried: list[tuple[int, float | None]] = []
 
     def at(n: int) -> Plan | None:
-        plans = [_sized(o, model, hw, n, targets, workload, memory_fraction) for o in opts]
-        done = [p for p in plans if isinstance(p, Plan)]
-        plan = _choose(done, n) if done else None
+        plans = [(o.arrangement, _sized(o, model, hw, n, targets, workload, memory_fraction))
+                 for o in opts]
+        plan = _choose(plans) if any(isinstance(p, Plan) for _, p in plans) else None
         tried.append((n, None if plan is None else plan.calls_per_s))
         return plan
 

@@ -61,7 +61,9 @@ def _pool_lines(p: PoolPlan, node_names: list[str]) -> list[str]:
                   f"with a {c.chunk_tokens:,}-token prefill chunk a step, TTFT "
                   f"{c.ttft_s:.2f} s for a queued typical prompt",
                   f"target_batch = {c.batch}", f"max_batch_sequences = {c.batch}",
-                  f"max_batch_tokens = {c.chunk_tokens}",
+                  # The step's budget counts each decode's tokens (workers/mixed.py):
+                  # the planned chunk comes on top of a full decode batch.
+                  f"max_batch_tokens = {c.chunk_tokens + c.slots * (1 + c.mtp)}",
                   f"mtp = {c.mtp}                        # as planned: the model's shipped head"]
     elif c.phase is Phase.DECODE:
         # Both per attention rank (docs/cluster-format.md): the cap is the planned batch,

@@ -43,15 +43,21 @@ def pool_dict(p: PoolPlan, plan: Plan) -> dict[str, object]:
         "kv_capacity_tokens_per_worker": c.kv_capacity_tokens,
         # The KV a worker can use: its slots, each at most the model's context window.
         "kv_tokens_per_worker": kv_tokens(c, plan),
-        "calls": p.shape.calls,
+        "calls": p.calls,
         "gpu_s_per_call": _r(c.gpu_s_per_call, 5),
         "calls_per_s": _r(p.calls_per_s, 3),
     }
-    if c.mixed:
-        out.update(ttft_s=_r(c.ttft_s), step_s=_r(c.step_s), chunk_tokens=c.chunk_tokens)
+    if c.mixed and p.fill_shape is not None:
+        out.update(ttft_s=_r(c.ttft_s), step_s=_r(c.step_s), chunk_tokens=c.chunk_tokens,
+                   fill_checked_at={"new_tokens": _r(p.fill_shape.typical_new_tokens, 0),
+                                    "context_tokens": _r(p.fill_shape.typical_context, 0)})
     elif not decode:
         out["step_s"] = _r(c.step_s)
     return out
+
+
+def _fill_new(p: PoolPlan) -> float:
+    return (p.fill_shape or p.shape).typical_new_tokens
 
 
 def kv_tokens(c, plan: Plan) -> int:
@@ -133,8 +139,7 @@ def print_plan(plan: Plan, out: Path | None, search: Search | None = None,
         if c.mixed:
             lat = (f"TPOT {c.latency_s * 1e3:.1f} ms at {p.shape.check_context:,.0f} tokens "
                    f"with a {c.chunk_tokens:,}-token prefill chunk a step; TTFT "
-                   f"{c.ttft_s:.2f} s for a queued {p.shape.typical_new_tokens:,.0f}-token "
-                   f"prompt")
+                   f"{c.ttft_s:.2f} s for a queued {_fill_new(p):,.0f}-token prompt")
         elif decode:
             lat = f"TPOT {c.latency_s * 1e3:.1f} ms at {p.shape.check_context:,.0f} tokens"
         else:
@@ -150,7 +155,7 @@ def print_plan(plan: Plan, out: Path | None, search: Search | None = None,
               f"{c.hbm_bytes_per_gpu / GB:.0f} of {plan.hardware.hbm_bytes / GB:.0f} GB "
               f"(weights {c.weight_bytes_per_gpu / GB:.0f}, KV {c.kv_bytes_per_gpu / GB:.0f} at "
               f"{kv_at:,.0f} tokens); KV for {kv_tokens(c, plan):,} tokens a worker")
-        print(f"  {p.shape.calls:,} calls of the trace, {c.gpu_s_per_call:.3f} GPU-s per call "
+        print(f"  {p.calls:,} calls of the trace, {c.gpu_s_per_call:.3f} GPU-s per call "
               f"of the mix: sustains {p.calls_per_s:.2f} calls/s")
     spare = plan.gpus - plan.used_gpus
     pace = (f", ~{plan.concurrent_sessions:,.0f} concurrent sessions at the trace's pace"

@@ -144,3 +144,17 @@ def test_the_search_counts_decode_slots_when_asked():
     with pytest.raises(PlanError, match="--concurrency 5000: not met"):
         plan_for_rate(K3, GB200, w, Targets(2.0, 0.05), Precision.FP4, Precision.BF16, 0.1,
                       slots=5000, option="--concurrency 5000", max_gpus=64)
+
+
+def test_a_mixed_file_leaves_the_planned_chunk_beside_a_full_decode_batch():
+    import tomllib
+
+    from costmodel.plan_toml import render_cluster_toml
+
+    p = plan(arrangement="mixed", ttft=5.0)
+    c = p.pools[0].choice
+    (pool,) = tomllib.loads(render_cluster_toml(p, "m", "test"))["pools"]
+    assert pool["phase"] == "mixed" and pool["target_batch"] == c.batch
+    decodes = pool["target_batch"] * c.ranks * (1 + pool["mtp"])
+    assert pool["max_batch_tokens"] - decodes == c.chunk_tokens
+    assert p.pools[0].shape.check_context == agent_like().shapes("mixed")["decode"].check_context
