@@ -366,7 +366,9 @@ def plan_for_rate(model: ModelSpec, hw: HardwareSpec, workload: WorkloadStats,
     decode slots, under the targets. Candidates are priced once (every worker size the
     grid makes); each count tried is then only sized. Counts are tried doubling until a
     plan exists, then at the count its rate extrapolates to (10% over) until one meets
-    the need, then by bisection between the last that did not and the first that did.
+    the need; the bracket between the last that did not and the first that did is then
+    narrowed to neighbours by the Illinois method on the rate (with decode slots to meet,
+    by bisection).
     Sizing in whole workers on whole nodes is not strictly monotone in the count: a
     count inside the bracket that packs worse is not what bisection finds, one that packs
     better than its neighbours may be missed (a few GPUs at most)."""
@@ -391,12 +393,12 @@ def plan_for_rate(model: ModelSpec, hw: HardwareSpec, workload: WorkloadStats,
     def meets(plan: Plan | None) -> bool:
         return plan is not None and plan.calls_per_s >= calls_per_s and plan.decode_slots >= slots
 
-    n, low, plan = 1, 0, None
+    n, low, low_rate, plan = 1, 0, 0.0, None
     while True:
         plan = at(n)
         if meets(plan):
             break
-        low = n
+        low, low_rate = n, 0.0 if plan is None else plan.calls_per_s
         if n >= max_gpus:
             raise PlanError(f"{option}: not met on up to {max_gpus:,} {hw.name} GPUs (at "
                             f"{n:,}: " + ("no plan" if plan is None else
@@ -409,13 +411,23 @@ def plan_for_rate(model: ModelSpec, hw: HardwareSpec, workload: WorkloadStats,
             step = max(n + 1, math.ceil(1.1 * n * scale))
         n = min(step, max_gpus)
     high, best = n, plan
+    # Narrow the bracket to neighbours by the Illinois method: the count where the line
+    # through the two ends' rates reaches the need (rates grow about linearly with the
+    # GPUs), the weight of an end kept twice in a row halved so that the other end
+    # moves too; with decode slots to meet as well, by midpoints.
+    f_low, f_high, kept = low_rate - calls_per_s, best.calls_per_s - calls_per_s, ""
     while high - low > 1:
         mid = (low + high) // 2
+        if not slots and f_high > f_low:
+            guess = low + (high - low) * (-f_low) / (f_high - f_low)
+            mid = min(max(math.ceil(guess), low + 1), high - 1)
         p = at(mid)
         if meets(p):
-            high, best = mid, p
+            high, best, f_high = mid, p, p.calls_per_s - calls_per_s
+            f_low, kept = (f_low / 2 if kept == "low" else f_low), "low"
         else:
-            low = mid
+            low, f_low = mid, (0.0 if p is None else p.calls_per_s) - calls_per_s
+            f_high, kept = (f_high / 2 if kept == "high" else f_high), "high"
     return Search(best, calls_per_s, slots, tuple(tried))
 
 

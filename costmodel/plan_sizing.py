@@ -26,6 +26,7 @@ RATE_TOLERANCE = 0.15
 # From this many GPUs on, sizing starts from each pool's share of the GPUs rather than
 # one worker each (the same balanced end, without thousands of one-worker steps).
 BULK_START_GPUS = 4096
+BULK_START_SHARES = (0.99, 0.95, 0.8)
 
 
 @dataclass(frozen=True)
@@ -136,19 +137,22 @@ def _size(choice: tuple[Candidate, ...], nodes: Nodes) -> Sizing | None:
 
     if not packs(nodes, [c.gpus for c in choice]):
         return None
-    # On many GPUs, start the growth below where it ends: each pool at 95% of its share
-    # of the GPUs by work per call (every pool then limits the rate alike), when those
-    # workers pack; the greedy steps below then place the rest one worker at a time.
+    # On many GPUs, start the growth below where it ends: each pool at 99% (else 95%,
+    # else 80%) of its share of the GPUs by work per call (every pool then limits the
+    # rate alike), the first whose workers pack; the greedy steps below then place the
+    # rest one worker at a time.
     work = [max(c.gpu_s_per_call, 0.0) for c in choice]
     total_gpus = sum(nodes.sizes())
     if sum(work) > 0 and total_gpus >= BULK_START_GPUS:
-        start = [max(1, math.floor(0.95 * total_gpus * w / sum(work) / c.gpus))
-                 for c, w in zip(choice, work, strict=True)]
-        counts: dict[int, int] = {}
-        for c, n in zip(choice, start, strict=True):
-            counts[c.gpus] = counts.get(c.gpus, 0) + n
-        if packs_counts(nodes, counts):
-            workers = start
+        for share in BULK_START_SHARES:
+            start = [max(1, math.floor(share * total_gpus * w / sum(work) / c.gpus))
+                     for c, w in zip(choice, work, strict=True)]
+            counts: dict[int, int] = {}
+            for c, n in zip(choice, start, strict=True):
+                counts[c.gpus] = counts.get(c.gpus, 0) + n
+            if packs_counts(nodes, counts):
+                workers = start
+                break
 
     def rate(i: int) -> float:
         c = choice[i]
