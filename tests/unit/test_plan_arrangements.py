@@ -158,3 +158,17 @@ def test_a_mixed_file_leaves_the_planned_chunk_beside_a_full_decode_batch():
     decodes = pool["target_batch"] * c.ranks * (1 + pool["mtp"])
     assert pool["max_batch_tokens"] - decodes == c.chunk_tokens
     assert p.pools[0].shape.check_context == agent_like().shapes("mixed")["decode"].check_context
+
+
+@pytest.mark.parametrize("arrangement", ["three-pool", "two-pool"])
+def test_sizing_many_gpus_from_each_pools_share_ends_where_one_worker_steps_end(
+        arrangement, monkeypatch):
+    import costmodel.plan_sizing as sizing
+
+    def figures():
+        p = plan(gpus=4608, ttft=5.0, arrangement=arrangement)
+        return [(x.name, x.workers, x.choice.gpus) for x in p.pools], p.calls_per_s
+
+    bulk = figures()
+    monkeypatch.setattr(sizing, "BULK_START_GPUS", 10**9)
+    assert bulk == figures()
