@@ -3,16 +3,27 @@ at the trace's shapes with the cost core in one vectorised pass.
 
 Decode is judged on TPOT at the trace's high-percentile context (`PoolShape.check_context`)
 and must hold `pp x batch` sequences of that context on every attention rank; a fill
-is judged on the step time of a typical batch (its TTFT share) and must hold the batch's
-prefixes at the pool's high-percentile input. Among the layouts that meet the target and
-fit, the Pareto frontier of tokens/s per GPU against latency is marked per instance size
-and the most productive frontier point of each size is kept: the sizing step then trades
-instance size against throughput (`costmodel.plan_sizing`).
+is judged on the step time of a typical batch (its TTFT share; with `queued`, on that of
+a prompt that waits for the step in progress and then takes its own, two steps) and must
+hold the batch's prefixes at the pool's high-percentile input. With `memory_fraction`, a
+layout is kept only when its weights, activations, buffers and the KV of its checked
+batch fit within that fraction of HBM, as an engine's static memory fraction
+(SGLang's `--mem-fraction-static`, vLLM's `--gpu-memory-utilization`) bounds what it
+allocates. Among the layouts that meet the target and fit, the Pareto frontier of
+tokens/s per GPU against latency is marked per instance size and the most productive
+frontier point of each size is kept: the sizing step then trades instance size against
+throughput (`costmodel.plan_sizing`).
+
+`mixed_candidates` does the same for aggregated workers, which fill and decode: a step
+is the decode batch plus a prefill chunk (`MIXED_CHUNK_TOKENS`), priced as the two
+phases' steps added less one read of the weights, which the step reads once for both
+(the cost core prices one phase per step), TPOT on that step and TTFT on a queued
+prompt's steps.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -24,6 +35,14 @@ from costmodel.pareto import pareto_mask_grouped
 from costmodel.phase import Configs, Phase, phase_cost
 from costmodel.precision import Precision
 from costmodel.sweep import valid_mask
+
+# A prompt that arrives at a busy fill worker waits for the step in progress (a full
+# batch, at worst) and then takes its own: the TTFT target is checked on two steps.
+QUEUED_STEPS = 2
+# Prefill tokens a mixed step carries beside its decodes: the chunked-prefill budgets
+# engines ship (SGLang's --chunked-prefill-size 2048-16384 by GPU memory, default 8192
+# on large GPUs; vLLM's max_num_batched_tokens, 2048-16384 by usage context).
+MIXED_CHUNK_TOKENS = (2048, 4096, 8192, 16384)
 
 
 @dataclass(frozen=True)
@@ -70,7 +89,9 @@ class Candidate:
     batch: int  # sequences per attention rank per micro-batch
     gpus: int  # one worker: pp x max(tp, ep)
     ranks: int  # attention data-parallel ranks per stage
-    latency_s: float  # decode: TPOT at check_context; fills: step time of the typical batch
+    # decode and mixed: TPOT at check_context; fills: the TTFT checked (one step of the
+    # typical batch, or two when queued)
+    latency_s: float
     tokens_per_s_per_gpu: float  # at the latency check's shape
     gpu_s_per_call: float  # GPU-seconds this pool spends per call of the trace's mix
     weight_bytes_per_gpu: float
@@ -80,6 +101,15 @@ class Candidate:
     precision: Precision
     kv_precision: Precision
     mtp: int = 0  # decode: tokens drafted per step (the model's shipped MTP head)
+    step_s: float = 0.0  # fills and mixed: one step of the checked batch
+    # Mixed (aggregated) workers: prefill tokens a step carries beside its decodes (the
+    # file's max_batch_tokens), and the queued TTFT of a typical prompt; 0 otherwise.
+    chunk_tokens: int = 0
+    ttft_s: float = 0.0
+
+    @property
+    def mixed(self) -> bool:
+        return self.chunk_tokens > 0
 
     @property
     def slots(self) -> int:
@@ -136,9 +166,12 @@ def _sequences_per_rank(model, hw, pp, tp, ep, precision, kv, context) -> np.nda
 
 def pool_candidates(model: ModelSpec, hw: HardwareSpec, shape: PoolShape, target_s: float,
                     sizes: frozenset[int], grid: PlanGrid, precision: Precision,
-                    kv: Precision, mtp: int = 0) -> tuple[list[Candidate], Best | None]:
+                    kv: Precision, mtp: int = 0, *, memory_fraction: float | None = None,
+                    queued: bool = False) -> tuple[list[Candidate], Best | None]:
     """The best frontier candidate of each instance size that meets `target_s` and fits,
-    and the lowest latency any fitting layout reaches. `mtp`: decode's drafts per step."""
+    and the lowest latency any fitting layout reaches. `mtp`: decode's drafts per step;
+    `memory_fraction`: the share of HBM a worker may allocate (None: HBM whole);
+    `queued`: fills checked on two steps, the one in progress and their own."""
     decode = shape.phase is Phase.DECODE
     table = HardwareTable((hw,))
     pp, tp, ep, b = _grid(model, hw, grid, sizes, grid.decode_batch if decode
@@ -150,9 +183,11 @@ def pool_candidates(model: ModelSpec, hw: HardwareSpec, shape: PoolShape, target
     pp, tp, ep, b = pp[ok], tp[ok], ep[ok], b[ok]
     cfg = Configs(*(a[ok] for a in vars(cfg).values()))
     cost = phase_cost(model, table, cfg)
-    latency = cost.tpot_s if decode else cost.step_time_s
+    latency = cost.tpot_s if decode else cost.step_time_s * (QUEUED_STEPS if queued else 1)
     per_rank = _sequences_per_rank(model, hw, pp, tp, ep, precision, kv, shape.check_context)
     fits = cost.fits & (pp * b <= per_rank)
+    if memory_fraction is not None:
+        fits &= cost.hbm_bytes_per_gpu <= memory_fraction * hw.hbm_bytes
     gpus = (pp * np.maximum(tp, ep)).astype(np.int64)
     best = None
     if fits.any():
@@ -165,8 +200,11 @@ def pool_candidates(model: ModelSpec, hw: HardwareSpec, shape: PoolShape, target
     for g in np.unique(gpus[meets]):
         rows = np.flatnonzero(meets & (gpus == g))
         i = int(rows[np.argmax(cost.tokens_per_s_per_gpu[rows])])
-        out.append(_candidate(model, hw, shape, precision, kv, mtp if decode else 0, cost, i,
-                              int(pp[i]), int(tp[i]), int(ep[i]), int(b[i]), float(latency[i])))
+        c = _candidate(model, hw, shape, precision, kv, mtp if decode else 0, cost, i,
+                       int(pp[i]), int(tp[i]), int(ep[i]), int(b[i]), float(latency[i]))
+        if not decode:
+            c = replace(c, step_s=float(cost.step_time_s[i]), ttft_s=float(latency[i]))
+        out.append(c)
     return out, best
 
 
@@ -197,3 +235,88 @@ def work_per_call(model: ModelSpec, hw: HardwareSpec, shape: PoolShape, pp: int,
                    shape.context_tokens, precision, kv, mtp)
     tps = phase_cost(model, HardwareTable((hw,)), cfg).tokens_per_s_per_gpu
     return float(np.sum(shape.new_tokens / tps) / shape.total_calls)
+
+
+def mixed_candidates(model: ModelSpec, hw: HardwareSpec, fills: PoolShape, decode: PoolShape,
+                     ttft_s: float, tpot_s: float, sizes: frozenset[int], grid: PlanGrid,
+                     precision: Precision, kv: Precision, mtp: int = 0, *,
+                     memory_fraction: float | None = None,
+                     chunks: tuple[int, ...] = MIXED_CHUNK_TOKENS,
+                     ) -> tuple[list[Candidate], Best | None]:
+    """Aggregated workers (a cluster's `mixed` pool): per instance size, the layout,
+    decode batch and prefill chunk that meets both targets, fits, and spends the fewest
+    GPU-seconds per call (its fills and decodes together).
+
+    A step carries the decode batch (at `decode.check_context`) and a chunk of `chunk`
+    prefill tokens shared over the attention ranks (at the fills' typical prefix); its
+    time is the two phases' step times added less one read of the weights. TPOT is that step over the tokens a decode
+    step yields; TTFT is a typical prompt's wait for the step in progress and then the
+    ceil(new tokens / chunk) steps of its own. Pipeline stages are left out (PP 1):
+    aggregated engines run TP, EP and data-parallel attention replicas."""
+    table = HardwareTable((hw,))
+    flat = PlanGrid(pp=(1,), tp=grid.tp, ep=grid.ep, decode_batch=grid.decode_batch,
+                    fill_batch=grid.fill_batch)
+    pp, tp, ep, b = _grid(model, hw, flat, sizes, flat.decode_batch)
+    dcfg = _configs(decode, pp, tp, ep, b, 1, decode.check_context, precision, kv, mtp)
+    ok = valid_mask(model, table, dcfg)
+    pp, tp, ep, b = pp[ok], tp[ok], ep[ok], b[ok]
+    if not pp.size:
+        return [], None
+    dec = phase_cost(model, table, Configs(*(a[ok] for a in vars(dcfg).values())))
+    ranks = np.maximum(tp, ep) // tp
+    # The chunk's step, per distinct layout and chunk size.
+    layouts, inverse = np.unique(np.stack([pp, tp, ep], axis=1), axis=0, return_inverse=True)
+    inverse = inverse.ravel()
+    lp, lt, le = (np.repeat(layouts[:, k], len(chunks)) for k in range(3))
+    lc = np.tile(np.asarray(chunks, dtype=np.float64), len(layouts))
+    lranks = np.maximum(lt, le) // lt
+    fill = phase_cost(model, table, Configs.make(
+        phase=int(Phase.PREFILL), batch=1, new_tokens=lc / lranks,
+        context=fills.typical_context, pp=lp, tp=lt, ep=le, precision=int(precision),
+        kv_precision=int(kv)))
+    rows = inverse[:, None] * len(chunks) + np.arange(len(chunks))[None, :]  # (n, chunks)
+    # The two steps added, less one read of the weights: a mixed step reads them once
+    # for its decodes and its chunk together (never more than either step takes).
+    shared = np.minimum(dec.weight_bytes_per_gpu[:, None] / hw.hbm_bytes_per_s,
+                        np.minimum(dec.step_time_s[:, None], fill.step_time_s[rows]))
+    step = dec.step_time_s[:, None] + fill.step_time_s[rows] - shared
+    tpot = step * (dec.tpot_s / dec.step_time_s)[:, None]
+    chunk = np.asarray(chunks, dtype=np.float64)[None, :]
+    ttft = step * (1.0 + np.ceil(fills.typical_new_tokens / chunk))
+    per_rank = _sequences_per_rank(model, hw, pp, tp, ep, precision, kv, decode.check_context)
+    hbm = dec.hbm_bytes_per_gpu[:, None] + fill.activation_bytes_per_gpu[rows]
+    fits = (dec.fits & (b <= per_rank))[:, None] & (hbm <= hw.hbm_bytes)
+    if memory_fraction is not None:
+        fits &= hbm <= memory_fraction * hw.hbm_bytes
+    best = None
+    if fits.any():
+        i, j = np.unravel_index(np.argmin(np.where(fits, tpot, np.inf)), tpot.shape)
+        best = Best(float(tpot[i, j]), f"mixed tp {tp[i]} ep {ep[i]} batch {b[i]} "
+                    f"chunk {chunks[j]}")
+    meets = fits & (tpot <= tpot_s) & (ttft <= ttft_s)
+    # Ranking within a size: GPU-seconds per call at the checked shapes (the fill's
+    # tokens at the chunk's rate, the decode tokens at the checked step's rate); the
+    # kept candidate's work is then priced call by call, as a pool's is.
+    fill_tokens = float(np.sum(fills.new_tokens)) / max(fills.total_calls, 1)
+    dec_tokens = float(np.sum(decode.new_tokens)) / max(decode.total_calls, 1)
+    proxy = (fill_tokens / fill.tokens_per_s_per_gpu[rows]
+             + dec_tokens / dec.tokens_per_s_per_gpu[:, None])
+    gpus = (pp * np.maximum(tp, ep)).astype(np.int64)
+    out = []
+    for g in np.unique(gpus[meets.any(axis=1)]):
+        score = np.where(meets & (gpus == g)[:, None], proxy, np.inf)
+        i, j = np.unravel_index(np.argmin(score), score.shape)
+        p_, t_, e_, b_ = int(pp[i]), int(tp[i]), int(ep[i]), int(b[i])
+        work = (work_per_call(model, hw, fills, p_, t_, e_, 1, precision, kv)
+                + work_per_call(model, hw, decode, p_, t_, e_, b_, precision, kv, mtp))
+        cap = kv_capacity(model, hw, Layout(pp=p_, tp=t_, ep=e_, weights=precision, kv=kv))
+        out.append(Candidate(
+            phase=Phase.DECODE, pp=p_, tp=t_, ep=e_, batch=b_, gpus=int(g),
+            ranks=int(ranks[i]), latency_s=float(tpot[i, j]),
+            tokens_per_s_per_gpu=float(dec.tokens_per_s_per_gpu[i]), gpu_s_per_call=work,
+            weight_bytes_per_gpu=float(dec.weight_bytes_per_gpu[i]),
+            kv_bytes_per_gpu=float(dec.kv_bytes_per_gpu[i]), hbm_bytes_per_gpu=float(hbm[i, j]),
+            kv_capacity_tokens=cap.kv_capacity_tokens, precision=precision, kv_precision=kv,
+            mtp=mtp, step_s=float(step[i, j]), chunk_tokens=int(chunks[j]),
+            ttft_s=float(ttft[i, j])))
+    return out, best

@@ -23,6 +23,10 @@ from costmodel.plan_candidates import Candidate
 # A smaller or movable arrangement is worth up to this share of the sustainable call
 # rate: a pool the slow loop can rebalance recovers more than that under bursty load.
 RATE_TOLERANCE = 0.15
+# From this many GPUs on, sizing starts from each pool's share of the GPUs rather than
+# one worker each (the same balanced end, without thousands of one-worker steps).
+BULK_START_GPUS = 4096
+BULK_START_SHARES = (0.99, 0.95, 0.8)
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,22 @@ def _size(choice: tuple[Candidate, ...], nodes: Nodes) -> Sizing | None:
 
     if not packs(nodes, [c.gpus for c in choice]):
         return None
+    # On many GPUs, start the growth below where it ends: each pool at 99% (else 95%,
+    # else 80%) of its share of the GPUs by work per call (every pool then limits the
+    # rate alike), the first whose workers pack; the greedy steps below then place the
+    # rest one worker at a time.
+    work = [max(c.gpu_s_per_call, 0.0) for c in choice]
+    total_gpus = sum(nodes.sizes())
+    if sum(work) > 0 and total_gpus >= BULK_START_GPUS:
+        for share in BULK_START_SHARES:
+            start = [max(1, math.floor(share * total_gpus * w / sum(work) / c.gpus))
+                     for c, w in zip(choice, work, strict=True)]
+            counts: dict[int, int] = {}
+            for c, n in zip(choice, start, strict=True):
+                counts[c.gpus] = counts.get(c.gpus, 0) + n
+            if packs_counts(nodes, counts):
+                workers = start
+                break
 
     def rate(i: int) -> float:
         c = choice[i]
@@ -167,3 +187,24 @@ def size_pools(candidates: list[list[Candidate]], nodes: Nodes) -> Sizing | None
     # Deterministic: ties go to fewer GPUs per worker, then the candidate order.
     return max(near, key=lambda s: (s.donors, s.movable, s.calls_per_s,
                                     -max(c.gpus for c in s.choice)))
+
+
+def workers_that_pack(nodes: Nodes, gpus_each: int) -> int:
+    """How many workers of `gpus_each` GPUs the nodes hold: within a node, as many as
+    each node fits; wider, whole nodes of the full ones."""
+    if gpus_each > nodes.gpus_each:
+        full = nodes.count if nodes.last == nodes.gpus_each else nodes.count - 1
+        return full // (gpus_each // nodes.gpus_each)
+    return sum(size // gpus_each for size in nodes.sizes())
+
+
+def size_single(candidates: list[Candidate], nodes: Nodes) -> Sizing | None:
+    """One pool (aggregated workers): per candidate, as many workers as pack; the one
+    that sustains the most calls a second (ties: the smaller worker). None when none
+    packs."""
+    sized = [Sizing((c,), (n,), math.inf if c.gpu_s_per_call <= 0
+                    else n * c.gpus / c.gpu_s_per_call)
+             for c in candidates if (n := workers_that_pack(nodes, c.gpus)) >= 1]
+    if not sized:
+        return None
+    return max(sized, key=lambda s: (s.calls_per_s, -s.choice[0].gpus))

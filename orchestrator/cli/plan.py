@@ -12,26 +12,24 @@ import argparse
 import math
 import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from costmodel.plan import ARRANGEMENTS, AUTO, DEFAULT_MEMORY_FRACTION
 from orchestrator.cli._common import (
     UserError,
     add_overwrite_option,
     atomic_path,
     check_new_file,
     positive_float,
+    positive_int,
     print_json,
 )
+from orchestrator.cli._plan_output import plan_dict, print_plan
 
 # The fill's batch is one part of what a user waits for (queueing, the KV transfer and
 # decode admission come on top): a fifth of replay's default 10 s TTFT target.
 DEFAULT_TTFT_TARGET_S = 2.0
 # 20 tokens/s per user at the trace's p90 context, half replay's default 0.1 s target.
 DEFAULT_TPOT_TARGET_S = 0.05
-GB = 1e9
-
-if TYPE_CHECKING:
-    from costmodel.plan import Plan, PoolPlan
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,7 +43,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(docs/plan.md).")
     p.add_argument("--model", required=True, help="model preset or config.json path")
     p.add_argument("--hardware", required=True, help="hardware preset or .toml path")
-    p.add_argument("--gpus", required=True, type=_gpus, metavar="N", help="GPUs to plan")
+    size = p.add_mutually_exclusive_group(required=True)
+    size.add_argument("--gpus", type=_gpus, metavar="N", help="GPUs to plan")
+    size.add_argument("--sessions-per-hour", type=positive_float, metavar="R",
+                      help="find the fewest GPUs that sustain R session starts an hour of "
+                      "the trace's sessions")
+    size.add_argument("--concurrency", type=positive_int, metavar="N",
+                      help="find the fewest GPUs that serve N concurrent users: N sessions "
+                      "at the trace's own pace, or, for a trace with no time between a "
+                      "session's calls, N users each with a call in flight")
     p.add_argument("--trace", required=True, nargs="+", type=Path, metavar="TRACE",
                    help="trace files or directories")
     p.add_argument("--format", choices=tuple(f.value for f in Format), default="auto",
@@ -56,6 +62,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tpot-target", type=positive_float, default=DEFAULT_TPOT_TARGET_S,
                    metavar="S", help="decode: time per output token at the trace's p90 "
                    f"context (default {DEFAULT_TPOT_TARGET_S:g} s)")
+    p.add_argument("--arrangement", choices=(AUTO, *ARRANGEMENTS), default=AUTO,
+                   help="pools: prefill, midfill and decode (three-pool); prefill and decode "
+                   "(two-pool); aggregated workers that fill and decode (mixed); or auto, "
+                   "the one that sustains the most calls/s (default)")
+    p.add_argument("--memory-fraction", type=_fraction, default=DEFAULT_MEMORY_FRACTION,
+                   metavar="F", help="share of each GPU's HBM a worker may allocate for "
+                   "weights, activations and its KV, as an engine's static memory fraction "
+                   f"(default {DEFAULT_MEMORY_FRACTION:g})")
     p.add_argument("--precision", help="weights: bf16, fp8 or fp4 (default: the model's "
                    "routed-expert precision if it ships one, else fp8)")
     p.add_argument("--kv-precision", default="bf16", help="KV cache: bf16 or fp8 (default bf16)")
@@ -64,6 +78,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_overwrite_option(p, "an existing --out FILE")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run)
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from None
+    if not (math.isfinite(value) and 0 < value <= 1):
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
+    return value
 
 
 def _gpus(text: str) -> int:
@@ -78,9 +102,14 @@ def _gpus(text: str) -> int:
 
 def _command(args: argparse.Namespace) -> str:
     """The command line that makes this plan again (options at their defaults left out)."""
+    size = next((o, v) for o, v in (("--gpus", args.gpus),
+                                    ("--sessions-per-hour", args.sessions_per_hour),
+                                    ("--concurrency", args.concurrency)) if v is not None)
     words = ["tokenfactory", "plan", "--model", args.model, "--hardware", args.hardware,
-             "--gpus", str(args.gpus), "--trace", *(str(t) for t in args.trace)]
+             size[0], f"{size[1]:g}", "--trace", *(str(t) for t in args.trace)]
     for option, value, default in (
+            ("--arrangement", args.arrangement, AUTO),
+            ("--memory-fraction", args.memory_fraction, DEFAULT_MEMORY_FRACTION),
             ("--format", args.format, "auto"),
             ("--ttft-target", args.ttft_target, DEFAULT_TTFT_TARGET_S),
             ("--tpot-target", args.tpot_target, DEFAULT_TPOT_TARGET_S),
@@ -169,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
 
     from costmodel.hardware import load_hardware
     from costmodel.model import load_model
-    from costmodel.plan import Targets, plan_cluster
+    from costmodel.plan import Targets, plan_cluster, plan_for_rate
     from costmodel.plan_toml import render_cluster_toml
     from workers.cluster import ClusterError, cluster_from_dict
 
@@ -178,9 +207,18 @@ def run(args: argparse.Namespace) -> int:
     weights, kv = _precisions(args, model)
     _check_out(args.out, args.overwrite)
     workload = workload_from_traces(list(args.trace), args.format)
-    plan = plan_cluster(model, hw, args.gpus, workload, Targets(args.ttft_target,
-                                                                args.tpot_target),
-                        weights, kv)
+    targets = Targets(args.ttft_target, args.tpot_target)
+    search, option = None, None
+    if args.gpus is not None:
+        plan = plan_cluster(model, hw, args.gpus, workload, targets, weights, kv,
+                            arrangement=args.arrangement,
+                            memory_fraction=args.memory_fraction)
+    else:
+        option, rate, slots = _asked(args, workload)
+        search = plan_for_rate(model, hw, workload, targets, weights, kv, rate, slots=slots,
+                               option=option, arrangement=args.arrangement,
+                               memory_fraction=args.memory_fraction)
+        plan = search.plan
     name = args.name or (args.out.stem if args.out is not None else "planned")
     command = _command(args)
     text = render_cluster_toml(plan, name, command, args.hardware)
@@ -192,109 +230,27 @@ def run(args: argparse.Namespace) -> int:
         with atomic_path(args.out, args.overwrite) as tmp:
             tmp.write_text(text)
     if args.json:
-        print_json(plan_dict(plan, str(args.out) if args.out else None))
+        print_json(plan_dict(plan, str(args.out) if args.out else None, search, option))
     else:
-        print_plan(plan, args.out)
+        print_plan(plan, args.out, search, option)
     return 0
 
-def _r(x: float, digits: int = 4) -> float | None:
-    return None if not math.isfinite(x) else round(float(x), digits)
 
-
-def pool_dict(p: PoolPlan) -> dict[str, object]:
-    from costmodel.phase import Phase
-
-    c, decode = p.choice, p.choice.phase is Phase.DECODE
-    return {
-        "name": p.name, "phase": c.phase.name.lower(), "workers": p.workers,
-        "gpus_per_worker": c.gpus, "gpus": p.gpus,
-        "pp": c.pp, "tp": c.tp, "ep": c.ep, "attention_ranks": c.ranks,
-        "batch_per_rank": c.batch, "slots_per_worker": c.slots, "slots": c.slots * p.workers,
-        "precision": c.precision.name.lower(), "kv_precision": c.kv_precision.name.lower(),
-        "mtp": c.mtp,
-        "tokens_per_s_per_gpu": _r(c.tokens_per_s_per_gpu, 1),
-        "tpot_s" if decode else "ttft_s": _r(c.latency_s),
-        "checked_at": {"new_tokens": _r(p.shape.typical_new_tokens, 0),
-                       "context_tokens": _r(p.shape.typical_context, 0),
-                       "kv_fit_context_tokens": _r(p.shape.check_context, 0)},
-        # The KV of a full worker at the latency check's context (decode: kv_fit_context).
-        "hbm_gb_per_gpu": {"weights": _r(c.weight_bytes_per_gpu / GB, 2),
-                           "kv": _r(c.kv_bytes_per_gpu / GB, 2),
-                           "total": _r(c.hbm_bytes_per_gpu / GB, 2)},
-        "kv_capacity_tokens_per_worker": c.kv_capacity_tokens,
-        "calls": p.shape.calls,
-        "gpu_s_per_call": _r(c.gpu_s_per_call, 5),
-        "calls_per_s": _r(p.calls_per_s, 3),
-    }
-
-
-def plan_dict(plan: Plan, out: str | None) -> dict[str, object]:
-    w = plan.workload
-    return {
-        "model": plan.model, "hardware": plan.hardware.name, "gpus": plan.gpus,
-        "gpus_used": plan.used_gpus, "nodes": plan.nodes.count,
-        "gpus_per_node": plan.nodes.gpus_each,
-        "targets": {"ttft_s": plan.targets.ttft_s, "tpot_s": plan.targets.tpot_s},
-        "trace": {"sessions": w.sessions, "calls": w.calls,
-                  "calls_per_session_hour": _r(w.calls_per_session_s * 3600, 2),
-                  "arrivals_per_s": None if w.arrivals_per_s is None
-                  else _r(w.arrivals_per_s, 3)},
-        "pools": [pool_dict(p) for p in plan.pools],
-        "decode_slots": plan.decode_slots,
-        "calls_per_s": _r(plan.calls_per_s, 3),
-        "sessions_per_hour": _r(plan.sessions_per_hour, 1),
-        "concurrent_sessions": _r(plan.concurrent_sessions, 1),
-        "out": out,
-    }
-
-
-def _session_pace(w) -> str:
-    """The trace's calls per active session-hour; a trace whose sessions spend no time
-    between calls (one call each, or no think gaps: Azure, Mooncake) has no such pace."""
-    rate = w.calls_per_session_s
-    if not math.isfinite(rate):
-        what = ("one call per session" if w.calls == w.sessions
-                else "no time recorded between a session's calls")
-        return f"{what}, so no calls per active session-hour (the arrivals set the pace)"
-    return f"{rate * 3600:.1f} calls per active session-hour"
-
-
-def print_plan(plan: Plan, out: Path | None) -> None:
-    from costmodel.phase import Phase
-
-    w = plan.workload
-    print(f"{plan.model} on {plan.gpus} {plan.hardware.name} GPUs ({plan.nodes.count} node(s) "
-          f"of up to {plan.nodes.gpus_each}); trace: {w.sessions} sessions, {w.calls:,} calls, "
-          f"{_session_pace(w)}")
-    print(f"targets: fill step <= {plan.targets.ttft_s:g} s, decode TPOT <= "
-          f"{plan.targets.tpot_s * 1e3:g} ms")
-    for p in plan.pools:
-        c = p.choice
-        decode = c.phase is Phase.DECODE
-        # The cost core's KV is at the step's end: a fill's prefix plus its new tokens.
-        kv_at = (p.shape.check_context if decode
-                 else p.shape.typical_context + p.shape.typical_new_tokens)
-        lat = (f"TPOT {c.latency_s * 1e3:.1f} ms at {p.shape.check_context:,.0f} tokens"
-               if decode else f"step {c.latency_s:.2f} s for {c.slots} x "
-               f"{p.shape.typical_new_tokens:,.0f} new on {p.shape.typical_context:,.0f} cached")
-        print(f"\n{p.name}: {p.workers} worker(s) x {c.gpus} GPUs = {p.gpus}  "
-              f"[pp {c.pp} tp {c.tp} ep {c.ep}: {c.ranks} attention rank(s)"
-              + (f"; MTP {c.mtp}]" if c.mtp else "]"))
-        print(f"  batch {c.batch} per rank, {c.slots} slots a worker, "
-              f"{c.slots * p.workers} in all; {lat}")
-        print(f"  {c.tokens_per_s_per_gpu:,.0f} tokens/s per GPU; HBM per GPU "
-              f"{c.hbm_bytes_per_gpu / GB:.0f} GB (weights {c.weight_bytes_per_gpu / GB:.0f}, "
-              f"KV {c.kv_bytes_per_gpu / GB:.0f} at {kv_at:,.0f} tokens)")
-        print(f"  {p.shape.calls:,} calls of the trace, {c.gpu_s_per_call:.3f} GPU-s per call "
-              f"of the mix: sustains {p.calls_per_s:.2f} calls/s")
-    spare = plan.gpus - plan.used_gpus
-    pace = (f", ~{plan.concurrent_sessions:,.0f} concurrent sessions at the trace's pace"
-            if math.isfinite(plan.concurrent_sessions) else "")
-    print(f"\nsized for {plan.calls_per_s:.2f} calls/s (~{plan.sessions_per_hour:,.0f} sessions "
-          f"per hour{pace}); {plan.decode_slots} decode slots"
-          + (f"; {spare} GPU(s) spare" if spare else ""))
-    if w.arrivals_per_s is not None:
-        print(f"the trace's own arrivals: {w.arrivals_per_s:.2f} calls/s "
-              f"({plan.calls_per_s / w.arrivals_per_s:.1f}x headroom)")
-    if out is not None:
-        print(f"wrote {out}")
+def _asked(args: argparse.Namespace, workload) -> tuple[str, float, int]:
+    """The search's option as typed, the calls a second it asks for and the decode slots
+    it needs. R session starts an hour bring R x (calls per session) / 3600 calls a
+    second in steady state. N concurrent users at the trace's pace (its calls per active
+    session-second) bring N times that; a trace without such a pace (no time between a
+    session's calls: each user sends the next call when the last is answered, as
+    fixed-concurrency benchmarks run) needs N decode slots and, at the targets, at most
+    N / (TTFT + mean output x TPOT) calls a second."""
+    if args.sessions_per_hour is not None:
+        r = args.sessions_per_hour
+        return (f"--sessions-per-hour {r:g}", r * workload.calls / workload.sessions / 3600.0,
+                0)
+    n = args.concurrency
+    pace = workload.calls_per_session_s
+    if math.isfinite(pace) and pace > 0:
+        return f"--concurrency {n}", n * pace, 0
+    call_s = args.ttft_target + float(workload.output_tokens.mean()) * args.tpot_target
+    return f"--concurrency {n}", n / call_s, n

@@ -76,22 +76,32 @@ def planned_capacity(model: ModelSpec, cluster: ClusterSpec,
                      sessions: Sequence[Session]) -> Capacity:
     """Each phase's sustained calls a second on the sessions' mix, summed over its pools
     at their own layouts: decode at its target batch per attention rank, fills at their
-    sequences per step shared over the worker's attention ranks. A phase the mix gives
-    no work is left out."""
+    sequences per step shared over the worker's attention ranks. Calls go where the
+    router sends them: a cluster without a midfill pool fills every call on prefill,
+    one of mixed pools fills and decodes every call there (its work per call is both,
+    at the pool's layout, fills one sequence per rank). A phase the mix gives no work
+    is left out."""
     workload = workload_of(sessions)
-    shapes = workload.shapes()
+    kinds = {pool.phase.name.lower() for pool in cluster.pools}
+    arrangement = ("mixed" if "mixed" in kinds
+                   else "three-pool" if "midfill" in kinds else "two-pool")
+    shapes = workload.shapes(arrangement, model.max_context_tokens)
     rates: dict[str, float] = {}
     for pool in cluster.pools:
         phase = pool.phase.name.lower()
-        shape = shapes.get(phase)
-        if shape is None:
-            continue
         lay = pool.layout
         ranks = max(1, lay.stage_gpus // lay.tp)
-        batch = (pool.batch.target_batch if pool.phase is Phase.DECODE
-                 else max(1, pool.batch.max_batch_sequences // ranks))
-        gpu_s = work_per_call(model, pool.hardware, shape, lay.pp, lay.tp, lay.ep, batch,
-                              lay.weights, lay.kv, lay.mtp)
+        if phase == "mixed":
+            parts = [(shapes["mixed"], 1), (shapes.get("decode"), pool.batch.target_batch)]
+        elif phase in shapes:
+            parts = [(shapes[phase], pool.batch.target_batch if pool.phase is Phase.DECODE
+                      else max(1, pool.batch.max_batch_sequences // ranks))]
+        else:
+            continue
+        gpu_s = sum(work_per_call(model, pool.hardware, shape, lay.pp, lay.tp, lay.ep, batch,
+                                  lay.weights, lay.kv,
+                                  lay.mtp if shape.phase is Phase.DECODE else 0)
+                    for shape, batch in parts if shape is not None)
         if gpu_s > 0:
             rates[phase] = rates.get(phase, 0.0) + pool.workers * lay.instance_gpus / gpu_s
     if not rates:

@@ -48,3 +48,27 @@ def test_sessions_for_load_scales_the_rate_and_covers_the_window(dev_sessions):
     assert rate == pytest.approx(2 * cap.sessions_per_hour)
     assert repeat * cap.sessions > rate  # an hour's expected starts, with room
     assert sessions_for_load(cap, 0.01, 60.0)[1] == 1
+
+
+@pytest.mark.parametrize("arrangement", ["two-pool", "mixed"])
+def test_a_planned_cluster_of_fewer_pools_gives_the_plans_own_rate(dev_sessions, arrangement):
+    """Without a midfill pool every fill is prefill work; a mixed pool fills and decodes
+    every call: the capacity of the written file is the plan's figure."""
+    import tomllib
+
+    from costmodel.hardware import load_hardware
+    from costmodel.plan import Targets, plan_cluster
+    from costmodel.plan_toml import render_cluster_toml
+    from costmodel.precision import Precision
+    from orchestrator.run.capacity import workload_of
+    from workers.cluster import cluster_from_dict
+
+    model = load_model("gpt-oss-120b")
+    plan = plan_cluster(model, load_hardware("h100"), 16, workload_of(dev_sessions),
+                        Targets(4.0, 0.05), Precision.FP4, Precision.BF16,
+                        arrangement=arrangement)
+    cluster = cluster_from_dict(tomllib.loads(render_cluster_toml(plan, "x", "test")), "x")
+    cluster.bind(model)  # it runs as written
+    cap = planned_capacity(model, cluster, dev_sessions)
+    assert set(cap.pools) == {"mixed" if p.choice.mixed else p.name for p in plan.pools}
+    assert cap.calls_per_s == pytest.approx(plan.calls_per_s, rel=1e-9)
