@@ -31,6 +31,10 @@ EXECUTORS = ("local", "ray")
 # Probe, then ray.init, then the hard exit's grace: 5 + 18 + 4 s, under 30 s in all.
 PROBE_TIMEOUT_S = 5.0
 RAY_CONNECT_TIMEOUT_S = 18.0
+# Starting a local instance (no address) launches Ray's own processes, which take far
+# longer on a busy machine (more than 18 s was seen under load 15); the bound only
+# turns a hang into an error, so it is generous.
+RAY_START_TIMEOUT_S = 180.0
 HARD_EXIT_GRACE_S = 4.0
 
 
@@ -227,9 +231,11 @@ class RayExecutor:
     name = "ray"
 
     def __init__(self, address: str | None = None, workers: int | None = None,
-                 connect_timeout_s: float = RAY_CONNECT_TIMEOUT_S):
+                 connect_timeout_s: float | None = None):
         self.address = address
         self.workers = workers
+        if connect_timeout_s is None:
+            connect_timeout_s = RAY_CONNECT_TIMEOUT_S if address else RAY_START_TIMEOUT_S
         self.connect_timeout_s = connect_timeout_s
         self._ray = None
 
