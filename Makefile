@@ -23,10 +23,13 @@ build: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/tokenfactory demo
 
-# The whole suite, slow tests included; `make test-fast` skips those marked slow.
+# The whole suite, slow tests included, on TEST_WORKERS processes (pytest-xdist; the
+# slow tests are spread by work stealing); `make test TEST_WORKERS=0` runs it in one.
+# `make test-fast` skips those marked slow.
+TEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -m "slow or not slow"
+	$(BIN)/python -m pytest -m "slow or not slow" -n $(TEST_WORKERS) --dist worksteal
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest
