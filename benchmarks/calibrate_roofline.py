@@ -5,7 +5,9 @@ shipped defaults of `costmodel/efficiency.py` are this output), then per class
 and regime the ratio roofline/measured at the factors shipped before this
 calibration and at the fitted ones (median and 10th-90th percentile over the
 samples), then leave-one-GPU-out: factors fitted without one GPU's tables,
-that GPU's samples predicted. Method: `costmodel/calibration.py`.
+that GPU's samples predicted; last, whole steps on issue 33's layouts, roofline
+(no host gap) against the tables' composition (`costmodel/calibration_steps.py`).
+Method: `costmodel/calibration.py`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from costmodel import calibration as cal
+from costmodel.calibration_steps import PRE_CALIBRATION_EFFICIENCY, step_ratios
 from costmodel.efficiency import DEFAULT_EFFICIENCY
 
 
@@ -65,6 +68,13 @@ def main() -> None:
         console.print(f"without {gpu}: " + ", ".join(
             f"{k}={getattr(f, k) * (1e6 if k.endswith('_s') else 1):.2f}"
             for k in f.__dataclass_fields__))
+    table = Table(title="Whole steps, TensorRT-LLM tables: roofline (no host gap) / table step")
+    for col in ("system", "regime", "case", "table ms", "before", "shipped"):
+        table.add_column(col, justify="left" if col in ("system", "regime", "case") else "right")
+    for r in step_ratios((PRE_CALIBRATION_EFFICIENCY, DEFAULT_EFFICIENCY)):
+        table.add_row(r.system, r.case.regime.value, r.case.label, f"{r.table_s * 1e3:.2f}",
+                      f"{r.ratios[0]:.2f}", f"{r.ratios[1]:.2f}")
+    console.print(table)
 
 
 if __name__ == "__main__":

@@ -49,9 +49,9 @@ class Efficiency:
     # (batch 64-512, 2k-16k context); GQA decode is bandwidth-bound in every table.
     compute_attn_gqa: float = 0.41
     compute_attn_mla: float = 0.36
-    # HBM bandwidth, fitted jointly with an isolated kernel's floor (11.25 us) on dense
-    # GEMMs at m = 1-16 (weight reads); FlashMLA reports 3,000 GB/s of 3,350 (0.90).
-    hbm: float = 0.89
+    # HBM bandwidth: dense GEMMs at m = 1-16 reading >= 50 us of weights (where a kernel's
+    # floor barely counts); FlashMLA reports 3,000 GB/s of 3,350 (0.90) in its best case.
+    hbm: float = 0.79
     # Achieved fraction of scale-up (NVLink) bandwidth per direction: DeepEP measures
     # 153-158 GB/s intranode on H800, whose NVLink gives 200 GB/s per direction.
     scale_up: float = 0.78
@@ -68,7 +68,7 @@ class Efficiency:
     # instead. Kernels per layer: TensorRT-LLM's min-latency DeepSeek-R1 post lists 13 on
     # an MLA + MoE layer's path (read here as 7 for MLA, 6 for the MoE FFN), a GQA +
     # dense layer has about 6 (QKV, attention, output; gate-up, activation, down).
-    kernel_launch_s: float = 5.5e-6
+    kernel_launch_s: float = 5.25e-6
     kernels_attn_mla: float = 7.0
     kernels_attn_gqa: float = 3.0
     kernels_ffn_moe: float = 6.0
