@@ -38,14 +38,15 @@ class Efficiency:
     # log(roofline / measured) in each class's compute-bound regime; per-class and
     # leave-one-GPU-out figures in docs/costmodel.md, "Calibration and validation".
     # tests/unit/test_calibration.py re-derives them from the tables.
-    # Dense GEMMs (projections, dense FFN, shared experts, LM head) at m = 2k-16k tokens.
+    # Dense GEMMs (projections, dense FFN, shared experts, LM head) at m = 2k-16k tokens
+    # (0.40 before, set by hand on the six compute-bound published cases).
     compute: float = 0.54
     # Grouped expert GEMMs at >= 512 tokens per expert (power-law routing, on top of
     # `ep_imbalance`); wide-EP prefill runs many more tokens per expert than the tables hold.
     compute_moe: float = 0.25
     # Scores and values over the context (MLA's projections priced at `compute`), fitted
     # on prefill kernels at 1k-16k tokens, and used for decode too: a mixed step prices
-    # its fills' and decodes' attention together. The MLA block in decode fits at 0.30
+    # its fills' and decodes' attention together. The MLA block in decode fits at 0.37
     # (batch 64-512, 2k-16k context); GQA decode is bandwidth-bound in every table.
     compute_attn_gqa: float = 0.41
     compute_attn_mla: float = 0.36
@@ -63,9 +64,9 @@ class Efficiency:
     ep_imbalance: float = 1.15
     # Per kernel on a layer's critical path: the time a small kernel takes beyond its
     # bytes inside a CUDA-graph step. The tables time kernels one at a time and put it at
-    # 11.25 us (joint fit with `hbm`, above); engines overlap launches, and the rule of
-    # costmodel/validation.py (`fit_launch`) fits it on the published decode cases
-    # instead. Kernels per layer: TensorRT-LLM's min-latency DeepSeek-R1 post lists 13 on
+    # 10.5 us (dense GEMMs at m = 1-16, at the `hbm` above); engines overlap launches, and
+    # the rule of costmodel/validation.py (`fit_launch`) fits it on the 14 published
+    # cases instead (5.25 us on all of them and on the 8 decode cases at batch 1-2). Kernels per layer: TensorRT-LLM's min-latency DeepSeek-R1 post lists 13 on
     # an MLA + MoE layer's path (read here as 7 for MLA, 6 for the MoE FFN), a GQA +
     # dense layer has about 6 (QKV, attention, output; gate-up, activation, down).
     kernel_launch_s: float = 5.25e-6
