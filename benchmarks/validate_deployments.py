@@ -2,8 +2,8 @@
 
 For each case: the batch the core used, its predicted bound, the predicted and
 measured figures in the case's own unit, predicted/measured at the shipped
-efficiency set, in-sample with `compute` fitted on every case, and leave-one-out
-(`compute` fitted on every other case). Compute-bound cases first, then the
+efficiency set, in-sample with the per-kernel floor `kernel_launch_s` fitted on
+every case, and leave-one-out (fitted on every other case). Compute-bound cases first, then the
 memory/latency-bound ones; every case with its source URL.
 """
 
@@ -19,7 +19,7 @@ from costmodel.mtp import expected_tokens_per_step
 from costmodel.validation import (
     CASES,
     Regime,
-    fit_compute,
+    fit_launch,
     leave_one_out,
     predict,
     predict_all,
@@ -57,11 +57,11 @@ def main() -> None:
     console = Console(width=200)
     all_fit, rows = leave_one_out()
     preds = predict_all()
-    compute_only = [c for c in CASES if c.regime is Regime.COMPUTE]
-    fit_compute_bound = fit_compute(ratio_table(compute_only))
+    latency_only = [c for c in CASES if c.regime is Regime.MEMORY_LATENCY]
+    fit_latency_bound = fit_launch(ratio_table(latency_only))
     table = Table(title="Cost core vs published measurements (ratio = predicted/measured)")
     for col in ("#", "regime", "case", "batch", "bound", "predicted", "measured", "unit",
-                "shipped", "in-sample", "LOO compute", "LOO"):
+                "shipped", "in-sample", "LOO launch us", "LOO"):
         table.add_column(col, justify="left" if col in ("case", "unit", "regime") else "right")
     order = sorted(range(len(CASES)), key=lambda i: CASES[i].regime is not Regime.COMPUTE)
     for n, i in enumerate(order, 1):
@@ -70,11 +70,12 @@ def main() -> None:
         table.add_row(str(n), c.regime.value, c.name + (" [known miss]" if c.miss else ""),
                       str(p.batch), p.bound.name.lower(), _fmt(p.predicted), _fmt(c.measured),
                       c.metric.value, f"{r.shipped_ratio:.2f}", f"{r.in_sample_ratio:.2f}",
-                      f"{r.loo_compute:.2f}", f"{r.loo_ratio:.2f}")
+                      f"{r.loo_launch_s * 1e6:.2f}", f"{r.loo_ratio:.2f}")
     console.print(table)
-    console.print(f"compute fitted on all {len(CASES)} cases: {all_fit:.2f}; on the "
-                  f"{len(compute_only)} compute-bound cases alone: {fit_compute_bound:.2f}; "
-                  f"shipped: {DEFAULT_EFFICIENCY.compute:.2f}")
+    console.print(f"kernel_launch_s fitted on all {len(CASES)} cases: {all_fit * 1e6:.2f} us; "
+                  f"on the {len(latency_only)} memory/latency-bound cases alone: "
+                  f"{fit_latency_bound * 1e6:.2f} us; shipped: "
+                  f"{DEFAULT_EFFICIENCY.kernel_launch_s * 1e6:.2f} us")
     mtp_ladder(console)
     for n, i in enumerate(order, 1):
         c = CASES[i]

@@ -1,7 +1,8 @@
 """Efficiency factors and fixed latencies: every number a pure roofline misses.
 
-One global set, calibrated once against the published deployments of
-`benchmarks/validate_deployments.py` (DeepSeek-V3 on H800, SGLang on H100);
+One global set: the compute and bandwidth factors per operation class fitted on
+measured kernel tables (`costmodel/calibration.py`), the per-kernel floor on the
+published deployments of `benchmarks/validate_deployments.py`, the rest sourced;
 each value says where it came from. There are no per-case factors: a user who
 knows their stack better passes their own `Efficiency`.
 """
@@ -23,20 +24,35 @@ class OverlapMode(IntEnum):
     OVERLAP = 1  # two micro-batches interleaved (two-batch overlap): part of it hides
 
 
+# Fractions of a peak: each in (0, 1].
+_FRACTIONS = ("compute", "compute_moe", "compute_attn_gqa", "compute_attn_mla", "hbm",
+              "scale_up", "scale_out")
+
+
 @dataclass(frozen=True)
 class Efficiency:
-    # Achieved fraction of peak dense FLOP/s over a serving step's GEMMs and attention.
-    # Big FP8 GEMMs reach ~0.68 (DeepGEMM: 1,350+ TFLOPS on H800), but a step mixes
-    # small grouped GEMMs, BF16 attention and glue kernels. The one calibrated factor,
-    # set by hand on the six compute-bound cases of costmodel/validation.py (all within
-    # 0.975-1.343x at 0.40). The stated rule there (least squares in log ratio) gives 0.36
-    # on those six and 0.34 with the memory/latency-bound cases added (the 64k-context
-    # one, whose MLA attention is FLOP-heavy, pulls it); batch-1 decode barely depends on
-    # it. Per-case and leave-one-out figures: docs/costmodel.md.
-    compute: float = 0.40
-    # Achieved fraction of HBM bandwidth. FlashMLA reports 3,000 GB/s of 3,350 (90%) in the
-    # memory-bound decode configuration; other kernels do less.
-    hbm: float = 0.80
+    # Achieved fractions of peak FLOP/s per operation class, and of HBM bandwidth: the
+    # output of `python benchmarks/calibrate_roofline.py` (costmodel/calibration.py), fitted
+    # on aiconfigurator-core 0.12's measured kernel tables (H100, H200, B200, GB200 under
+    # TensorRT-LLM, SGLang and vLLM) as the grid value minimising the summed squared
+    # log(roofline / measured) in each class's compute-bound regime; per-class and
+    # leave-one-GPU-out figures in docs/costmodel.md, "Calibration and validation".
+    # tests/unit/test_calibration.py re-derives them from the tables.
+    # Dense GEMMs (projections, dense FFN, shared experts, LM head) at m = 2k-16k tokens
+    # (0.40 before, set by hand on the six compute-bound published cases).
+    compute: float = 0.54
+    # Grouped expert GEMMs at >= 512 tokens per expert (power-law routing, on top of
+    # `ep_imbalance`); wide-EP prefill runs many more tokens per expert than the tables hold.
+    compute_moe: float = 0.25
+    # Scores and values over the context (MLA's projections priced at `compute`), fitted
+    # on prefill kernels at 1k-16k tokens, and used for decode too: a mixed step prices
+    # its fills' and decodes' attention together. The MLA block in decode fits at 0.37
+    # (batch 64-512, 2k-16k context); GQA decode is bandwidth-bound in every table.
+    compute_attn_gqa: float = 0.41
+    compute_attn_mla: float = 0.36
+    # HBM bandwidth: dense GEMMs at m = 1-16 reading >= 50 us of weights (where a kernel's
+    # floor barely counts); FlashMLA reports 3,000 GB/s of 3,350 (0.90) in its best case.
+    hbm: float = 0.79
     # Achieved fraction of scale-up (NVLink) bandwidth per direction: DeepEP measures
     # 153-158 GB/s intranode on H800, whose NVLink gives 200 GB/s per direction.
     scale_up: float = 0.78
@@ -46,15 +62,22 @@ class Efficiency:
     # Busiest EP rank over the mean: expert load balancing (EPLB, redundant experts)
     # leaves a residual imbalance; DeepSeek's EPLB reports balance within ~10-20%.
     ep_imbalance: float = 1.15
-    # Per layer: kernel launches that are not hidden (CUDA graphs in decode leave
-    # ~1-2 us each, about 12 kernels a layer). Batch-1 decode steps measured by the
-    # validation cases imply ~4 us per small kernel and 13 kernels per MLA + MoE layer
-    # against ~6 per GQA + dense one (docs/costmodel.md, "Why the fixed latencies were
-    # left as they are"); no public source gives that floor apart from those cases.
-    kernel_launch_s: float = 1.5e-6
-    kernels_per_layer: float = 12.0
-    # Per TP collective (NCCL all-reduce of a small message on NVLink: ~10-20 us).
-    tp_collective_s: float = 12e-6
+    # Per kernel on a layer's critical path: the time a small kernel takes beyond its
+    # bytes inside a CUDA-graph step. The tables time kernels one at a time and put it at
+    # 10.5 us (dense GEMMs at m = 1-16, at the `hbm` above); engines overlap launches, and
+    # the rule of costmodel/validation.py (`fit_launch`) fits it on the 14 published
+    # cases instead (5.25 us on all of them and on the 8 decode cases at batch 1-2). Kernels per layer: TensorRT-LLM's min-latency DeepSeek-R1 post lists 13 on
+    # an MLA + MoE layer's path (read here as 7 for MLA, 6 for the MoE FFN), a GQA +
+    # dense layer has about 6 (QKV, attention, output; gate-up, activation, down).
+    kernel_launch_s: float = 5.25e-6
+    kernels_attn_mla: float = 7.0
+    kernels_attn_gqa: float = 3.0
+    kernels_ffn_moe: float = 6.0
+    kernels_ffn_dense: float = 3.0
+    # Per TP collective: the floor under the engines' custom all-reduce on 2-8 GPUs in the
+    # tables (fitted with its bandwidth, 0.65 of one direction of NVLink; `scale_up` keeps
+    # DeepEP's all-to-all figure, the larger traffic of an MoE step).
+    tp_collective_s: float = 5e-6
     # Fixed part of one EP dispatch or combine inside the scale-up domain, and across
     # it (DeepEP low-latency kernels: ~160-370 us at 128 tokens/GPU, mostly bytes; the
     # floor under them is tens of microseconds).
@@ -92,10 +115,9 @@ class Efficiency:
                 isinstance(p, (int, float)) and 0 <= p <= 1 for p in probs):
             raise CostModelError(f"efficiency.mtp_acceptance: expected a non-empty tuple of "
                                  f"probabilities in [0, 1], got {probs!r}")
-        for name in ("compute", "hbm", "scale_up", "scale_out",
-                     "idle_power_fraction", "overlap_fraction"):
+        for name in (*_FRACTIONS, "idle_power_fraction", "overlap_fraction"):
             value = getattr(self, name)
-            if name in ("compute", "hbm", "scale_up", "scale_out") and value == 0:
+            if name in _FRACTIONS and value == 0:
                 raise CostModelError(f"efficiency.{name}: expected > 0, got {value!r}")
             if value > 1:
                 raise CostModelError(f"efficiency.{name}: expected <= 1, got {value!r}")

@@ -15,7 +15,7 @@ import numpy as np
 from costmodel.efficiency import Efficiency
 from costmodel.hardware import HardwareTable
 from costmodel.memory import dense_weight_bytes, expert_weight_bytes, stage_fraction
-from costmodel.model import ModelSpec
+from costmodel.model import AttentionKind, ModelSpec
 from costmodel.precision import BYTES_PER_ELEMENT, Precision
 
 if TYPE_CHECKING:
@@ -70,9 +70,15 @@ class _Shape:
         self.wb_dense = dense_weight_bytes(aprec)
         self.wb_exp = expert_weight_bytes(m, wprec)
         peak = hardware.flops_column()
+        # Per operation class (costmodel/calibration.py fits each against the measured
+        # tables): dense GEMMs, grouped expert GEMMs, attention by kind and phase.
         self.peak_dense = peak[hw, aprec] * eff.compute
-        self.peak_exp = peak[hw, wprec] * eff.compute
-        self.peak_attn = peak[hw, Precision.BF16] * eff.compute
+        self.peak_exp = peak[hw, wprec] * eff.compute_moe
+        # One attention factor per kind for every phase: a mixed step prices its fills'
+        # and decodes' attention together (costmodel/batch.py).
+        attn_eff = (eff.compute_attn_mla if m.attention is AttentionKind.MLA
+                    else eff.compute_attn_gqa)
+        self.peak_attn = peak[hw, Precision.BF16] * attn_eff
         kvb = np.array([BYTES_PER_ELEMENT[p] for p in Precision])[cfg.kv_precision]
         kv_split = 1.0 if m.attention == 0 else np.minimum(tp, m.gqa.kv_heads)
         self.kv_layer = m.kv_elems_per_token_layer * kvb / kv_split
@@ -197,7 +203,11 @@ def _a2a_reach(m: ModelSpec, v: _Shape):
 
 def _latency(m: ModelSpec, v: _Shape, eff: Efficiency) -> np.ndarray:
     """Fixed latencies per stage: launches, collectives, all-to-all floors, the PP hop."""
-    latency_s = v.n_layers * eff.kernels_per_layer * eff.kernel_launch_s
+    attn_kernels = (eff.kernels_attn_mla if m.attention is AttentionKind.MLA
+                    else eff.kernels_attn_gqa)
+    kernels = (v.n_layers * attn_kernels + v.n_dense * eff.kernels_ffn_dense
+               + v.n_moe * eff.kernels_ffn_moe)
+    latency_s = kernels * eff.kernel_launch_s
     latency_s = latency_s + np.where(v.tp > 1, 2.0 * v.n_layers * eff.tp_collective_s, 0.0)
     if m.moe is not None:
         a2a = np.where(v.width > v.domain, eff.a2a_scale_out_s, eff.a2a_scale_up_s)

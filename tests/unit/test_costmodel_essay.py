@@ -63,7 +63,10 @@ def test_decode_at_128k_batch_1_is_hbm_bound_and_best_interactive_batch_is_small
     cfg = Configs.make(phase=Phase.DECODE, batch=batches, new_tokens=1, context=128_000,
                        tp=1, ep=64, precision=FP4)
     c = phase_cost(K3, HardwareTable((GB200,)), cfg)
-    assert c.bound[0] == Bound.MEMORY
+    # Since the per-class calibration (a 5.5 us kernel floor, fitted on the published
+    # batch-1 steps) the fixed latencies of K3's 93 layers edge out its HBM time at batch
+    # 1; HBM still dwarfs compute.
+    assert c.bound[0] in (Bound.MEMORY, Bound.LATENCY)
     assert c.memory_s[0] > 3 * c.compute_s[0]
     within = batches[c.tpot_s <= 1.2 * c.tpot_s[0]]
     assert 1 <= within.max() <= 5
