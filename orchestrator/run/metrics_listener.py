@@ -31,8 +31,14 @@ def _tier(t: Tier) -> str:
 
 
 class MetricsListener:
-    def __init__(self, metrics: Metrics, run: str, controller: str) -> None:
+    def __init__(self, metrics: Metrics, run: str, controller: str, readings=None) -> None:
         self.m, self.run, self.controller = metrics, run, controller
+        # When only metrics.om reads the registry (no /metrics): its recorder, whose
+        # `due(now_s)` says which samples it reads; the cluster is then read at those
+        # samples and at idle ones (the last before a skipped span), not at every sample.
+        self.readings = readings
+        self._pending = None  # (orch, obs, now_s) of a sample not read yet
+        self._read_s: float | None = None  # the last sample read
         self.base = (run, controller)
         self._seen: dict[str, tuple[str, str]] = {}  # worker -> (pool, phase), for labels
         self._gauged: set[tuple] = set()  # worker label sets exported last sample
@@ -93,10 +99,26 @@ class MetricsListener:
             self._start(orch)
         period_s = 0.0 if self._last_time_s is None else now_s - self._last_time_s
         self._last_time_s = now_s
+        self._obs, self._period_s = obs, period_s  # for the decision on this sample
+        if self.readings is None or self.readings.due(now_s) or not orch.in_flight():
+            self._read(orch, obs, now_s)
+        else:
+            self._pending = (orch, obs, now_s)
+
+    def refresh(self) -> None:
+        """Read the cluster as of the last sample, if that was not done (before a
+        reading the run did not sample for: the run's end)."""
+        if self._pending is not None:
+            self._read(*self._pending)
+
+    def _read(self, orch, obs, now_s: float) -> None:
+        """The sample's gauges and the counters kept as totals (links' utilisation over
+        the time since the last sample read)."""
+        period_s = 0.0 if self._read_s is None else now_s - self._read_s
+        self._pending, self._read_s = None, now_s
         self._c("admission_queue_requests").set(obs.admission_queue)
         self._c("ready_buffer_requests").set(obs.ready_depth)
         self._c("backlog_requests").set(obs.backlog)
-        self._obs, self._period_s = obs, period_s  # for the decision on this sample
         c = orch.counters
         self._inc_to("admitted", self._c("admitted_requests_total"), c["admitted"])
         self._inc_to("submitted", self._c("requests_submitted_total"), c["submitted"])
