@@ -100,14 +100,20 @@ class MetricsListener:
         period_s = 0.0 if self._last_time_s is None else now_s - self._last_time_s
         self._last_time_s = now_s
         self._obs, self._period_s = obs, period_s  # for the decision on this sample
-        if self.readings is None or self.readings.due(now_s) or not orch.in_flight():
+        if self.readings is None or self.readings.due(now_s):
             self._read(orch, obs, now_s)
         else:
             self._pending = (orch, obs, now_s)
 
+    def on_idle(self, orch, now_s: float) -> None:
+        """The fast loop goes idle, or has taken an idle span's samples: what the registry
+        holds through the span (the recorder reads it at `on_skip`, after the work that
+        ends the span has arrived) is the last sample's cluster, read now."""
+        self.refresh()
+
     def refresh(self) -> None:
         """Read the cluster as of the last sample, if that was not done (before a
-        reading the run did not sample for: the run's end)."""
+        reading the run did not sample for: an idle span's, the run's end)."""
         if self._pending is not None:
             self._read(*self._pending)
 
