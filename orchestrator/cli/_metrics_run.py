@@ -251,6 +251,7 @@ class MetricsHub:
         if recorder is None:
             return [listener], None
         recorder.before_read = listener.refresh
+        recorder.observations = lambda: listener.observations
         return [listener, recorder], recorder
 
     def write(self, recorder: OpenMetricsRecorder | None, path: Path,

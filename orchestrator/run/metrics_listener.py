@@ -39,6 +39,7 @@ class MetricsListener:
         self.readings = readings
         self._pending = None  # (orch, obs, now_s) of a sample not read yet
         self._read_s: float | None = None  # the last sample read
+        self.observations = 0  # calls the histograms have observed (OpenMetricsRecorder)
         self.base = (run, controller)
         self._seen: dict[str, tuple[str, str]] = {}  # worker -> (pool, phase), for labels
         self._gauged: set[tuple] = set()  # worker label sets exported last sample
@@ -143,6 +144,7 @@ class MetricsListener:
     def on_done(self, orch, req, now_s: float) -> None:
         if not self._started:
             self._start(orch)
+        self.observations += 1
         self._c("requests_completed_total").inc()
         self._c("input_tokens_total").inc(req.input_tokens)
         self._c("output_tokens_total").inc(req.output_tokens)

@@ -156,7 +156,9 @@ class _Family:
 class OpenMetricsRecorder:
     def __init__(self, registry: CollectorRegistry, interval_s: float,
                  spill_dir: Path | None = None, heartbeat_s: float = HEARTBEAT_S,
-                 rate_heartbeat_s: float = RATE_HEARTBEAT_S, drop_labels: frozenset[str] = frozenset(), before_read=None) -> None:
+                 rate_heartbeat_s: float = RATE_HEARTBEAT_S,
+                 drop_labels: frozenset[str] = frozenset(), before_read=None,
+                 observations=None) -> None:
         if not interval_s > 0:
             raise ValueError(f"metrics interval must be > 0 s, got {interval_s!r}")
         if not 0 < rate_heartbeat_s <= heartbeat_s:
@@ -169,6 +171,10 @@ class OpenMetricsRecorder:
         # brings the registry up to date (MetricsListener.refresh; the listener reads
         # the last sample before a skipped span itself, as it is idle).
         self.before_read = before_read
+        # A count of the histograms' observations so far (MetricsListener.observations):
+        # while it stands still the histograms are not read again. None: read them always.
+        self.observations = observations
+        self._observed = None
         self.spill_parent = spill_dir  # None: the system's temporary directory
         self._spill: Path | None = None
         self._families: list[_Family] = []
@@ -259,10 +265,16 @@ class OpenMetricsRecorder:
     def _read(self, at_s: float, seen_s: float, keep_all: bool) -> None:
         """Each series' values at `at_s`; the series were present until `seen_s`."""
         before_s = self.last_s if self.last_s is not None else -math.inf
+        observed = self.observations() if self.observations is not None else None
+        still = observed is not None and observed == self._observed
+        self._observed = observed
         for fam in self._families_now():
             series = fam.series
             histogram = fam.histogram
             for labels, child in fam.children():
+                if histogram and still and labels in series:  # unchanged since last read
+                    series[labels].seen_s = seen_s
+                    continue
                 if histogram:
                     counts = tuple(accumulate(map(_VALUE, child._buckets)))
                     values = (*counts, counts[-1], child._sum._value)
@@ -365,25 +377,32 @@ class OpenMetricsRecorder:
                 last = (t_s, values)
 
     def lines(self, start_unix_s: float):
+        """The file's text, in pieces: a family's head, or a series' points."""
         text: dict[float, str] = {}  # each value's text, formatted once a write
+
+        def shown(v: float) -> str:
+            out = text.get(v)
+            if out is None:
+                out = text[v] = floatToGoString(v)
+            return out
+
         for fam in self._families:
             kept = [s for s in fam.series.values() if s.kept_s > -math.inf]
             if not kept:
                 continue
-            yield f"# HELP {fam.name} {_escape_help(fam.help)}\n"
-            yield f"# TYPE {fam.name} {fam.kind}\n"
+            yield f"# HELP {fam.name} {_escape_help(fam.help)}\n# TYPE {fam.name} {fam.kind}\n"
             for s in kept:
                 keep = s.informing() if fam.histogram else [0]
                 prefixes = [s.prefixes[i] for i in keep]
+                out: list[str] = []
                 for t_s, values in self._points(s):
                     stamp = f" {start_unix_s + t_s:.3f}\n"
-                    for prefix, i in zip(prefixes, keep, strict=True):
-                        v = values[i]
-                        shown = text.get(v)
-                        if shown is None:
-                            shown = text[v] = floatToGoString(v)
-                        yield prefix + shown + stamp
-
+                    out += [p + shown(values[i]) + stamp
+                            for p, i in zip(prefixes, keep, strict=True)]
+                    if len(out) >= 50_000:  # pieces of a few MB: memory stays flat
+                        yield "".join(out)
+                        out.clear()
+                yield "".join(out)
         yield "# EOF\n"
 
     def write(self, path: Path, start_unix_s: float) -> None:
@@ -396,13 +415,8 @@ class OpenMetricsRecorder:
             return
         with path.open("wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw,
                                                    compresslevel=GZIP_LEVEL, mtime=0) as f:
-            chunk: list[str] = []
-            for line in self.lines(start_unix_s):
-                chunk.append(line)
-                if len(chunk) >= 20_000:
-                    f.write("".join(chunk).encode())
-                    chunk.clear()
-            f.write("".join(chunk).encode())
+            for piece in self.lines(start_unix_s):
+                f.write(piece.encode())
 
     def close(self) -> None:
         """Remove the spill files (after `write`, or when the run is abandoned)."""
