@@ -235,3 +235,27 @@ def test_backfill_into_a_directory_it_cannot_write_is_one_line(tmp_path, capsys,
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
     assert f"--tsdb {tmp_path / 'db'}: cannot write in {tmp_path}: Permission denied" in err
+
+
+def test_a_listener_reading_only_at_the_readings_writes_what_one_reading_every_sample_does(
+        tmp_path):
+    """Without /metrics the listener reads the cluster at the recorder's readings and at
+    the last sample before an idle span (on_idle), not at every sample: the file is the
+    same but for the links' utilisation, which is then over the time since the previous
+    reading. Think times long enough for the run to skip idle spans."""
+    settings = RunSettings(load=LoadOptions(max_sessions=3, think_scale=0.2))
+    prepared = prepare([sample_path()], "auto", settings)
+    texts = []
+    for lazy in (False, True):
+        registry = CollectorRegistry()
+        recorder = OpenMetricsRecorder(registry, 5.0)
+        listener = MetricsListener(Metrics(registry), "r", "buffered",
+                                   readings=recorder if lazy else None)
+        recorder.before_read = listener.refresh
+        result, _ = run_replay(prepared, settings, listeners=[listener, recorder])
+        recorder.finish(result.simulated_s)
+        assert recorder.scrapes > 0 and len(recorder.busy) < recorder.scrapes  # idle spans
+        recorder.write(tmp_path / f"{lazy}.om", 1_700_000_000.0)
+        texts.append([line for line in (tmp_path / f"{lazy}.om").read_text().splitlines()
+                      if "kv_link_utilisation" not in line])
+    assert texts[0] == texts[1]
