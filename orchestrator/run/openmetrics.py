@@ -50,7 +50,7 @@ import math
 import shutil
 import tempfile
 from array import array
-from itertools import accumulate
+from itertools import accumulate, chain
 from operator import attrgetter
 from pathlib import Path
 
@@ -364,7 +364,7 @@ class OpenMetricsRecorder:
             return at
 
         last = None
-        for t_s, values in (*self._records(s), (s.seen_s, None)):
+        for t_s, values in chain(self._records(s), [(s.seen_s, None)]):
             if last is not None and hb:
                 at = beat(last[0])
                 while at < t_s if values is not None else at <= t_s:
@@ -378,7 +378,7 @@ class OpenMetricsRecorder:
 
     def lines(self, start_unix_s: float):
         """The file's text, in pieces: a family's head, or a series' points."""
-        text: dict[float, str] = {}  # each value's text, formatted once a write
+        text: dict[float, str] = {}  # a series' values' text, each formatted once
 
         def shown(v: float) -> str:
             out = text.get(v)
@@ -392,6 +392,7 @@ class OpenMetricsRecorder:
                 continue
             yield f"# HELP {fam.name} {_escape_help(fam.help)}\n# TYPE {fam.name} {fam.kind}\n"
             for s in kept:
+                text.clear()  # values repeat within a series: memory stays flat
                 keep = s.informing() if fam.histogram else [0]
                 prefixes = [s.prefixes[i] for i in keep]
                 out: list[str] = []
