@@ -116,16 +116,17 @@ def _child(run: dict) -> dict:
                            load=LoadOptions(**run["load"]))
     wall0 = time.perf_counter()
     prepared = prepare(run["paths"], run["trace_format"], settings)
-    wall1, cpu1 = time.perf_counter(), time.process_time()
     out_files: dict[str, int] = {}
-    if run.get("out"):
-        import tempfile
+    if run.get("out"):  # the CLI's modules imported before the clock starts, as a replay
+        import tempfile  # without --out has its own imported by then
 
         from orchestrator.cli import build_parser
         from orchestrator.cli._replay_run import replay_into
         from orchestrator.run.output import run_dir
 
         args = build_parser().parse_args(["replay", "--no-progress"])  # the defaults
+    wall1, cpu1 = time.perf_counter(), time.process_time()
+    if run.get("out"):
         with tempfile.TemporaryDirectory(prefix="bench-out-") as parent:
             out = Path(parent) / "out"
             with run_dir(out) as directory:
