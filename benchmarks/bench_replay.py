@@ -1,13 +1,18 @@
-"""The development traces at their real think times: replay cost against issue 13's targets.
+"""The development traces at their real think times: replay cost against issues 13 and 36.
 
 The 113 weka-cc-dev sessions, think and tool gaps as recorded (no --think-scale), 240
 sessions an hour, the default model and cluster, once per controller, each run in its
-own subprocess (benchmarks/replay_runner.py) so its peak RSS is its own. Prints per
-controller: calls, wall s, calls per wall s (target >= 2,000; stretch 10,000), simulated
-s per wall s, events per call, peak RSS (target < 500 MB), and met / NOT met.
+own subprocess (benchmarks/replay_runner.py) so its peak RSS is its own, without and
+then with the outputs `--out` writes. Prints per controller and way: calls, wall s,
+calls per wall s (target >= 2,000; stretch 10,000), simulated s per wall s, events per
+call, peak RSS (target < 500 MB), and met / NOT met; with `--out`, the folder's size per
+10,000 calls (target < 50 MB) and the replay CPU it adds (target <= 15%).
 
     python benchmarks/bench_replay.py [--controllers retire,buffered] [--max-sessions N]
-                                      [--demo] [--json]
+                                      [--repeat N] [--no-out] [--demo] [--json]
+
+--repeat N replays each session N times (traces.replay's --repeat: ~6,800 calls of the
+113 sessions x2 give ~13,600 calls over about a simulated day and a half).
 
 --demo also replays the demo's compressed load (the bundled sample x12, think x0.05,
 7,200 sessions an hour, on gb200-nvl72x1) with each controller. Reads the development traces bundled in traces/data.
@@ -37,14 +42,19 @@ from benchmarks.replay_runner import (
 CALLS_PER_S_TARGET = 2_000.0
 CALLS_PER_S_STRETCH = 10_000.0
 PEAK_RSS_TARGET_MB = 500.0
+OUT_MB_PER_10K_TARGET = 50.0
+OUT_CPU_EXTRA_TARGET = 0.15
 SESSIONS_PER_HOUR = 240.0
 
 
-def dev_run(controller: str, max_sessions: int | None) -> dict:
+def dev_run(controller: str, max_sessions: int | None, repeat: int = 1,
+            out: bool = False) -> dict:
     load = {"sessions_per_hour": SESSIONS_PER_HOUR}
     if max_sessions:
         load["max_sessions"] = max_sessions
-    return spec([DEV_TRACES], "weka", controller=controller, **load)
+    if repeat > 1:
+        load["repeat"] = repeat
+    return spec([DEV_TRACES], "weka", controller=controller, out=out, **load)
 
 
 def demo_run(controller: str) -> dict:
@@ -69,16 +79,34 @@ def line(label: str, fig: dict) -> str:
             f"[{verdict(fig['peak_rss_mb'] < PEAK_RSS_TARGET_MB)} < 500 MB]")
 
 
+def out_line(label: str, bare: dict, out: dict) -> str:
+    """What --out adds: the folder per 10,000 calls, and replay CPU and wall over the run
+    without it (CPU moves less than wall on a shared machine)."""
+    per_10k_mb = out["out_bytes"] / 1e6 * 10_000 / max(out["calls"], 1)
+    cpu_extra = out["replay_cpu_s"] / max(bare["replay_cpu_s"], 1e-9) - 1
+    wall_extra = out["replay_s"] / max(bare["replay_s"], 1e-9) - 1
+    files = ", ".join(f"{name} {size / 1e6:.1f}" for name, size in out["out_files"].items()
+                      if not name.startswith("."))
+    return (f"{label:>18}: folder {out['out_bytes'] / 1e6:.1f} MB ({files}), "
+            f"{per_10k_mb:.1f} MB per 10,000 calls "
+            f"[{verdict(per_10k_mb < OUT_MB_PER_10K_TARGET)} < 50 MB]; replay CPU "
+            f"{bare['replay_cpu_s']:.1f} -> {out['replay_cpu_s']:.1f} s ({cpu_extra:+.0%}) "
+            f"[{verdict(cpu_extra <= OUT_CPU_EXTRA_TARGET)} <= +15%], wall {wall_extra:+.0%}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--controllers", default="retire,buffered")
     ap.add_argument("--max-sessions", default=None,
                     help="replay only the first N sessions (a quick look, not the target)")
+    ap.add_argument("--repeat", default="1", help="replay each session N times (more calls)")
+    ap.add_argument("--no-out", action="store_true", help="only without --out")
     ap.add_argument("--demo", action="store_true", help="also the demo's compressed load")
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout at the end")
     args = ap.parse_args()
     if args.max_sessions is not None:
         args.max_sessions = positive_ints("--max-sessions", args.max_sessions)[0]
+    args.repeat = positive_ints("--repeat", args.repeat)[0]
     missing = shared_missing(DEV_TRACES)
     if missing:
         print(missing)
@@ -87,11 +115,17 @@ def main() -> int:
     out: dict[str, dict] = {}
     print(f"weka-cc-dev at real think times, {SESSIONS_PER_HOUR:g} sessions/h, cluster "
           f"gb200-nvl72x2, model kimi-k3-like"
-          + (f", first {args.max_sessions} sessions" if args.max_sessions else ""))
+          + (f", first {args.max_sessions} sessions" if args.max_sessions else "")
+          + (f", each x{args.repeat}" if args.repeat > 1 else ""))
     for name in args.controllers.split(","):
-        fig = run_isolated(dev_run(name, args.max_sessions))
+        fig = run_isolated(dev_run(name, args.max_sessions, args.repeat))
         out[f"dev/{name}"] = fig
         print(line(f"dev {name}", fig), flush=True)
+        if not args.no_out:
+            written = run_isolated(dev_run(name, args.max_sessions, args.repeat, out=True))
+            out[f"dev/{name}/out"] = written
+            print(line(f"dev {name} --out", written), flush=True)
+            print(out_line(f"dev {name} --out", fig, written), flush=True)
     if args.demo:
         print("the demo's load: bundled sample x12, think x0.05, 7,200 sessions/h, "
               "gb200-nvl72x1")

@@ -11,6 +11,11 @@ prints one JSON line: calls, submitted, lost, sessions, simulated_s, events, pre
 process's CPU time in the replay: what a shared machine's other work changes least),
 peak_rss_mb, ttft_p50_s, ttft_p99_s. The parent adds process_s (the whole process,
 interpreter start included).
+
+A run with `"out": true` writes its outputs as `tokenfactory replay --out DIR` does
+(summary.json, series.csv, decisions.jsonl, metrics.om.gz at the default `--metrics`
+level), into a temporary directory removed afterwards; replay_s and replay_cpu_s then
+include the writing, and out_bytes gives the folder's size (out_files each file's).
 """
 
 from __future__ import annotations
@@ -49,10 +54,14 @@ def core_line() -> str:
 
 def spec(paths, trace_format: str, *, model: str = "kimi-k3-like",
          cluster: str = "gb200-nvl72x2", controller: str = "buffered", seed: int = 1,
-         **load) -> dict:
-    """A run's description; `load` takes LoadOptions' fields (sessions_per_hour, ...)."""
-    return {"paths": [str(p) for p in paths], "trace_format": trace_format, "model": model,
-            "cluster": str(cluster), "controller": controller, "seed": seed, "load": load}
+         out: bool = False, **load) -> dict:
+    """A run's description; `load` takes LoadOptions' fields (sessions_per_hour, ...);
+    `out`: write the outputs as `--out` does."""
+    run = {"paths": [str(p) for p in paths], "trace_format": trace_format, "model": model,
+           "cluster": str(cluster), "controller": controller, "seed": seed, "load": load}
+    if out:
+        run["out"] = True
+    return run
 
 
 def run_isolated(run: dict) -> dict:
@@ -107,11 +116,28 @@ def _child(run: dict) -> dict:
                            load=LoadOptions(**run["load"]))
     wall0 = time.perf_counter()
     prepared = prepare(run["paths"], run["trace_format"], settings)
+    out_files: dict[str, int] = {}
+    if run.get("out"):  # the CLI's modules imported before the clock starts, as a replay
+        import tempfile  # without --out has its own imported by then
+
+        from orchestrator.cli import build_parser
+        from orchestrator.cli._replay_run import replay_into
+        from orchestrator.run.output import run_dir
+
+        args = build_parser().parse_args(["replay", "--no-progress"])  # the defaults
     wall1, cpu1 = time.perf_counter(), time.process_time()
-    result, summary = run_replay(prepared, settings)
-    wall2, cpu2 = time.perf_counter(), time.process_time()
+    if run.get("out"):
+        with tempfile.TemporaryDirectory(prefix="bench-out-") as parent:
+            out = Path(parent) / "out"
+            with run_dir(out) as directory:
+                result, summary = replay_into(prepared, settings, directory, args)
+            wall2, cpu2 = time.perf_counter(), time.process_time()
+            out_files = {f.name: f.stat().st_size for f in sorted(out.iterdir())}
+    else:
+        result, summary = run_replay(prepared, settings)
+        wall2, cpu2 = time.perf_counter(), time.process_time()
     requests = summary["requests"]
-    return {"calls": requests["completed"], "submitted": requests["submitted"],
+    return {"out_bytes": sum(out_files.values()), "out_files": out_files,"calls": requests["completed"], "submitted": requests["submitted"],
             "lost": requests["lost"], "sessions": requests["sessions"],
             "simulated_s": result.simulated_s, "events": result.events,
             "prepare_s": wall1 - wall0, "replay_s": wall2 - wall1, "replay_cpu_s": cpu2 - cpu1,

@@ -35,7 +35,7 @@ DEFAULT_INTERVAL_S = 5.0
 # Wall seconds /metrics waits after the runs for a scrape of their final values: two
 # scrape intervals of grafana/prometheus.yml (5 s).
 DEFAULT_LINGER_S = 10.0
-OM_NAME = "metrics.om"
+OM_NAME = "metrics.om.gz"
 
 
 class MetricsLevel(Enum):
@@ -242,14 +242,17 @@ class MetricsHub:
             return [], None
         registry = CollectorRegistry()
         self.registries.append(registry)
-        listeners: list[object] = [MetricsListener(Metrics(registry, self.compat), run,
-                                                   controller)]
         drop = PER_PART_LABELS if self.level is MetricsLevel.RUN else frozenset()
         recorder = (OpenMetricsRecorder(registry, self.interval_s, spill_dir, drop_labels=drop)
                     if recording else None)
-        if recorder is not None:
-            listeners.append(recorder)
-        return listeners, recorder
+        # Without /metrics nothing reads the registry between the recorder's readings.
+        listener = MetricsListener(Metrics(registry, self.compat), run, controller,
+                                   readings=recorder if self.port is None else None)
+        if recorder is None:
+            return [listener], None
+        recorder.before_read = listener.refresh
+        recorder.observations = lambda: listener.observations
+        return [listener, recorder], recorder
 
     def write(self, recorder: OpenMetricsRecorder | None, path: Path,
               simulated_s: float) -> None:

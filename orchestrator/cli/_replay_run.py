@@ -90,7 +90,7 @@ def out_dir_or_fail(out: str | None, overwrite: bool = False) -> Path | None:
 # What `--out DIR` holds after a replay, for `--help` (docs/metrics.md has the columns).
 OUT_HELP = ("write the run into DIR, whole or not at all: summary.json (the --json "
             "figures), series.csv (one row per fast-loop period or idle span), "
-            "decisions.jsonl (admission and reallocation decisions), metrics.om "
+            "decisions.jsonl (admission and reallocation decisions), metrics.om.gz "
             "(Prometheus metrics with timestamps, for `metrics backfill`; --metrics says "
             "which, none for no file); a DIR that exists is refused unless it is empty, or "
             "an earlier run and --overwrite is given")

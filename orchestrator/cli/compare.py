@@ -52,7 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="write into DIR, whole or not at all: report.html, compare.json (every "
                         "summary) and each run's files, prefixed by its label: "
                         "LABEL-summary.json, LABEL-series.csv, LABEL-decisions.jsonl, "
-                        "LABEL-metrics.om (--metrics) (default: compare-out; a DIR that "
+                        "LABEL-metrics.om.gz (--metrics) (default: compare-out; a DIR that "
                         "exists is refused unless empty, or an earlier run and --overwrite)")
     add_overwrite_option(p)
     p.set_defaults(run=run)

@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="demo-out", metavar="DIR",
                    help="write into DIR, whole or not at all: report.html, compare.json and "
                         "each controller's CONTROLLER-summary.json, -series.csv, "
-                        "-decisions.jsonl, -metrics.om (--metrics) (default: demo-out; a DIR "
+                        "-decisions.jsonl, -metrics.om.gz (--metrics) (default: demo-out; a DIR "
                         "that exists is refused unless empty, or an earlier run and "
                         "--overwrite)")
     from orchestrator.cli._common import add_overwrite_option

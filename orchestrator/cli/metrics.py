@@ -1,8 +1,9 @@
 """`tokenfactory metrics backfill RUN_DIR --tsdb DIR`: a replay's metrics into Prometheus.
 
-Each `*metrics.om` of a run directory (one per controller for `compare`) goes
-through `promtool tsdb create-blocks-from openmetrics` into a temporary
-directory beside DIR; the blocks move into DIR only when every file went
+Each `*metrics.om.gz` of a run directory (one per controller for `compare`;
+`*metrics.om` as earlier runs wrote them) goes, decompressed into the temporary
+directory, through `promtool tsdb create-blocks-from openmetrics` (which reads
+plain text only) into a temporary directory beside DIR; the blocks move into DIR only when every file went
 through, so a failure leaves no partial TSDB. Start Prometheus with
 `--storage.tsdb.path DIR` (or copy the blocks into its data directory) and
 open the dashboard over the printed time range.
@@ -11,6 +12,7 @@ open the dashboard over the printed time range.
 from __future__ import annotations
 
 import argparse
+import gzip
 import os
 import shutil
 import subprocess
@@ -40,9 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def om_files(run_dir: Path) -> list[Path]:
     if not run_dir.is_dir() or not (run_dir / RUN_MARKER).exists():
         raise UserError(f"{run_dir}: not a tokenfactory run directory (no {RUN_MARKER})")
-    files = sorted(run_dir.glob("*metrics.om"))
+    files = sorted([*run_dir.glob("*metrics.om.gz"), *run_dir.glob("*metrics.om")])
     if not files:
-        raise UserError(f"{run_dir}: no metrics.om in this run directory")
+        raise UserError(f"{run_dir}: no metrics.om.gz in this run directory")
     return files
 
 
@@ -70,6 +72,9 @@ def backfill(run_dir: Path, tsdb: Path, promtool: str | None = None) -> tuple[fl
         ranges = [r for r in (time_range(f) for f in files) if r is not None]
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    except (OSError, EOFError) as exc:  # a broken gzip stream
+        raise UserError(f"{exc.filename or run_dir}: not a readable metrics file: "
+                        f"{exc}") from None
     if not ranges:
         raise UserError(f"{run_dir}: its metrics.om files hold no samples")
     try:
@@ -79,8 +84,15 @@ def backfill(run_dir: Path, tsdb: Path, promtool: str | None = None) -> tuple[fl
     created = not tsdb.exists()
     try:
         for f in files:
+            text = f
+            if f.suffix == ".gz":  # promtool reads plain text: decompressed beside the blocks
+                text = tmp / f".{f.stem}"
+                with gzip.open(f, "rb") as src, text.open("wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
             done = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics",
-                                   str(f), str(tmp)], capture_output=True, text=True)
+                                   str(text), str(tmp)], capture_output=True, text=True)
+            if text != f:
+                text.unlink()
             if done.returncode != 0:
                 lines = (done.stderr or done.stdout).strip().splitlines() or ["no output"]
                 raise UserError(f"{f}: promtool refused it: {lines[-1]}")

@@ -88,6 +88,8 @@ class IdleSpans:
             lag.hold(period, next_obs, lead)
         else:
             lag.hold(period)
+            # No sample to take: the cluster stays as this one saw it (listeners: on_idle).
+            self.loop.host.notify("on_idle", last_s)
         span = self.span = _IdleSpan(last_ns, period_ns, lead, next_obs)
         self._wake.clear()
         cancelled = False
@@ -125,6 +127,7 @@ class IdleSpans:
         if span is None:
             return
         fast = self.loop
+        now_s = None
         while span.lead and span.next_ns < now_ns:
             now_s = span.next_ns / 1e9
             obs = span.obs if span.obs.time_s == now_s else span.obs.restamped(now_s)
@@ -135,6 +138,8 @@ class IdleSpans:
             span.lead -= 1
             span.taken += 1
             span.next_ns += span.period_ns
+        if now_s is not None:  # the cluster as those samples saw it, before it changes
+            fast.host.notify("on_idle", now_s)
 
     def _apply_idle(self, decision: AdmissionDecision) -> None:
         """A decision on an empty queue: only a decode batch target to apply."""

@@ -31,8 +31,15 @@ def _tier(t: Tier) -> str:
 
 
 class MetricsListener:
-    def __init__(self, metrics: Metrics, run: str, controller: str) -> None:
+    def __init__(self, metrics: Metrics, run: str, controller: str, readings=None) -> None:
         self.m, self.run, self.controller = metrics, run, controller
+        # When only metrics.om reads the registry (no /metrics): its recorder, whose
+        # `due(now_s)` says which samples it reads; the cluster is then read at those
+        # samples and at idle ones (the last before a skipped span), not at every sample.
+        self.readings = readings
+        self._pending = None  # (orch, obs, now_s) of a sample not read yet
+        self._read_s: float | None = None  # the last sample read
+        self.observations = 0  # calls the histograms have observed (OpenMetricsRecorder)
         self.base = (run, controller)
         self._seen: dict[str, tuple[str, str]] = {}  # worker -> (pool, phase), for labels
         self._gauged: set[tuple] = set()  # worker label sets exported last sample
@@ -93,10 +100,32 @@ class MetricsListener:
             self._start(orch)
         period_s = 0.0 if self._last_time_s is None else now_s - self._last_time_s
         self._last_time_s = now_s
+        self._obs, self._period_s = obs, period_s  # for the decision on this sample
+        if self.readings is None or self.readings.due(now_s):
+            self._read(orch, obs, now_s)
+        else:
+            self._pending = (orch, obs, now_s)
+
+    def on_idle(self, orch, now_s: float) -> None:
+        """The fast loop goes idle, or has taken an idle span's samples: what the registry
+        holds through the span (the recorder reads it at `on_skip`, after the work that
+        ends the span has arrived) is the last sample's cluster, read now."""
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Read the cluster as of the last sample, if that was not done (before a
+        reading the run did not sample for: an idle span's, the run's end)."""
+        if self._pending is not None:
+            self._read(*self._pending)
+
+    def _read(self, orch, obs, now_s: float) -> None:
+        """The sample's gauges and the counters kept as totals (links' utilisation over
+        the time since the last sample read)."""
+        period_s = 0.0 if self._read_s is None else now_s - self._read_s
+        self._pending, self._read_s = None, now_s
         self._c("admission_queue_requests").set(obs.admission_queue)
         self._c("ready_buffer_requests").set(obs.ready_depth)
         self._c("backlog_requests").set(obs.backlog)
-        self._obs, self._period_s = obs, period_s  # for the decision on this sample
         c = orch.counters
         self._inc_to("admitted", self._c("admitted_requests_total"), c["admitted"])
         self._inc_to("submitted", self._c("requests_submitted_total"), c["submitted"])
@@ -115,6 +144,7 @@ class MetricsListener:
     def on_done(self, orch, req, now_s: float) -> None:
         if not self._started:
             self._start(orch)
+        self.observations += 1
         self._c("requests_completed_total").inc()
         self._c("input_tokens_total").inc(req.input_tokens)
         self._c("output_tokens_total").inc(req.output_tokens)

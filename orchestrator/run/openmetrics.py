@@ -1,28 +1,36 @@
 """A virtual-time run's metrics as OpenMetrics text with timestamps (`metrics.om`).
 
 `OpenMetricsRecorder` is a run listener: every `interval_s` simulated seconds
-it scrapes a registry (the one `MetricsListener` feeds; put the recorder after
+it reads a registry (the one `MetricsListener` feeds; put the recorder after
 it in the listeners) and keeps a series' point only when it says something
-new: when its value changed since the last scrape (with the point of the
-scrape before, when that was not kept, so a step is as sharp as in a full
-sampling), or a heartbeat after the series' last kept point: `HEARTBEAT_S`
-for gauges and histograms, so Prometheus, whose lookback is five minutes,
-sees every series continuously; `RATE_HEARTBEAT_S` for counters, so `rate()`
-over a one-minute window finds two points and reads 0 while nothing happens
-(a histogram's quantiles have no value then, whatever its cadence).
-Spans the run skips as idle (`on_skip`) get their heartbeats and nothing
-else. The run's end is kept for every series.
+new: when its value changed since the last reading (with the point of the
+reading before, when that was not kept, so a step is as sharp as in a full
+sampling, and a `rate()` window holding the change finds two points), and
+the run's end. A gauge or a counter unchanged for `HEARTBEAT_S` gets a
+heartbeat, under Prometheus' five-minute lookback, so an instant query sees
+every series continuously; a counter also every `RATE_HEARTBEAT_S` while
+calls are in flight (the readings that find `orch.in_flight()`), so `rate()`
+over a one-minute window finds two points and reads 0 while the service
+works (over an idle span it reads nothing). Heartbeats repeat the last point
+at a reading instant, so they are not kept: `write` lays them in from the
+readings (the idle spans the run skips, `on_skip`, included). A histogram
+gets none: its buckets are read through `rate()`, and an unchanged
+histogram's quantiles have no value anyway; with them histograms would be
+most of the file.
 
 A histogram's points list only the buckets that inform a quantile, the same
 at every point: from the highest bound no observation of the run reached to
 the lowest bound holding all of them, and +Inf. The buckets below were 0 at
 every point and those above equal to +Inf at every point (counts only grow),
 so `histogram_quantile` over any window interpolates in the same bucket with
-or without them, and a file stays small with fine buckets. Its points are
-kept as values and given their lines at `write`, when the run's last point
-says which buckets those are.
+or without them, and a file stays small with fine buckets. Which buckets
+those are is known at `write`, from the run's last point.
 `drop_labels` leaves out every series carrying one of those labels (`--metrics
 run`: no per-pool, per-worker or per-link series).
+
+The registry is read directly (its metric objects' values, not `collect()`,
+which builds a sample object per bucket), and a point is kept as its values,
+given its lines at `write`.
 
 `write` lays the points on a wall-clock base, `start_unix_s` + simulated
 time, so that Prometheus, after `promtool tsdb create-blocks-from
@@ -30,33 +38,42 @@ openmetrics`, shows the run as if it had happened then. OpenMetrics wants each
 family once, each label set's points together and in time order, and a
 histogram's buckets, count and sum together in each point: the recorder keeps
 one stream per label set, spilled to a file of its own under `spill_dir` when
-the points held in memory pass `SPILL_CHARS`, and joins them at `write`. The
+the points held in memory pass `SPILL_VALUES`, and joins them at `write`. The
 same run and base give the same file, byte for byte.
 """
 
 from __future__ import annotations
 
 import bisect
+import gzip
 import math
 import shutil
 import tempfile
+from array import array
+from itertools import accumulate, chain
+from operator import attrgetter
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.utils import floatToGoString
 
 # Under Prometheus' default lookback of 5 minutes (--query.lookback-delta, "Staleness" in
-# https://prometheus.io/docs/prometheus/latest/querying/basics/), so an unchanged series
-# never drops out of an instant query between two of its points.
-HEARTBEAT_S = 240.0
+# https://prometheus.io/docs/prometheus/latest/querying/basics/): a heartbeat lands on the
+# first reading at or after it, within one reading interval (5 s by default), so an
+# unchanged series never drops out of an instant query between two of its points.
+HEARTBEAT_S = 285.0
 # Half of the shortest window the dashboard's rate() and increase() get: Grafana's
 # $__rate_interval is at least four scrape intervals of its default 15 s
 # (https://grafana.com/docs/grafana/latest/datasources/prometheus/template-variables/).
 RATE_HEARTBEAT_S = 30.0
-_RATE_TYPES = frozenset({"counter"})
-# Text held in memory across all series before it goes to the spill files.
-SPILL_CHARS = 4_000_000
+# Values held in memory across all series before they go to the spill files.
+SPILL_VALUES = 400_000
+# gzip's fastest level: ~20x smaller (the text repeats its names and labels on every line)
+# for a small share of the time taken to write the text.
+GZIP_LEVEL = 1
 _EPS_S = 1e-9  # sample instants are sums of float periods
+_VALUE = attrgetter("_value")  # a prometheus_client value's number, read without its lock
+_KINDS = ((Histogram, "histogram"), (Counter, "counter"), (Gauge, "gauge"))
 
 
 def _escape(value: str) -> str:
@@ -67,115 +84,135 @@ def _escape_help(text: str) -> str:
     return text.replace("\\", r"\\").replace("\n", r"\n")
 
 
-def _labels(labels: dict[str, str]) -> str:
+def _labels(labels: list[tuple[str, str]]) -> str:
     if not labels:
         return ""
-    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items()) + "}"
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels) + "}"
 
 
 class _Series:
-    """One label set of a family: its last point seen, and the points kept so far (in
-    memory as (time_s, payload), or spilled to `path` as "time_s n" then the n payload
-    lines). A payload is the point's lines; a histogram's is its values, one per sample,
-    rendered at `write` with the buckets its last point says inform a quantile."""
+    """One label set of a family: the values of its last reading, and the points kept so
+    far (in memory as (time_s, values), or spilled to `path`). A record whose values are
+    None marks the last reading before the series left the registry: heartbeats stop
+    there."""
 
-    __slots__ = ("buffer", "heartbeat_s", "histogram", "path", "point", "prefixes", "seen_s",
-                 "written_s")
+    __slots__ = ("buffer", "busy_heartbeat_s", "heartbeat_s", "kept_s", "path", "prefixes",
+                 "seen_s", "values")
 
-    def __init__(self, heartbeat_s: float, histogram: bool) -> None:
-        self.heartbeat_s = heartbeat_s
-        self.histogram = histogram
-        # ("name{labels} ", value) of each sample of the last point seen
-        self.point: tuple[tuple[str, float], ...] = ()
-        self.prefixes: tuple[str, ...] = ()  # a histogram's, the same at every point
-        self.seen_s = self.written_s = -math.inf
-        self.buffer: list[tuple[float, tuple[str, ...]]] = []
+    def __init__(self, heartbeat_s: float, busy_heartbeat_s: float,
+                 prefixes: tuple[str, ...]) -> None:
+        self.heartbeat_s = heartbeat_s  # 0: none (a histogram)
+        self.busy_heartbeat_s = busy_heartbeat_s  # while calls are in flight (a counter)
+        self.prefixes = prefixes  # "name{labels} " of each value: buckets, count, sum
+        self.values: tuple[float, ...] | None = None
+        self.kept_s = self.seen_s = -math.inf
+        self.buffer: list[tuple[float, tuple[float, ...] | None]] = []
         self.path: Path | None = None
 
-    def payload(self, point: tuple[tuple[str, float], ...]) -> tuple[str, ...]:
-        if not self.histogram:
-            return tuple(prefix + floatToGoString(value) for prefix, value in point)
-        if not self.prefixes:
-            self.prefixes = tuple(prefix for prefix, _ in point)
-        return tuple(map(repr, (value for _, value in point)))
-
-    def render(self, payload, keep: list[int] | None) -> list[str]:
-        """A kept point's lines (a histogram's samples at positions `keep`: `informing`)."""
-        if keep is None:
-            return list(payload)
-        return [self.prefixes[i] + floatToGoString(float(payload[i])) for i in keep]
-
     def informing(self) -> list[int]:
-        """A histogram's samples to write, by position: every sample but the buckets
-        below the highest bound its last point has no observation in, and those above
-        the lowest bound holding all of them (+Inf kept). A bucket left out was 0 at every
+        """A histogram's values to write, by position: every one but the buckets below
+        the highest bound its last point has no observation in, and those above the
+        lowest bound holding all of them (+Inf kept). A bucket left out was 0 at every
         point, or equal to +Inf at every point, since counts only grow."""
-        buckets = [i for i, prefix in enumerate(self.prefixes) if "_bucket{" in prefix]
-        if not buckets:
-            return list(range(len(self.prefixes)))
-        counts = [self.point[i][1] for i in buckets]
+        n = len(self.prefixes)
+        if n < 3 or "_bucket{" not in self.prefixes[0]:
+            return list(range(n))
+        counts = self.values[:n - 2]  # the buckets; then count and sum
         total = counts[-1]
         zeros = sum(1 for c in counts if c == 0) if total > 0 else len(counts)
         full = next(k for k, c in enumerate(counts) if c >= total)
-        dropped = set(buckets[:max(zeros - 1, 0)]) | set(buckets[full + 1:-1])
-        return [i for i in range(len(self.prefixes)) if i not in dropped]
+        dropped = set(range(max(zeros - 1, 0))) | set(range(full + 1, len(counts) - 1))
+        return [i for i in range(n) if i not in dropped]
+
+
+class _Family:
+    __slots__ = ("help", "histogram", "kind", "labelnames", "name", "series", "wrapper")
+
+    def __init__(self, wrapper, kind: str) -> None:
+        self.wrapper, self.kind = wrapper, kind
+        self.name, self.help = wrapper._name, wrapper._documentation
+        self.labelnames = tuple(wrapper._labelnames)
+        self.histogram = kind == "histogram"
+        self.series: dict[tuple[str, ...], _Series] = {}
+
+    def children(self):
+        """(label values, child) of every series now in the registry."""
+        if self.labelnames:
+            return list(self.wrapper._metrics.items())
+        return [((), self.wrapper)]
+
+    def prefixes(self, values: tuple[str, ...]) -> tuple[str, ...]:
+        labels = list(zip(self.labelnames, values, strict=True))
+        if self.kind == "counter":
+            return (f"{self.name}_total{_labels(labels)} ",)
+        if self.kind == "gauge":
+            return (f"{self.name}{_labels(labels)} ",)
+        bounds = self.wrapper._upper_bounds
+        return (*(f"{self.name}_bucket{_labels([*labels, ('le', floatToGoString(b))])} "
+                  for b in bounds),
+                f"{self.name}_count{_labels(labels)} ", f"{self.name}_sum{_labels(labels)} ")
 
 
 class OpenMetricsRecorder:
     def __init__(self, registry: CollectorRegistry, interval_s: float,
                  spill_dir: Path | None = None, heartbeat_s: float = HEARTBEAT_S,
                  rate_heartbeat_s: float = RATE_HEARTBEAT_S,
-                 drop_labels: frozenset[str] = frozenset()) -> None:
+                 drop_labels: frozenset[str] = frozenset(), before_read=None,
+                 observations=None) -> None:
         if not interval_s > 0:
             raise ValueError(f"metrics interval must be > 0 s, got {interval_s!r}")
         if not 0 < rate_heartbeat_s <= heartbeat_s:
-            raise ValueError(f"metrics heartbeats must be 0 < {rate_heartbeat_s!r} (counters) "
-                             f"<= {heartbeat_s!r} (gauges, histograms) s")
+            raise ValueError(f"metrics heartbeats must be 0 < {rate_heartbeat_s!r} (counters "
+                             f"while calls are in flight) <= {heartbeat_s!r} s")
         self.registry, self.interval_s = registry, interval_s
         self.drop_labels = frozenset(drop_labels)
         self.heartbeat_s, self.rate_heartbeat_s = heartbeat_s, rate_heartbeat_s
+        # Called before the reading at the run's end, which the run did not sample for:
+        # brings the registry up to date (MetricsListener.refresh; the listener reads
+        # the last sample before a skipped span itself, as it is idle).
+        self.before_read = before_read
+        # A count of the histograms' observations so far (MetricsListener.observations):
+        # while it stands still the histograms are not read again. None: read them always.
+        self.observations = observations
+        self._observed = None
         self.spill_parent = spill_dir  # None: the system's temporary directory
         self._spill: Path | None = None
-        # family name -> (type, help, {label set without "le" -> series})
-        self._families: dict[str, tuple[str, str, dict[tuple, _Series]]] = {}
+        self._families: list[_Family] = []
+        self._collectors = 0  # collectors of the registry the families were taken from
         self._next_s = 0.0
         self.last_s: float | None = None
-        self.scrapes = 0
-        self.points = 0  # points kept
-        self._held_chars = 0
-        # sample -> (series key, "name{..} "), or None for a sample `drop_labels` leaves out
-        self._prefix: dict[tuple, tuple[tuple, str] | None] = {}
+        self.instants = array("d")  # every reading, skipped spans' included
+        self.busy = array("d")  # the readings that found calls in flight
+        self.points = 0  # points kept (heartbeats not counted)
+        self._held = 0  # values held in memory
 
     # -- listening ---------------------------------------------------------------------
+    def due(self, now_s: float) -> bool:
+        """Whether a sample at `now_s` is a reading."""
+        return now_s + _EPS_S >= self._next_s
+
     def on_sample(self, orch, obs, now_s: float) -> None:
         if now_s + _EPS_S >= self._next_s:
-            self.scrape(now_s)
+            self.scrape(now_s, busy=orch is not None and orch.in_flight() > 0)
             while self._next_s <= now_s + _EPS_S:
                 self._next_s += self.interval_s
 
     def on_skip(self, orch, first_s: float, last_s: float, ticks: int) -> None:
         """The run skipped `ticks` samples from `first_s` to `last_s` (a fast period apart),
         the observation unchanged: keep the points a ticking run would have kept at its
-        scrapes in the span. The registry now holds the span's values: a series that moved
-        since the last scrape (at a sample between two scrapes, or a counter the skip
-        advanced, as the decisions counted per period) takes its value at the span's
-        first scrape, and heartbeats follow."""
+        readings in the span. The registry now holds the span's values: a series that
+        moved since the last reading (at a sample between two readings, or a counter the
+        skip advanced, as the decisions counted per period) takes its value at the span's
+        first reading; the heartbeats after it come at `write`."""
         instants = self._skipped_scrapes(first_s, last_s, ticks)
         if not instants or self.last_s is None:
             return
-        for fam, key, point in self._read():
-            s = self._series(fam.name, fam.type, fam.documentation, key)
-            self._observe(s, point, instants[0], False)
-            due = s.written_s + s.heartbeat_s
-            while (i := bisect.bisect_left(instants, due - _EPS_S)) < len(instants):
-                self._keep(s, s.point, instants[i])
-                due = instants[i] + s.heartbeat_s
-            s.seen_s = instants[-1]
+        self._read(instants[0], instants[-1], False)
+        self.instants.extend(instants)
         self.last_s = instants[-1]
-        self.scrapes += len(instants)
 
     def _skipped_scrapes(self, first_s: float, last_s: float, ticks: int) -> list[float]:
-        """The sample instants a ticking run would have scraped in the skipped span."""
+        """The sample instants a ticking run would have read in the skipped span."""
         if ticks <= 0:
             return []
         period_s = (last_s - first_s) / (ticks - 1) if ticks > 1 else 0.0
@@ -189,76 +226,95 @@ class OpenMetricsRecorder:
                 self._next_s += self.interval_s
         return instants
 
-    # -- scraping ----------------------------------------------------------------------
-    def scrape(self, now_s: float, keep_all: bool = False) -> None:
-        """Read every sample of the registry at simulated time `now_s`, keeping the points
-        that changed or are due a heartbeat (`keep_all`: every point)."""
+    # -- reading -----------------------------------------------------------------------
+    @property
+    def scrapes(self) -> int:
+        return len(self.instants)
+
+    def scrape(self, now_s: float, keep_all: bool = False, busy: bool = False) -> None:
+        """Read every series of the registry at simulated time `now_s`, keeping the points
+        that changed (`keep_all`: every point); `busy`: calls are in flight."""
         if self.last_s is not None and now_s <= self.last_s:
             return  # already have this instant; timestamps must increase
+        self._read(now_s, now_s, keep_all)
+        self.instants.append(now_s)
+        if busy:
+            self.busy.append(now_s)
         self.last_s = now_s
-        self.scrapes += 1
-        for fam, key, point in self._read():
-            self._observe(self._series(fam.name, fam.type, fam.documentation, key), point,
-                          now_s, keep_all)
-        if self._held_chars > SPILL_CHARS:
+        if self._held > SPILL_VALUES:
             self._spill_all()
 
-    def _read(self):
-        """(family, label set without "le", the point's ("name{labels} ", value) pairs)
-        of every series now, but those `drop_labels` leaves out."""
-        for fam in self.registry.collect():
-            points: dict[tuple, list[tuple[str, float]]] = {}
-            for sample in fam.samples:
-                if sample.name.endswith("_created"):
-                    continue  # creation times are of the emulator's process, not the run
-                ident = (sample.name, *sample.labels.items())
-                try:
-                    cached = self._prefix[ident]
-                except KeyError:
-                    labels = sample.labels
-                    key = tuple((k, v) for k, v in labels.items() if k != "le")
-                    cached = self._prefix[ident] = (
-                        None if self.drop_labels.intersection(labels)
-                        else (key, f"{sample.name}{_labels(labels)} "))
-                if cached is not None:
-                    points.setdefault(cached[0], []).append((cached[1], sample.value))
-            for key, pairs in points.items():
-                yield fam, key, tuple(pairs)
+    def _families_now(self) -> list[_Family]:
+        """The registry's families (taken again when collectors were added), but those
+        `drop_labels` leaves out."""
+        collectors = list(self.registry._collector_to_names)
+        if len(collectors) != self._collectors:
+            known = {id(f.wrapper): f for f in self._families}
+            families = []
+            for c in collectors:
+                kind = next((k for cls, k in _KINDS if isinstance(c, cls)), None)
+                if kind is None:
+                    raise TypeError(f"metrics.om reads counters, gauges and histograms; "
+                                    f"{c!r} is none of them")
+                if self.drop_labels.intersection(c._labelnames):
+                    continue
+                families.append(known.get(id(c)) or _Family(c, kind))
+            self._families, self._collectors = families, len(collectors)
+        return self._families
 
-    def _series(self, name: str, kind: str, help_text: str, key: tuple) -> _Series:
-        entry = self._families.get(name)
-        if entry is None:
-            entry = self._families[name] = (kind, help_text, {})
-        s = entry[2].get(key)
-        if s is None:
-            s = entry[2][key] = _Series(self.rate_heartbeat_s if kind in _RATE_TYPES
-                                        else self.heartbeat_s, kind == "histogram")
-        return s
+    def _read(self, at_s: float, seen_s: float, keep_all: bool) -> None:
+        """Each series' values at `at_s`; the series were present until `seen_s`."""
+        before_s = self.last_s if self.last_s is not None else -math.inf
+        observed = self.observations() if self.observations is not None else None
+        still = observed is not None and observed == self._observed
+        self._observed = observed
+        for fam in self._families_now():
+            series = fam.series
+            histogram = fam.histogram
+            for labels, child in fam.children():
+                if histogram and still and labels in series:  # unchanged since last read
+                    series[labels].seen_s = seen_s
+                    continue
+                if histogram:
+                    counts = tuple(accumulate(map(_VALUE, child._buckets)))
+                    values = (*counts, counts[-1], child._sum._value)
+                else:
+                    values = (child._value._value,)
+                s = series.get(labels)
+                if s is None:
+                    s = series[labels] = _Series(
+                        0.0 if histogram else self.heartbeat_s,
+                        self.rate_heartbeat_s if fam.kind == "counter" else 0.0,
+                        fam.prefixes(labels))
+                elif s.seen_s < before_s and s.seen_s > s.kept_s:
+                    # back after an absence: its last point before it left, and no
+                    # heartbeats over the absence
+                    self._keep(s, s.values, s.seen_s)
+                    s.buffer.append((s.seen_s, None))
+                if values != s.values:
+                    if s.seen_s > s.kept_s:
+                        self._keep(s, s.values, s.seen_s)  # the last point before the change
+                    self._keep(s, values, at_s)
+                elif keep_all:
+                    self._keep(s, values, at_s)
+                s.seen_s = seen_s
 
-    def _observe(self, s: _Series, point: tuple, now_s: float, keep_all: bool) -> None:
-        if point != s.point:
-            if s.seen_s > s.written_s:
-                self._keep(s, s.point, s.seen_s)  # the last point before the change
-            self._keep(s, point, now_s)
-        elif keep_all or now_s - s.written_s >= s.heartbeat_s - _EPS_S:
-            self._keep(s, point, now_s)
-        s.seen_s = now_s
-
-    def _keep(self, s: _Series, point: tuple, t_s: float) -> None:
-        payload = s.payload(point)
-        s.point, s.written_s = point, t_s
-        s.buffer.append((t_s, payload))
-        self._held_chars += sum(map(len, payload)) + 24
+    def _keep(self, s: _Series, values: tuple, t_s: float) -> None:
+        s.values, s.kept_s = values, t_s
+        s.buffer.append((t_s, values))
+        self._held += len(values) + 1
         self.points += 1
 
     def finish(self, end_s: float) -> None:
         """Keep every series' state at the run's end, and the last point seen of a series
         that has left the registry."""
+        if self.before_read is not None:
+            self.before_read()
         self.scrape(end_s, keep_all=True)
-        for _, _, series in self._families.values():
-            for s in series.values():
-                if s.seen_s > s.written_s:
-                    self._keep(s, s.point, s.seen_s)
+        for fam in self._families:
+            for s in fam.series.values():
+                if s.seen_s > s.kept_s:
+                    self._keep(s, s.values, s.seen_s)
 
     # -- spilling and writing ----------------------------------------------------------
     def _spill_all(self) -> None:
@@ -267,63 +323,123 @@ class OpenMetricsRecorder:
                 Path(self.spill_parent).mkdir(parents=True, exist_ok=True)
             self._spill = Path(tempfile.mkdtemp(prefix=".metrics-om-", dir=self.spill_parent))
         n = 0
-        for _, _, series in self._families.values():
-            for s in series.values():
+        for fam in self._families:
+            for s in fam.series.values():
                 if s.path is None:
                     s.path = self._spill / f"{n}.txt"
                 n += 1
                 if s.buffer:
-                    # Lines end in "\n" only: escaped label values hold no newline.
                     with s.path.open("a", newline="\n") as f:
-                        for t_s, point in s.buffer:
-                            f.write(f"{t_s!r} {len(point)}\n")
-                            f.writelines(f"{line}\n" for line in point)
+                        f.writelines(f"{t_s!r} -\n" if values is None else
+                                     f"{t_s!r} {' '.join(map(repr, values))}\n"
+                                     for t_s, values in s.buffer)
                     s.buffer.clear()
-        self._held_chars = 0
+        self._held = 0
 
     @staticmethod
     def _records(s: _Series):
-        """(time_s, lines) of every point kept, in order: the spilled ones, then memory's."""
+        """(time_s, values or None) of every point kept, in order: spilled, then memory's."""
         if s.path is not None and s.path.exists():
             with s.path.open(newline="\n") as f:
-                for head in f:
-                    t, n = head.split()
-                    yield float(t), [next(f)[:-1] for _ in range(int(n))]
+                for line in f:
+                    t, *values = line.split()
+                    yield float(t), None if values == ["-"] else tuple(map(float, values))
         yield from s.buffer
 
+    def _points(self, s: _Series):
+        """(time_s, values) of every point to write: those kept, and between them the
+        heartbeats (a gauge's or a counter's): the last point again at the first reading
+        `heartbeat_s` after it, or (a counter) the first reading with calls in flight
+        `busy_heartbeat_s` after it, until the next point or the series' last reading."""
+        instants, busy = self.instants, self.busy
+        hb, busy_hb = s.heartbeat_s, s.busy_heartbeat_s
+
+        def beat(after_s: float) -> float:
+            i = bisect.bisect_left(instants, after_s + hb - _EPS_S)
+            at = instants[i] if i < len(instants) else math.inf
+            if busy_hb:
+                j = bisect.bisect_left(busy, after_s + busy_hb - _EPS_S)
+                if j < len(busy) and busy[j] < at:
+                    at = busy[j]
+            return at
+
+        last = None
+        for t_s, values in chain(self._records(s), [(s.seen_s, None)]):
+            if last is not None and hb:
+                at = beat(last[0])
+                while at < t_s if values is not None else at <= t_s:
+                    yield at, last[1]
+                    at = beat(at)
+            if values is None:
+                last = None
+            else:
+                yield t_s, values
+                last = (t_s, values)
+
     def lines(self, start_unix_s: float):
-        for name, (kind, help_text, series) in self._families.items():
-            if not any(s.written_s > -math.inf for s in series.values()):
+        """The file's text, in pieces: a family's head, or a series' points."""
+        text: dict[float, str] = {}  # a series' values' text, each formatted once
+
+        def shown(v: float) -> str:
+            out = text.get(v)
+            if out is None:
+                out = text[v] = floatToGoString(v)
+            return out
+
+        for fam in self._families:
+            kept = [s for s in fam.series.values() if s.kept_s > -math.inf]
+            if not kept:
                 continue
-            yield f"# HELP {name} {_escape_help(help_text)}\n"
-            yield f"# TYPE {name} {kind}\n"
-            for s in series.values():
-                keep = s.informing() if s.histogram else None
-                for t_s, payload in self._records(s):
+            yield f"# HELP {fam.name} {_escape_help(fam.help)}\n# TYPE {fam.name} {fam.kind}\n"
+            for s in kept:
+                text.clear()  # values repeat within a series: memory stays flat
+                keep = s.informing() if fam.histogram else [0]
+                prefixes = [s.prefixes[i] for i in keep]
+                out: list[str] = []
+                for t_s, values in self._points(s):
                     stamp = f" {start_unix_s + t_s:.3f}\n"
-                    for line in s.render(payload, keep):
-                        yield line + stamp
+                    out += [p + shown(values[i]) + stamp
+                            for p, i in zip(prefixes, keep, strict=True)]
+                    if len(out) >= 50_000:  # pieces of a few MB: memory stays flat
+                        yield "".join(out)
+                        out.clear()
+                yield "".join(out)
         yield "# EOF\n"
 
     def write(self, path: Path, start_unix_s: float) -> None:
-        with Path(path).open("w") as f:
-            f.writelines(self.lines(start_unix_s))
+        """The file at `path`: gzip-compressed when its name ends in `.gz` (what --out
+        writes; the same bytes from the same points: no name or time in the header)."""
+        path = Path(path)
+        if path.suffix != ".gz":
+            with path.open("w") as f:
+                f.writelines(self.lines(start_unix_s))
+            return
+        with path.open("wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw,
+                                                   compresslevel=GZIP_LEVEL, mtime=0) as f:
+            for piece in self.lines(start_unix_s):
+                f.write(piece.encode())
 
     def close(self) -> None:
         """Remove the spill files (after `write`, or when the run is abandoned)."""
         if self._spill is not None:
             shutil.rmtree(self._spill, ignore_errors=True)
             self._spill = None
-            for _, _, series in self._families.values():
-                for s in series.values():
+            for fam in self._families:
+                for s in fam.series.values():
                     s.path = None
+
+
+def open_text(path: Path):
+    """A metrics.om file for reading as text, gzip-compressed (`.gz`) or not."""
+    path = Path(path)
+    return gzip.open(path, "rt") if path.suffix == ".gz" else path.open()
 
 
 def time_range(path: Path) -> tuple[float, float] | None:
     """First and last timestamp of a metrics.om file, or None when it has no samples.
     Raises ValueError naming the file and line of a sample line without a timestamp."""
     lo = hi = None
-    with Path(path).open() as f:
+    with open_text(path) as f:
         for lineno, line in enumerate(f, 1):
             if line.startswith("#"):
                 continue

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from orchestrator.cli import main
+from orchestrator.run.openmetrics import open_text
 from tests.conftest import run_cli
 from tests.unit.test_cli_compare_clusters import DISAGG
 
@@ -88,6 +89,7 @@ def test_each_policy_is_a_run_of_its_own_in_the_metrics(setup, capsys, no_plot):
             for name in ("offload", "retain")}
     assert runs == {"offload": "offload-buffered-seed0", "retain": "retain-buffered-seed0"}
     for name, run in runs.items():
-        text = (out / f"{name}-metrics.om").read_text()
+        with open_text(out / f"{name}-metrics.om.gz") as f:
+            text = f.read()
         assert f'run="{run}"' in text
         assert 'run="buffered-seed0"' not in text

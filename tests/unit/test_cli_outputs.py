@@ -12,8 +12,14 @@ from contextlib import contextmanager
 import pytest
 
 from orchestrator.cli import build_parser
+from orchestrator.run.openmetrics import open_text
 from tests.conftest import TRACE_DATA, run_cli
 from traces import sample_path
+
+
+def _text(path) -> str:
+    with open_text(path) as f:
+        return f.read()
 
 SMALL = ["--max-sessions", "2", "--think-scale", "0.01", "--no-progress"]
 
@@ -129,8 +135,8 @@ def test_metrics_run_leaves_out_per_pool_worker_and_link_series(tmp_path, capsys
     assert run_cli(["replay", *SMALL, *at, "--json", "--out", str(full)], capsys)[0] == 0
     assert run_cli(["replay", *SMALL, *at, "--json", "--metrics", "run", "--out", str(coarse)],
                    capsys)[0] == 0
-    full_text = (full / "metrics.om").read_text()
-    run_text = (coarse / "metrics.om").read_text()
+    full_text = _text(full / "metrics.om.gz")
+    run_text = _text(coarse / "metrics.om.gz")
     for label in (',pool="', ',worker="', ',link="'):
         assert label in full_text and label not in run_text
     assert "tokenfactory_request_ttft_seconds_bucket" in run_text

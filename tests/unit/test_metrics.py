@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 import socket
@@ -14,7 +15,7 @@ from orchestrator.cli import main
 from orchestrator.control.policies.base import AdmissionReason
 from orchestrator.run.metrics import FAMILIES, VLLM_FAMILIES, Compat, Metrics, family_names
 from orchestrator.run.metrics_listener import MetricsListener
-from orchestrator.run.openmetrics import OpenMetricsRecorder, time_range
+from orchestrator.run.openmetrics import OpenMetricsRecorder, open_text, time_range
 from orchestrator.run.settings import Prepared, RunSettings, prepare, run_replay
 from traces import sample_path
 from traces.replay import LoadOptions
@@ -178,7 +179,8 @@ def test_backfill_of_a_directory_that_is_not_a_run(tmp_path, capsys):
 def test_backfill_of_a_broken_file_leaves_no_tsdb(tmp_path, capsys):
     run_dir = tmp_path / "run"
     assert main(["replay", *SMALL, "--out", str(run_dir)]) == 0
-    (run_dir / "metrics.om").write_text("tokenfactory_x{ 1 2\n# EOF\n")
+    with gzip.open(run_dir / "metrics.om.gz", "wt") as f:  # what --out writes, broken
+        f.write("tokenfactory_x{ 1 2\n# EOF\n")
     code = main(["metrics", "backfill", str(run_dir), "--tsdb", str(tmp_path / "db")])
     err = capsys.readouterr().err
     assert code == 2 and err.strip().count("\n") == 0 and "promtool refused it" in err
@@ -193,7 +195,8 @@ def test_replay_writes_metrics_om_and_compare_one_per_controller(tmp_path, capsy
                  "--metrics-start", "2025-01-01T00:00:00"]) == 0
     summaries = json.loads(capsys.readouterr().out)["runs"]
     for name in ("retire", "buffered"):
-        text = (out / f"{name}-metrics.om").read_text()
+        with open_text(out / f"{name}-metrics.om.gz") as f:
+            text = f.read()
         assert f'run="{name}-seed0",controller="{name}"' in text
         completed = [line for line in text.splitlines()
                      if line.startswith("tokenfactory_requests_completed_total{")]
@@ -232,3 +235,27 @@ def test_backfill_into_a_directory_it_cannot_write_is_one_line(tmp_path, capsys,
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
     assert f"--tsdb {tmp_path / 'db'}: cannot write in {tmp_path}: Permission denied" in err
+
+
+def test_a_listener_reading_only_at_the_readings_writes_what_one_reading_every_sample_does(
+        tmp_path):
+    """Without /metrics the listener reads the cluster at the recorder's readings and at
+    the last sample before an idle span (on_idle), not at every sample: the file is the
+    same but for the links' utilisation, which is then over the time since the previous
+    reading. Think times long enough for the run to skip idle spans."""
+    settings = RunSettings(load=LoadOptions(max_sessions=3, think_scale=0.2))
+    prepared = prepare([sample_path()], "auto", settings)
+    texts = []
+    for lazy in (False, True):
+        registry = CollectorRegistry()
+        recorder = OpenMetricsRecorder(registry, 5.0)
+        listener = MetricsListener(Metrics(registry), "r", "buffered",
+                                   readings=recorder if lazy else None)
+        recorder.before_read = listener.refresh
+        result, _ = run_replay(prepared, settings, listeners=[listener, recorder])
+        recorder.finish(result.simulated_s)
+        assert recorder.scrapes > 0 and len(recorder.busy) < recorder.scrapes  # idle spans
+        recorder.write(tmp_path / f"{lazy}.om", 1_700_000_000.0)
+        texts.append([line for line in (tmp_path / f"{lazy}.om").read_text().splitlines()
+                      if "kv_link_utilisation" not in line])
+    assert texts[0] == texts[1]

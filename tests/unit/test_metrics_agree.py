@@ -20,11 +20,16 @@ from orchestrator.cli._metrics_run import MetricsHub
 from orchestrator.control.config import ControlConfig
 from orchestrator.run.metrics import ITL_BUCKETS_S, TTFT_BUCKETS_S, Metrics
 from orchestrator.run.metrics_listener import MetricsListener
-from orchestrator.run.openmetrics import OpenMetricsRecorder
+from orchestrator.run.openmetrics import OpenMetricsRecorder, open_text
 from orchestrator.run.settings import RunSettings, prepare, run_replay
 from tests.conftest import run_cli
 from traces import sample_path
 from traces.replay import LoadOptions
+
+
+def _text(path) -> str:
+    with open_text(path) as f:
+        return f.read()
 
 QUANTILES = (0.5, 0.9, 0.99)
 
@@ -122,13 +127,13 @@ def test_run_name_labels_metrics_summary_and_each_compared_run(tmp_path, capsys)
     code, out, _ = run_cli(["replay", *small, "--run-name", "live-a", "--out",
                             str(tmp_path / "a")], capsys)
     assert code == 0 and '"run": "live-a"' in out
-    text = (tmp_path / "a" / "metrics.om").read_text()
+    text = _text(tmp_path / "a" / "metrics.om.gz")
     assert 'run="live-a"' in text and "buffered-seed0" not in text
     code, out, _ = run_cli(["compare", *small, "--run-name", "b", "--out",
                             str(tmp_path / "c")], capsys)
     assert code == 0
-    assert 'run="b-retire"' in (tmp_path / "c" / "retire-metrics.om").read_text()
-    assert 'run="b-buffered"' in (tmp_path / "c" / "buffered-metrics.om").read_text()
+    assert 'run="b-retire"' in _text(tmp_path / "c" / "retire-metrics.om.gz")
+    assert 'run="b-buffered"' in _text(tmp_path / "c" / "buffered-metrics.om.gz")
     code, _, err = run_cli(["replay", *small, "--run-name", " "], capsys)
     assert code == 2 and "--run-name" in err
 

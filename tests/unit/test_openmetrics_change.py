@@ -47,14 +47,15 @@ def test_an_unchanged_series_keeps_only_heartbeats_and_the_end(tmp_path):
         rec.on_sample(None, None, float(t))
     rec.finish(1000.0)
     text = render(rec, tmp_path)
+    # A heartbeat at the first reading (every 5 s) HEARTBEAT_S after the last point.
     got = [t for t, _ in points(text, "t_queue_requests")]
-    assert got == [0.0, 240.0, 480.0, 720.0, 960.0, 1000.0]
-    assert HEARTBEAT_S < 300  # Prometheus' lookback: graphs stay continuous
-    # A counter: every 30 s, so rate() over a minute has two points and reads 0.
-    got = [t for t, _ in points(text, "t_done_requests_total")]
-    assert got == [*(30.0 * k for k in range(34)), 1000.0]
-    got = [t for t, _ in points(text, "t_ttft_seconds_count")]  # a histogram: as a gauge
-    assert got == [0.0, 240.0, 480.0, 720.0, 960.0, 1000.0]
+    assert got == [0.0, 285.0, 570.0, 855.0, 1000.0]
+    assert HEARTBEAT_S + 5.0 < 300  # Prometheus' lookback: graphs stay continuous
+    got = [t for t, _ in points(text, "t_done_requests_total")]  # a counter: the same
+    assert got == [0.0, 285.0, 570.0, 855.0, 1000.0]
+    # A histogram: no heartbeats (read through rate(), which has nothing to say then).
+    got = [t for t, _ in points(text, "t_ttft_seconds_count")]
+    assert got == [0.0, 1000.0]
 
 
 def test_a_change_keeps_the_point_before_it_and_its_own(tmp_path):
@@ -71,8 +72,32 @@ def test_a_change_keeps_the_point_before_it_and_its_own(tmp_path):
     assert points(text, "t_queue_requests") == [(0.0, "0.0"), (100.0, "0.0"),
                                                  (105.0, "7.0"), (199.0, "7.0")]
     assert points(text, "t_done_requests_total") == [
-        (0.0, "0.0"), (30.0, "0.0"), (60.0, "0.0"), (90.0, "0.0"), (100.0, "0.0"),
-        (105.0, "3.0"), (135.0, "3.0"), (165.0, "3.0"), (195.0, "3.0"), (199.0, "3.0")]
+        (0.0, "0.0"), (100.0, "0.0"), (105.0, "3.0"), (199.0, "3.0")]
+
+
+def test_heartbeats_restart_from_a_change_and_stop_where_a_series_left(tmp_path):
+    plant = Plant()
+    rec = OpenMetricsRecorder(plant.registry, 5.0)
+    for t in range(0, 1001, 5):
+        if t == 300:
+            plant.gauge.labels("decode").set(2)
+        if t == 400:
+            plant.gauge.labels("prefill").set(1)
+        if t == 800:
+            plant.gauge.remove("prefill")
+        if t == 900:
+            plant.hist.observe(0.5)
+        rec.on_sample(None, None, float(t))
+    rec.finish(1000.0)
+    text = render(rec, tmp_path)
+    assert [t for t, _ in points(text, 't_queue_requests{pool="decode"}')] == [
+        0.0, 285.0, 295.0, 300.0, 585.0, 870.0, 1000.0]
+    # present from 400 to 795: heartbeats until then, and its last reading kept
+    assert [t for t, _ in points(text, 't_queue_requests{pool="prefill"}')] == [
+        400.0, 685.0, 795.0]
+    # a histogram: the reading before the change, the change, the end
+    assert [t for t, _ in points(text, "t_ttft_seconds_count")] == [
+        0.0, 895.0, 900.0, 1000.0]
 
 
 def test_a_histogram_point_keeps_its_buckets_count_and_sum_together(tmp_path):
@@ -141,14 +166,14 @@ def test_a_counter_the_skip_advances_takes_its_value_at_the_span_start(tmp_path)
         rec.finish(3010.0)
         texts.append(points(render(rec, tmp_path, f"{skip}.om"), "t_done_requests_total"))
     ticked, skipped = dict(texts[0]), texts[1]
-    assert skipped[4:7] == [(20.0, "21.0"), (25.0, "3001.0"), (55.0, "3001.0")]
+    assert skipped[4:7] == [(20.0, "21.0"), (25.0, "3001.0"), (310.0, "3001.0")]
     assert all(ticked[t] == value for t, value in skipped if t <= 20 or t > 3000)
     assert skipped[-1] == (3010.0, "3011.0") and len(skipped) < len(ticked) / 4
 
 
 def test_spilled_points_give_the_same_file_and_are_removed(tmp_path, monkeypatch):
     whole = _run(True, tmp_path, "whole.om")
-    monkeypatch.setattr(om, "SPILL_CHARS", 1)
+    monkeypatch.setattr(om, "SPILL_VALUES", 1)
     plant = Plant()
     rec = OpenMetricsRecorder(plant.registry, 1.0, spill_dir=tmp_path / "spill")
     for t in range(0, 50):
@@ -157,7 +182,7 @@ def test_spilled_points_give_the_same_file_and_are_removed(tmp_path, monkeypatch
     rec.finish(49.0)
     assert any((tmp_path / "spill").iterdir())
     text = render(rec, tmp_path, "spilled.om")
-    monkeypatch.setattr(om, "SPILL_CHARS", 10**9)
+    monkeypatch.setattr(om, "SPILL_VALUES", 10**9)
     plant2 = Plant()
     mem = OpenMetricsRecorder(plant2.registry, 1.0)
     for t in range(0, 50):
@@ -178,3 +203,30 @@ def test_bad_cadences_are_refused():
         OpenMetricsRecorder(CollectorRegistry(), 5.0, heartbeat_s=-1.0)
     with pytest.raises(ValueError, match="heartbeats"):
         OpenMetricsRecorder(CollectorRegistry(), 5.0, rate_heartbeat_s=600.0)
+
+
+class Busy:
+    """The run as the recorder asks it: calls in flight from `start_s` to `end_s`."""
+
+    def __init__(self, start_s: float, end_s: float) -> None:
+        self.start_s, self.end_s, self.now_s = start_s, end_s, 0.0
+
+    def in_flight(self) -> int:
+        return int(self.start_s <= self.now_s < self.end_s)
+
+
+def test_a_counter_beats_every_30_s_while_calls_are_in_flight(tmp_path):
+    """So rate() over a one-minute window reads 0 while the service works; a gauge and
+    an idle span keep the lookback's heartbeat."""
+    plant = Plant()
+    rec = OpenMetricsRecorder(plant.registry, 5.0)
+    run = Busy(400.0, 520.0)
+    for t in range(0, 1001):
+        run.now_s = float(t)
+        rec.on_sample(run, None, float(t))
+    rec.finish(1000.0)
+    text = render(rec, tmp_path)
+    assert [t for t, _ in points(text, "t_done_requests_total")] == [
+        0.0, 285.0, 400.0, 430.0, 460.0, 490.0, 775.0, 1000.0]
+    assert [t for t, _ in points(text, "t_queue_requests")] == [
+        0.0, 285.0, 570.0, 855.0, 1000.0]
