@@ -148,7 +148,7 @@ def pool_candidates(model: ModelSpec, hw: HardwareSpec, shape: PoolShape, target
                    mtp)
     ok = valid_mask(model, table, cfg)
     pp, tp, ep, b = pp[ok], tp[ok], ep[ok], b[ok]
-    cfg = Configs(*(a[ok] for a in vars(cfg).values()))
+    cfg = cfg.select(ok)
     cost = phase_cost(model, table, cfg)
     latency = cost.tpot_s if decode else cost.step_time_s
     per_rank = _sequences_per_rank(model, hw, pp, tp, ep, precision, kv, shape.check_context)

@@ -25,9 +25,12 @@ class StepTail:
     __slots__ = ("_arrays", "_plain", "accepted", "decode", "drafts", "first", "later", "main",
                  "overhead_s", "pp")
 
-    def __init__(self, pricing: Pricing, phase: Phase, n_seq: float, new_tokens: float):
+    def __init__(self, pricing: Pricing, phase: Phase, n_seq: float, new_tokens: float,
+                 group_sequences: float | None = None):
+        # `n_seq` on the slowest attention rank; `group_sequences` over all of them (None:
+        # `n_seq` on every rank).
         self.decode = decode = phase == Phase.DECODE
-        self.main = pricing.main_pass(decode, n_seq, new_tokens)
+        self.main = pricing.main_pass(decode, n_seq, new_tokens, group_sequences)
         self.pp = pricing.main.pp
         self.overhead_s = pricing.eff.step_overhead_s
         self.accepted = pricing.accepted
@@ -35,8 +38,8 @@ class StepTail:
         self.first = self.later = None
         self._arrays: tuple | None = None  # `tpots_array_s`'s operands, made at its first call
         if self.drafts > 0:
-            self.first = pricing.draft_pass(n_seq, self.accepted)
-            self.later = pricing.draft_pass(n_seq, 1.0)
+            self.first = pricing.draft_pass(n_seq, self.accepted, group_sequences)
+            self.later = pricing.draft_pass(n_seq, 1.0, group_sequences)
         # A plain decode tail (a dense model's, one stage, one token a step, no sliding
         # layer, no per-sequence state, an overlap): `tpots_s`'s steps' ends leave out
         # the operations that leave a value as it is (+ 0.0, x 1.0, / 1.0).
