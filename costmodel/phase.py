@@ -201,7 +201,8 @@ def _phase_cost_block(model: ModelSpec, hardware: HardwareTable, cfg: Configs,
     energy_per_token_j = power_w / (tokens_per_s_per_gpu * gpus)
 
     weights = weight_bytes_per_gpu(m, pp=pp, tp=v.tp, ep=v.ep, precision=v.wprec,
-                                   attention_precision=v.aprec)
+                                   attention_precision=v.aprec,
+                                   mtp=np.where(v.decode, cfg.mtp, 0.0))
     # Each stage holds KV for the pp micro-batches in flight: flat in pp (the crossover).
     kv = _kv_bytes(v, pp * v.n_seq)
     acts = v.t_rank * d * ACT_BYTES * 4.0 + k.exp_act

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from costmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from costmodel.errors import CostModelError
 from costmodel.hardware import HardwareSpec
 from costmodel.model import ModelSpec
@@ -161,7 +162,8 @@ class Plan:
 
 def plan_cluster(model: ModelSpec, hw: HardwareSpec, gpus: int, workload: WorkloadStats,
                  targets: Targets, precision: Precision, kv_precision: Precision,
-                 grid: PlanGrid = DEFAULT_GRID) -> Plan:
+                 grid: PlanGrid = DEFAULT_GRID, eff: Efficiency = DEFAULT_EFFICIENCY) -> Plan:
+    """`eff`: the service's (its engine's host gaps, `costmodel.engines`)."""
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
         raise PlanError(f"--gpus: expected an integer >= 1, got {gpus!r}")
     if workload.calls == 0:
@@ -177,7 +179,7 @@ def plan_cluster(model: ModelSpec, hw: HardwareSpec, gpus: int, workload: Worklo
         shape = shapes[name]
         target = targets.tpot_s if shape.phase is Phase.DECODE else targets.ttft_s
         found, best = pool_candidates(model, hw, shape, target, sizes, grid, precision,
-                                      kv_precision, default_mtp(model))
+                                      kv_precision, default_mtp(model), eff)
         if best is None:
             raise PlanError(
                 f"--gpus {gpus}: no {name} worker of at most {gpus} {hw.name} GPUs (whole "

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.capacity import kv_capacity
+from costmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from costmodel.hardware import HardwareSpec, HardwareTable
 from costmodel.layout import Layout
 from costmodel.model import ModelSpec
@@ -136,9 +137,11 @@ def _sequences_per_rank(model, hw, pp, tp, ep, precision, kv, context) -> np.nda
 
 def pool_candidates(model: ModelSpec, hw: HardwareSpec, shape: PoolShape, target_s: float,
                     sizes: frozenset[int], grid: PlanGrid, precision: Precision,
-                    kv: Precision, mtp: int = 0) -> tuple[list[Candidate], Best | None]:
+                    kv: Precision, mtp: int = 0, eff: Efficiency = DEFAULT_EFFICIENCY,
+                    ) -> tuple[list[Candidate], Best | None]:
     """The best frontier candidate of each instance size that meets `target_s` and fits,
-    and the lowest latency any fitting layout reaches. `mtp`: decode's drafts per step."""
+    and the lowest latency any fitting layout reaches. `mtp`: decode's drafts per step;
+    `eff`: the service's (its engine's host gaps, `costmodel.engines`)."""
     decode = shape.phase is Phase.DECODE
     table = HardwareTable((hw,))
     pp, tp, ep, b = _grid(model, hw, grid, sizes, grid.decode_batch if decode
@@ -149,7 +152,7 @@ def pool_candidates(model: ModelSpec, hw: HardwareSpec, shape: PoolShape, target
     ok = valid_mask(model, table, cfg)
     pp, tp, ep, b = pp[ok], tp[ok], ep[ok], b[ok]
     cfg = cfg.select(ok)
-    cost = phase_cost(model, table, cfg)
+    cost = phase_cost(model, table, cfg, eff)
     latency = cost.tpot_s if decode else cost.step_time_s
     per_rank = _sequences_per_rank(model, hw, pp, tp, ep, precision, kv, shape.check_context)
     fits = cost.fits & (pp * b <= per_rank)
@@ -166,17 +169,20 @@ def pool_candidates(model: ModelSpec, hw: HardwareSpec, shape: PoolShape, target
         rows = np.flatnonzero(meets & (gpus == g))
         i = int(rows[np.argmax(cost.tokens_per_s_per_gpu[rows])])
         out.append(_candidate(model, hw, shape, precision, kv, mtp if decode else 0, cost, i,
-                              int(pp[i]), int(tp[i]), int(ep[i]), int(b[i]), float(latency[i])))
+                              int(pp[i]), int(tp[i]), int(ep[i]), int(b[i]), float(latency[i]),
+                              eff))
     return out, best
 
 
-def _candidate(model, hw, shape, precision, kv, mtp, cost, i, pp, tp, ep, batch, latency_s):
+def _candidate(model, hw, shape, precision, kv, mtp, cost, i, pp, tp, ep, batch, latency_s,
+               eff):
     cap = kv_capacity(model, hw, Layout(pp=pp, tp=tp, ep=ep, weights=precision, kv=kv))
     return Candidate(
         phase=shape.phase, pp=pp, tp=tp, ep=ep, batch=batch, gpus=pp * max(tp, ep),
         ranks=max(tp, ep) // tp, latency_s=latency_s,
         tokens_per_s_per_gpu=float(cost.tokens_per_s_per_gpu[i]),
-        gpu_s_per_call=work_per_call(model, hw, shape, pp, tp, ep, batch, precision, kv, mtp),
+        gpu_s_per_call=work_per_call(model, hw, shape, pp, tp, ep, batch, precision, kv, mtp,
+                                     eff),
         weight_bytes_per_gpu=float(cost.weight_bytes_per_gpu[i]),
         kv_bytes_per_gpu=float(cost.kv_bytes_per_gpu[i]),
         hbm_bytes_per_gpu=float(cost.hbm_bytes_per_gpu[i]),
@@ -186,7 +192,7 @@ def _candidate(model, hw, shape, precision, kv, mtp, cost, i, pp, tp, ep, batch,
 
 def work_per_call(model: ModelSpec, hw: HardwareSpec, shape: PoolShape, pp: int, tp: int,
                   ep: int, batch: int, precision: Precision, kv: Precision,
-                  mtp: int = 0) -> float:
+                  mtp: int = 0, eff: Efficiency = DEFAULT_EFFICIENCY) -> float:
     """GPU-seconds the pool spends per call of the whole trace: each of its calls priced
     at its own shape in a full batch (tokens / tokens-per-s-per-GPU), summed, over all
     calls. Decode: the tokens after the first, at the call's mean KV length."""
@@ -195,5 +201,5 @@ def work_per_call(model: ModelSpec, hw: HardwareSpec, shape: PoolShape, pp: int,
     new = np.maximum(shape.new_tokens, 1.0)
     cfg = _configs(shape, pp, tp, ep, batch, 1 if shape.phase is Phase.DECODE else new,
                    shape.context_tokens, precision, kv, mtp)
-    tps = phase_cost(model, HardwareTable((hw,)), cfg).tokens_per_s_per_gpu
+    tps = phase_cost(model, HardwareTable((hw,)), cfg, eff).tokens_per_s_per_gpu
     return float(np.sum(shape.new_tokens / tps) / shape.total_calls)
