@@ -74,3 +74,19 @@ def test_a_decode_step_prices_its_slowest_rank():
     assert eight < nine < sixteen
     batch = batch_step_cost(DS, TABLE, np.ones(9), np.full(9, 4096.0), True, tp=1, ep=8)
     assert batch.step_time_s == pytest.approx(nine, rel=1e-12)
+
+
+def test_a_dp_fill_step_gives_each_rank_its_share_of_the_token_budget():
+    """SGLang divides `chunked_prefill_size` by `dp_size` with DP attention: chunk k of a
+    step runs on rank k mod ranks, within budget // ranks tokens of it."""
+    from workers.batching import plan_fill_batch
+    from workers.cluster import BatchPolicySpec
+    from workers.request import Request
+
+    reqs = [Request(i, f"s{i}", tokens, 1) for i, tokens in enumerate((10_000, 300, 5_000))]
+    policy = BatchPolicySpec(max_batch_tokens=16_384, max_batch_sequences=8, target_batch=1)
+    one = plan_fill_batch(reqs, policy)
+    assert [c.tokens for c in one] == [10_000, 300, 5_000]
+    four = plan_fill_batch(reqs, policy, ranks=4)
+    assert [c.tokens for c in four] == [4_096, 300, 4_096]
+    assert [c.last for c in four] == [False, True, False]
