@@ -10,9 +10,16 @@ requests; the terms that only count tokens (dense FFN, router and shared
 experts, routed experts with expert-sorted batching, LM head, network, fixed
 latencies) are the colocated cost core's at the batch's total tokens.
 
-Requests spread evenly over the instance's attention data-parallel ranks, so a
-rank's attention work is the batch's over the number of ranks (the mean rank;
-`phase_cost` makes the same assumption for a uniform batch).
+With data-parallel attention (`max(tp, ep) / tp` ranks), a request is placed whole
+on one rank: the engine's data-parallel controller sends each request to the next
+rank round robin (SGLang's default `--load-balance-method round_robin`,
+`round_robin_scheduler` in python/sglang/srt/managers/data_parallel_controller.py,
+https://github.com/sgl-project/sglang), so request i of a step is on rank
+i mod ranks (`placed`). Every rank waits for the others at the expert all-to-all, so
+the step lasts as long as its slowest rank: its attention, dense FFN, shared experts
+and LM head over its own requests, the routed experts and the all-to-all over every
+rank's tokens. The slowest rank is the one with the most attention work or the most
+tokens, whichever is the longer priced in full. One prompt fills on one rank.
 """
 
 from __future__ import annotations
@@ -66,14 +73,21 @@ def _attention_s(m: ModelSpec, v: _Shape, eff: Efficiency, q_tok: np.ndarray,
     return float(np.ravel(t)[0])
 
 
+def placed(n: int, ranks: int) -> list[np.ndarray]:
+    """The indices of a step's `n` requests on each attention rank that holds any:
+    request i on rank i mod `ranks` (round robin, as SGLang's controller places them)."""
+    return [np.arange(r, n, ranks) for r in range(min(ranks, n))]
+
+
 def batch_token_terms(model: ModelSpec, hardware: HardwareTable, all_decode: bool, batch: float,
                       q_mean: float, context_mean: float, *, pp: int, tp: int, ep: int,
                       precision: Precision, kv_precision: Precision, mtp: int,
                       hardware_index: int = 0, attention_precision: Precision | None = None,
-                      eff: Efficiency = DEFAULT_EFFICIENCY):
+                      eff: Efficiency = DEFAULT_EFFICIENCY, group_tokens: float | None = None):
     """The token-count terms of a batch step: the shape and kernels of a uniform batch of
     `batch` sequences per rank at the batch's mean query tokens and context, its network
-    time and fixed latencies (those do not depend on the context)."""
+    time and fixed latencies (those do not depend on the context). `group_tokens`: the
+    query tokens over every rank, when the ranks do not hold `batch` each."""
     extra = {} if attention_precision is None else {
         "attention_precision": int(attention_precision)}
     cfg = Configs.make(phase=int(Phase.DECODE if all_decode else Phase.PREFILL),
@@ -81,6 +95,8 @@ def batch_token_terms(model: ModelSpec, hardware: HardwareTable, all_decode: boo
                        pp=pp, tp=tp, ep=ep, precision=int(precision),
                        hardware=hardware_index, kv_precision=int(kv_precision), mtp=mtp, **extra)
     v = _Shape(model, hardware, cfg, eff)
+    if group_tokens is not None:
+        v.t_group = np.full_like(v.t_rank, group_tokens)
     k = _Kernels(model, v, eff)
     _, _, network_s = _network(model, v)
     return v, k, network_s, _latency(model, v, eff)
@@ -108,27 +124,48 @@ def batch_step_cost(model: ModelSpec, hardware: HardwareTable, new_tokens, cache
     new = np.broadcast_to(np.asarray(new_tokens, dtype=np.float64), (n,))
     decoding = np.broadcast_to(np.asarray(decoding, dtype=bool), (n,))
     q_tok = np.where(decoding, 1.0 + mtp, new)
-    ranks = max(tp, ep) / tp
+    ranks = max(tp, ep) // tp
     all_decode = bool(decoding.all())
     extra = {} if attention_precision is None else {
         "attention_precision": int(attention_precision)}
-    v, k, network_s, latency_s = batch_token_terms(
-        model, hardware, all_decode, n / ranks, q_tok.mean(), cached.mean(), pp=pp, tp=tp,
-        ep=ep, precision=precision, kv_precision=kv_precision, mtp=mtp,
-        hardware_index=hardware_index, eff=eff, **extra)
-    t_attn = _attention_s(model, v, eff, q_tok, cached, decoding, ranks)
-    t_cm = t_attn + k.t_dense + k.t_always + k.t_experts + k.t_head
-    stage_s = t_cm + network_s + latency_s
-    if eff.overlap == OverlapMode.OVERLAP:
-        stage_s = stage_s - eff.overlap_fraction * np.minimum(t_cm, network_s)
-    stage = float(np.ravel(stage_s)[0])
+    lay = dict(pp=pp, tp=tp, ep=ep, precision=precision, kv_precision=kv_precision, mtp=mtp,
+               hardware_index=hardware_index, eff=eff, **extra)
+    rows = placed(n, ranks)
+    group = None if ranks == 1 else float(q_tok.sum())
+    v = None
+    attn = []
+    for idx in rows:
+        if v is None:  # the layout's constants: any batch's shape holds them
+            v = batch_token_terms(model, hardware, all_decode, idx.size, 1.0, 0.0, **lay)[0]
+        attn.append(_attention_s(model, v, eff, q_tok[idx], cached[idx], decoding[idx], 1.0))
+    tokens = [float(q_tok[idx].sum()) for idx in rows]
+    # The slowest rank: the most attention work, or the most tokens (dense FFN, shared
+    # experts and LM head grow with them); each candidate priced in full.
+    candidates = sorted({int(np.argmax(attn)), int(np.argmax(tokens))})
+    stage, t_attn = -1.0, 0.0
+    for r in candidates:
+        idx = rows[r]
+        _, k, network_s, latency_s = batch_token_terms(
+            model, hardware, all_decode, idx.size, q_tok[idx].mean(), cached[idx].mean(),
+            group_tokens=group, **lay)
+        t_cm = attn[r] + k.t_dense + k.t_always + k.t_experts + k.t_head
+        stage_s = t_cm + network_s + latency_s
+        if eff.overlap == OverlapMode.OVERLAP:
+            stage_s = stage_s - eff.overlap_fraction * np.minimum(t_cm, network_s)
+        rank_stage = float(np.ravel(stage_s)[0])
+        if rank_stage > stage:
+            stage, t_attn = rank_stage, attn[r]
     draft_s = 0.0
     if mtp and decoding.any():
-        # The decoding requests' drafts, as a uniform decode batch of them prices them.
-        dcfg = Configs.make(phase=int(Phase.DECODE), batch=decoding.sum() / ranks,
+        # The decoding requests' drafts, as a uniform decode batch of the rank with the
+        # most of them prices them, at the decoding requests' mean context.
+        most = max(int(decoding[idx].sum()) for idx in rows)
+        dcfg = Configs.make(phase=int(Phase.DECODE), batch=most,
                             new_tokens=1, context=cached[decoding].mean(), pp=pp, tp=tp,
                             ep=ep, precision=int(precision), hardware=hardware_index,
-                            kv_precision=int(kv_precision), mtp=mtp, **extra)
+                            kv_precision=int(kv_precision), mtp=mtp,
+                            group_sequences=None if ranks == 1 else int(decoding.sum()),
+                            **extra)
         accepted = expected_tokens_per_step(dcfg.mtp, eff.mtp_acceptance)
         draft_s = float(draft_passes(model, hardware, dcfg, eff, accepted).time_s[0])
     return BatchStepCost(step_time_s=pp * stage + draft_s + eff.step_overhead_s,

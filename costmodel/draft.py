@@ -109,4 +109,6 @@ def draft_passes(model: ModelSpec, hardware: HardwareTable, cfg: Configs, eff: E
     def total(i: int) -> np.ndarray:
         return np.where(on, first[i] + rest * later[i], 0.0)
 
-    return DraftCost(total(0), total(1), total(2))
+    # Each draft pass's host gap (the engine's, `Efficiency.draft_overhead_s`).
+    time_s = np.where(on, (first[0] + rest * later[0]) + drafts * eff.draft_overhead_s, 0.0)
+    return DraftCost(time_s, total(1), total(2))

@@ -88,6 +88,9 @@ class Efficiency:
     # Host and scheduler gap per step (batch formation, sampling, launch): ~1-3 ms in
     # vLLM/SGLang without overlapped scheduling.
     step_overhead_s: float = 1.5e-3
+    # Host gap per MTP draft pass (its sampling, copies and launch): 0 here; an engine
+    # sets it (costmodel/data/engines.toml, costmodel/engines.py).
+    draft_overhead_s: float = 0.0
     # Multi-token prediction: conditional acceptance of each draft position (position 1 =
     # the first draft), sourced in costmodel/mtp.py: DeepSeek-V3's 85-90% for the first,
     # TensorRT-LLM's measured acceptance lengths of DeepSeek-R1 for the rest.

@@ -199,4 +199,14 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str = "config
         dense_intermediate=dense_inter,
         mtp_layers=f.int("num_nextn_predict_layers", default=0, minimum=0),
         routed_expert_precision=expert_precision,
+        mtp_acceptance=_acceptance(config, where),
     )
+
+
+def _acceptance(config: dict[str, Any], where: str) -> tuple[float, ...] | None:
+    """The optional `mtp_acceptance` field (not HuggingFace's: the cost core's)."""
+    if "mtp_acceptance" not in config:
+        return None
+    from costmodel.mtp import check_acceptance
+
+    return check_acceptance(config["mtp_acceptance"], f"{where}: field mtp_acceptance")

@@ -56,7 +56,10 @@ class _Shape:
         # Query tokens per sequence this step.
         self.q_tok = np.where(self.decode, 1.0 + cfg.mtp, cfg.new_tokens)
         self.t_rank = self.n_seq * self.q_tok  # tokens per attention rank per micro-batch
-        self.t_group = self.t_rank * self.attn_ranks  # tokens per stage per micro-batch
+        # Tokens per stage per micro-batch: every rank's, or the placed sequences'.
+        group = cfg.group_sequences
+        self.t_group = (self.t_rank * self.attn_ranks if group is None
+                        else group * self.q_tok)
         self.ctx_end = cfg.context + self.q_tok  # KV length after the step
         # Causal attention: a query sees the cache plus, on average, half its own chunk.
         self.ctx_mean = cfg.context + (self.q_tok + 1.0) / 2.0

@@ -92,6 +92,9 @@ class ModelSpec:
     dense_intermediate: int
     mtp_layers: int  # multi-token-prediction modules shipped with the model (not counted)
     routed_expert_precision: Precision | None  # a fixed storage format for routed experts
+    # Conditional acceptance of each MTP draft position, from the model's public reports
+    # (the model file's `mtp_acceptance`); None: the generic default (costmodel/mtp.py).
+    mtp_acceptance: tuple[float, ...] | None = None
 
     @property
     def num_layers(self) -> int:

@@ -45,7 +45,48 @@ from costmodel.model import ModelSpec
 #   0.72, 0.36, 0.71, 0.12 (each count is a separate 10-request run, so the tail is noisy);
 #   smoothed to decrease: 0.72, 0.45, 0.40, 0.25. With 0.85 first this gives 1.85, 2.46,
 #   2.74, 2.85, 2.88 tokens per step, 0.07-0.14 below TensorRT-LLM's figures.
+# vLLM measures 81-82.3% with one draft on DeepSeek-R1
+# (https://github.com/vllm-project/vllm/pull/12755), just below the report's range.
+# The model file carries these (costmodel/data/models/deepseek-v3.json, `mtp_acceptance`);
+# this tuple is also the default of a model whose file gives none.
 DEEPSEEK_V3_ACCEPTANCE: tuple[float, ...] = (0.85, 0.72, 0.45, 0.40, 0.25)
+
+
+def check_acceptance(values, where: str) -> tuple[float, ...]:
+    """`values` as acceptance probabilities by draft position: a non-empty list of numbers
+    in [0, 1], not increasing (a later draft is accepted no more often than an earlier
+    one). Anything else is a `CostModelError` naming `where`."""
+    from costmodel.errors import CostModelError
+
+    ok = isinstance(values, (list, tuple)) and len(values) > 0 and all(
+        isinstance(p, (int, float)) and not isinstance(p, bool) and 0.0 <= p <= 1.0
+        for p in values)
+    if not ok:
+        raise CostModelError(f"{where}: expected a non-empty list of probabilities in [0, 1], "
+                             f"got {values!r}")
+    probs = tuple(float(p) for p in values)
+    for i in range(1, len(probs)):
+        if probs[i] > probs[i - 1]:
+            raise CostModelError(f"{where}: position {i + 1} ({probs[i]}) above position {i} "
+                                 f"({probs[i - 1]}): acceptance does not rise with position")
+    return probs
+
+
+def parse_acceptance(text: str, where: str = "--mtp-acceptance") -> tuple[float, ...]:
+    """`0.85,0.7,0.5` -> (0.85, 0.7, 0.5), checked as `check_acceptance` does."""
+    from costmodel.errors import CostModelError
+
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        raise CostModelError(f"{where}: expected comma-separated probabilities, got "
+                             f"{text!r}") from None
+    return check_acceptance(values, where)
+
+
+def model_acceptance(model: ModelSpec) -> tuple[float, ...]:
+    """The model's own acceptance by draft position, else the generic default."""
+    return model.mtp_acceptance or DEEPSEEK_V3_ACCEPTANCE
 
 
 def _probabilities(probs, drafts: int) -> np.ndarray:

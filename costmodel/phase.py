@@ -53,7 +53,10 @@ class Configs:
     token plus `mtp` drafts); `context` the cached tokens each sequence already holds.
     `precision` is the routed experts'; `attention_precision` that of every other weight
     (attention, dense FFN, shared experts, router, LM head): None gives the default rule,
-    `precision.default_attention_precision`."""
+    `precision.default_attention_precision`. `group_sequences`: the sequences of a
+    micro-batch over all the stage's attention ranks, when they are not spread evenly
+    (a data-parallel attention worker places whole sequences on ranks: `batch` is then
+    the slowest rank's); None is `batch` on every rank."""
 
     phase: np.ndarray
     batch: np.ndarray
@@ -67,6 +70,7 @@ class Configs:
     kv_precision: np.ndarray
     mtp: np.ndarray
     attention_precision: np.ndarray | None = None
+    group_sequences: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.attention_precision is None:
@@ -76,7 +80,7 @@ class Configs:
     @classmethod
     def make(cls, *, phase, batch, new_tokens, context, pp=1, tp=1, ep=1,
              precision=Precision.FP8, hardware=0, kv_precision=Precision.BF16, mtp=0,
-             attention_precision=None):
+             attention_precision=None, group_sequences=None):
         if attention_precision is None:
             attention_precision = default_attention_precision(precision)
         arrays = np.broadcast_arrays(
@@ -86,8 +90,13 @@ class Configs:
             np.asarray(ep, dtype=np.float64), np.asarray(precision, dtype=np.int64),
             np.asarray(hardware, dtype=np.int64), np.asarray(kv_precision, dtype=np.int64),
             np.asarray(mtp, dtype=np.float64), np.asarray(attention_precision, dtype=np.int64),
+            *(() if group_sequences is None else (np.asarray(group_sequences, np.float64),)),
         )
         return cls(*(np.ravel(a) for a in arrays))
+
+    def select(self, index) -> Configs:
+        """The configurations at `index` (a mask or a slice), every column alike."""
+        return Configs(*(None if a is None else a[index] for a in vars(self).values()))
 
     def __len__(self) -> int:
         return self.phase.shape[0]
@@ -138,10 +147,8 @@ def phase_cost(model: ModelSpec, hardware: HardwareTable, cfg: Configs,
     n = len(cfg)
     if n <= BLOCK_CONFIGS:
         return _phase_cost_block(model, hardware, cfg, eff)
-    names = [f.name for f in fields(Configs)]
     parts = [
-        _phase_cost_block(model, hardware, Configs(
-            *(getattr(cfg, k)[s:s + BLOCK_CONFIGS] for k in names)), eff)
+        _phase_cost_block(model, hardware, cfg.select(slice(s, s + BLOCK_CONFIGS)), eff)
         for s in range(0, n, BLOCK_CONFIGS)
     ]
     return PhaseCost(*(np.concatenate([getattr(p, f.name) for p in parts])
@@ -194,7 +201,8 @@ def _phase_cost_block(model: ModelSpec, hardware: HardwareTable, cfg: Configs,
     energy_per_token_j = power_w / (tokens_per_s_per_gpu * gpus)
 
     weights = weight_bytes_per_gpu(m, pp=pp, tp=v.tp, ep=v.ep, precision=v.wprec,
-                                   attention_precision=v.aprec)
+                                   attention_precision=v.aprec,
+                                   mtp=np.where(v.decode, cfg.mtp, 0.0))
     # Each stage holds KV for the pp micro-batches in flight: flat in pp (the crossover).
     kv = _kv_bytes(v, pp * v.n_seq)
     acts = v.t_rank * d * ACT_BYTES * 4.0 + k.exp_act

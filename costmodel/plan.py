@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from costmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from costmodel.errors import CostModelError
 from costmodel.hardware import HardwareSpec
 from costmodel.model import ModelSpec
@@ -235,16 +236,18 @@ def _check(gpus: int, workload: WorkloadStats, arrangement: str,
 
 def _options(model: ModelSpec, hw: HardwareSpec, workload: WorkloadStats, targets: Targets,
              precision: Precision, kv: Precision, grid: PlanGrid, sizes: frozenset[int],
-             arrangement: str, memory_fraction: float | None, where: str) -> _Options:
+             arrangement: str, memory_fraction: float | None, where: str,
+             eff: Efficiency) -> _Options:
     """Every pool's candidates of `arrangement` at the worker `sizes`; `where` opens an
-    error (`--gpus N`, or the search's option)."""
+    error (`--gpus N`, or the search's option); `eff`: the service's (its engine's host
+    gaps, `costmodel.engines`)."""
     shapes = workload.shapes(arrangement, model.max_context_tokens)
     most = max(sizes)
     mtp = default_mtp(model)
     if arrangement == MIXED:
         found, best = mixed_candidates(model, hw, shapes["mixed"], shapes["decode"],
                                        targets.ttft_s, targets.tpot_s, sizes, grid, precision,
-                                       kv, mtp, memory_fraction=memory_fraction)
+                                       kv, mtp, memory_fraction=memory_fraction, eff=eff)
         error = None
         if best is None:
             error = (f"{where}: no mixed worker of at most {most} {hw.name} GPUs holds "
@@ -261,7 +264,8 @@ def _options(model: ModelSpec, hw: HardwareSpec, workload: WorkloadStats, target
         shape = shapes[name]
         target = targets.tpot_s if shape.phase is Phase.DECODE else targets.ttft_s
         found, best = pool_candidates(model, hw, shape, target, sizes, grid, precision, kv,
-                                      mtp, memory_fraction=memory_fraction, queued=True)
+                                      mtp, memory_fraction=memory_fraction, queued=True,
+                                      eff=eff)
         if best is None:
             return _Options(arrangement, names, shapes, (), (
                 f"{where}: no {name} worker of at most {most} {hw.name} GPUs (whole "
@@ -332,14 +336,16 @@ def _arrangements(arrangement: str) -> tuple[str, ...]:
 def plan_cluster(model: ModelSpec, hw: HardwareSpec, gpus: int, workload: WorkloadStats,
                  targets: Targets, precision: Precision, kv_precision: Precision,
                  grid: PlanGrid = DEFAULT_GRID, *, arrangement: str = AUTO,
-                 memory_fraction: float | None = DEFAULT_MEMORY_FRACTION) -> Plan:
+                 memory_fraction: float | None = DEFAULT_MEMORY_FRACTION,
+                 eff: Efficiency = DEFAULT_EFFICIENCY) -> Plan:
     """The plan of `gpus` GPUs: each arrangement sized, the one that sustains the most
-    calls a second kept (`arrangement` forces one)."""
+    calls a second kept (`arrangement` forces one). `eff`: the service's (its engine's
+    host gaps, `costmodel.engines`)."""
     _check(gpus, workload, arrangement, memory_fraction)
     nodes = Nodes.of(gpus, hw.scale_up_domain_gpus)
     sizes = nodes.worker_sizes(gpus)
     plans = [(a, _sized(_options(model, hw, workload, targets, precision, kv_precision, grid,
-                                 sizes, a, memory_fraction, f"--gpus {gpus}"),
+                                 sizes, a, memory_fraction, f"--gpus {gpus}", eff),
                         model, hw, gpus, targets, workload, memory_fraction))
              for a in _arrangements(arrangement)]
     return _choose(plans)
@@ -361,7 +367,8 @@ def plan_for_rate(model: ModelSpec, hw: HardwareSpec, workload: WorkloadStats,
                   calls_per_s: float, *, slots: int = 0, option: str,
                   grid: PlanGrid = DEFAULT_GRID, arrangement: str = AUTO,
                   memory_fraction: float | None = DEFAULT_MEMORY_FRACTION,
-                  max_gpus: int = MAX_SEARCH_GPUS) -> Search:
+                  max_gpus: int = MAX_SEARCH_GPUS,
+                  eff: Efficiency = DEFAULT_EFFICIENCY) -> Search:
     """The smallest GPU count whose plan sustains `calls_per_s` with at least `slots`
     decode slots, under the targets. Candidates are priced once (every worker size the
     grid makes); each count tried is then only sized. Counts are tried doubling until a
@@ -378,7 +385,7 @@ def plan_for_rate(model: ModelSpec, hw: HardwareSpec, workload: WorkloadStats,
     widest = max(grid.pp) * max(*grid.tp, *grid.ep, hw.scale_up_domain_gpus)
     sizes = Nodes.of(widest, hw.scale_up_domain_gpus).worker_sizes(widest)
     opts = [_options(model, hw, workload, targets, precision, kv_precision, grid, sizes, a,
-                     memory_fraction, option) for a in _arrangements(arrangement)]
+                     memory_fraction, option, eff) for a in _arrangements(arrangement)]
     if all(o.error is not None for o in opts):
         _choose([(o.arrangement, o.error or "") for o in opts])
     tried: list[tuple[int, float | None]] = []

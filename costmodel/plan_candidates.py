@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from costmodel.capacity import kv_capacity
+from costmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from costmodel.hardware import HardwareSpec, HardwareTable
 from costmodel.layout import Layout
 from costmodel.model import ModelSpec
@@ -167,9 +168,11 @@ def _sequences_per_rank(model, hw, pp, tp, ep, precision, kv, context) -> np.nda
 def pool_candidates(model: ModelSpec, hw: HardwareSpec, shape: PoolShape, target_s: float,
                     sizes: frozenset[int], grid: PlanGrid, precision: Precision,
                     kv: Precision, mtp: int = 0, *, memory_fraction: float | None = None,
-                    queued: bool = False) -> tuple[list[Candidate], Best | None]:
+                    queued: bool = False, eff: Efficiency = DEFAULT_EFFICIENCY,
+                    ) -> tuple[list[Candidate], Best | None]:
     """The best frontier candidate of each instance size that meets `target_s` and fits,
     and the lowest latency any fitting layout reaches. `mtp`: decode's drafts per step;
+    `eff`: the service's (its engine's host gaps, `costmodel.engines`);
     `memory_fraction`: the share of HBM a worker may allocate (None: HBM whole);
     `queued`: fills checked on two steps, the one in progress and their own."""
     decode = shape.phase is Phase.DECODE
@@ -181,8 +184,8 @@ def pool_candidates(model: ModelSpec, hw: HardwareSpec, shape: PoolShape, target
                    mtp)
     ok = valid_mask(model, table, cfg)
     pp, tp, ep, b = pp[ok], tp[ok], ep[ok], b[ok]
-    cfg = Configs(*(a[ok] for a in vars(cfg).values()))
-    cost = phase_cost(model, table, cfg)
+    cfg = cfg.select(ok)
+    cost = phase_cost(model, table, cfg, eff)
     latency = cost.tpot_s if decode else cost.step_time_s * (QUEUED_STEPS if queued else 1)
     per_rank = _sequences_per_rank(model, hw, pp, tp, ep, precision, kv, shape.check_context)
     fits = cost.fits & (pp * b <= per_rank)
@@ -201,20 +204,22 @@ def pool_candidates(model: ModelSpec, hw: HardwareSpec, shape: PoolShape, target
         rows = np.flatnonzero(meets & (gpus == g))
         i = int(rows[np.argmax(cost.tokens_per_s_per_gpu[rows])])
         c = _candidate(model, hw, shape, precision, kv, mtp if decode else 0, cost, i,
-                       int(pp[i]), int(tp[i]), int(ep[i]), int(b[i]), float(latency[i]))
+                       int(pp[i]), int(tp[i]), int(ep[i]), int(b[i]), float(latency[i]), eff)
         if not decode:
             c = replace(c, step_s=float(cost.step_time_s[i]), ttft_s=float(latency[i]))
         out.append(c)
     return out, best
 
 
-def _candidate(model, hw, shape, precision, kv, mtp, cost, i, pp, tp, ep, batch, latency_s):
+def _candidate(model, hw, shape, precision, kv, mtp, cost, i, pp, tp, ep, batch, latency_s,
+               eff):
     cap = kv_capacity(model, hw, Layout(pp=pp, tp=tp, ep=ep, weights=precision, kv=kv))
     return Candidate(
         phase=shape.phase, pp=pp, tp=tp, ep=ep, batch=batch, gpus=pp * max(tp, ep),
         ranks=max(tp, ep) // tp, latency_s=latency_s,
         tokens_per_s_per_gpu=float(cost.tokens_per_s_per_gpu[i]),
-        gpu_s_per_call=work_per_call(model, hw, shape, pp, tp, ep, batch, precision, kv, mtp),
+        gpu_s_per_call=work_per_call(model, hw, shape, pp, tp, ep, batch, precision, kv, mtp,
+                                     eff),
         weight_bytes_per_gpu=float(cost.weight_bytes_per_gpu[i]),
         kv_bytes_per_gpu=float(cost.kv_bytes_per_gpu[i]),
         hbm_bytes_per_gpu=float(cost.hbm_bytes_per_gpu[i]),
@@ -224,7 +229,7 @@ def _candidate(model, hw, shape, precision, kv, mtp, cost, i, pp, tp, ep, batch,
 
 def work_per_call(model: ModelSpec, hw: HardwareSpec, shape: PoolShape, pp: int, tp: int,
                   ep: int, batch: int, precision: Precision, kv: Precision,
-                  mtp: int = 0) -> float:
+                  mtp: int = 0, eff: Efficiency = DEFAULT_EFFICIENCY) -> float:
     """GPU-seconds the pool spends per call of the whole trace: each of its calls priced
     at its own shape in a full batch (tokens / tokens-per-s-per-GPU), summed, over all
     calls. Decode: the tokens after the first, at the call's mean KV length."""
@@ -233,7 +238,7 @@ def work_per_call(model: ModelSpec, hw: HardwareSpec, shape: PoolShape, pp: int,
     new = np.maximum(shape.new_tokens, 1.0)
     cfg = _configs(shape, pp, tp, ep, batch, 1 if shape.phase is Phase.DECODE else new,
                    shape.context_tokens, precision, kv, mtp)
-    tps = phase_cost(model, HardwareTable((hw,)), cfg).tokens_per_s_per_gpu
+    tps = phase_cost(model, HardwareTable((hw,)), cfg, eff).tokens_per_s_per_gpu
     return float(np.sum(shape.new_tokens / tps) / shape.total_calls)
 
 
@@ -242,16 +247,19 @@ def mixed_candidates(model: ModelSpec, hw: HardwareSpec, fills: PoolShape, decod
                      precision: Precision, kv: Precision, mtp: int = 0, *,
                      memory_fraction: float | None = None,
                      chunks: tuple[int, ...] = MIXED_CHUNK_TOKENS,
+                     eff: Efficiency = DEFAULT_EFFICIENCY,
                      ) -> tuple[list[Candidate], Best | None]:
     """Aggregated workers (a cluster's `mixed` pool): per instance size, the layout,
     decode batch and prefill chunk that meets both targets, fits, and spends the fewest
     GPU-seconds per call (its fills and decodes together).
 
     A step carries the decode batch (at `decode.check_context`) and a chunk of `chunk`
-    prefill tokens shared over the attention ranks (at the fills' typical prefix); its
-    time is the two phases' step times added less one read of the weights. TPOT is that step over the tokens a decode
-    step yields; TTFT is a typical prompt's wait for the step in progress and then the
-    ceil(new tokens / chunk) steps of its own. Pipeline stages are left out (PP 1):
+    prefill tokens, chunk / ranks on each data-parallel attention rank (SGLang divides
+    its chunked-prefill size by the DP size), at the fills' typical prefix; its time is
+    the two phases' step times added less one read of the weights. TPOT is that step over
+    the tokens a decode step yields; TTFT is a typical prompt's wait for the step in
+    progress and then the ceil(new tokens / (chunk / ranks)) steps of its own (a prompt
+    fills on one rank). Pipeline stages are left out (PP 1):
     aggregated engines run TP, EP and data-parallel attention replicas."""
     table = HardwareTable((hw,))
     flat = PlanGrid(pp=(1,), tp=grid.tp, ep=grid.ep, decode_batch=grid.decode_batch,
@@ -262,7 +270,7 @@ def mixed_candidates(model: ModelSpec, hw: HardwareSpec, fills: PoolShape, decod
     pp, tp, ep, b = pp[ok], tp[ok], ep[ok], b[ok]
     if not pp.size:
         return [], None
-    dec = phase_cost(model, table, Configs(*(a[ok] for a in vars(dcfg).values())))
+    dec = phase_cost(model, table, dcfg.select(ok), eff)
     ranks = np.maximum(tp, ep) // tp
     # The chunk's step, per distinct layout and chunk size.
     layouts, inverse = np.unique(np.stack([pp, tp, ep], axis=1), axis=0, return_inverse=True)
@@ -273,7 +281,7 @@ def mixed_candidates(model: ModelSpec, hw: HardwareSpec, fills: PoolShape, decod
     fill = phase_cost(model, table, Configs.make(
         phase=int(Phase.PREFILL), batch=1, new_tokens=lc / lranks,
         context=fills.typical_context, pp=lp, tp=lt, ep=le, precision=int(precision),
-        kv_precision=int(kv)))
+        kv_precision=int(kv)), eff)
     rows = inverse[:, None] * len(chunks) + np.arange(len(chunks))[None, :]  # (n, chunks)
     # The two steps added, less one read of the weights: a mixed step reads them once
     # for its decodes and its chunk together (never more than either step takes).
@@ -282,7 +290,7 @@ def mixed_candidates(model: ModelSpec, hw: HardwareSpec, fills: PoolShape, decod
     step = dec.step_time_s[:, None] + fill.step_time_s[rows] - shared
     tpot = step * (dec.tpot_s / dec.step_time_s)[:, None]
     chunk = np.asarray(chunks, dtype=np.float64)[None, :]
-    ttft = step * (1.0 + np.ceil(fills.typical_new_tokens / chunk))
+    ttft = step * (1.0 + np.ceil(fills.typical_new_tokens * ranks[:, None] / chunk))
     per_rank = _sequences_per_rank(model, hw, pp, tp, ep, precision, kv, decode.check_context)
     hbm = dec.hbm_bytes_per_gpu[:, None] + fill.activation_bytes_per_gpu[rows]
     fits = (dec.fits & (b <= per_rank))[:, None] & (hbm <= hw.hbm_bytes)
@@ -307,8 +315,8 @@ def mixed_candidates(model: ModelSpec, hw: HardwareSpec, fills: PoolShape, decod
         score = np.where(meets & (gpus == g)[:, None], proxy, np.inf)
         i, j = np.unravel_index(np.argmin(score), score.shape)
         p_, t_, e_, b_ = int(pp[i]), int(tp[i]), int(ep[i]), int(b[i])
-        work = (work_per_call(model, hw, fills, p_, t_, e_, 1, precision, kv)
-                + work_per_call(model, hw, decode, p_, t_, e_, b_, precision, kv, mtp))
+        work = (work_per_call(model, hw, fills, p_, t_, e_, 1, precision, kv, 0, eff)
+                + work_per_call(model, hw, decode, p_, t_, e_, b_, precision, kv, mtp, eff))
         cap = kv_capacity(model, hw, Layout(pp=p_, tp=t_, ep=e_, weights=precision, kv=kv))
         out.append(Candidate(
             phase=Phase.DECODE, pp=p_, tp=t_, ep=e_, batch=b_, gpus=int(g),

@@ -95,10 +95,12 @@ def _comment(text: str) -> str:
     return "".join(c if c == "\t" or " " <= c != "\x7f" else f"\\x{ord(c):02x}" for c in text)
 
 
-def render_cluster_toml(plan: Plan, name: str, command: str, hardware_ref: str = "") -> str:
+def render_cluster_toml(plan: Plan, name: str, command: str, hardware_ref: str = "",
+                        engine: str | None = None) -> str:
     """The cluster description of `plan`, headed by how it was generated. Pools are
     listed largest worker first: the cluster places them in this order, first fit.
-    `hardware_ref` is how nodes name the hardware (default: its preset name)."""
+    `hardware_ref` is how nodes name the hardware (default: its preset name); `engine`,
+    the serving engine it was planned for (costmodel/data/engines.toml)."""
     hw, site, nodes = plan.hardware, site_of(plan.hardware.name), plan.nodes
     node_names = [f"n{i}" for i in range(nodes.count)]
     racks = math.ceil(nodes.count / site.nodes_per_rack)
@@ -112,7 +114,8 @@ def render_cluster_toml(plan: Plan, name: str, command: str, hardware_ref: str =
                     f"{site.nodes_per_rack} node(s) per rack."),
            f"name = {_string(name)}",
            "description = " + _string(f"{plan.gpus} x {hw.name}: {pools} GPUs"
-                                      + (f" ({spare} spare)" if spare else "")), "",
+                                      + (f" ({spare} spare)" if spare else "")),
+           *([f"engine = {_string(engine)}"] if engine else []), "",
            "[pfs]", f"capacity_gb = {site.pfs_gb}", f"read_gb_per_s = {site.pfs_read_gb_per_s}",
            f"write_gb_per_s = {site.pfs_write_gb_per_s}", ""]
     for r in range(racks):

@@ -131,7 +131,7 @@ def run_sweep(model: ModelSpec, hardware: HardwareTable, workloads: tuple[Worklo
         raise CostModelError("no workloads to sweep")
     cfg_all, owner_all = build_configs(workloads, len(hardware.specs), grid)
     valid = valid_mask(model, hardware, cfg_all)
-    cfg = Configs(*(a[valid] for a in vars(cfg_all).values()))
+    cfg = cfg_all.select(valid)
     owner = owner_all[valid]
     cost = phase_cost(model, hardware, cfg, eff)
     decode = cfg.phase == Phase.DECODE

@@ -38,23 +38,32 @@ def fill_tokens(req: Request) -> int:
 
 def plan_fill_batch(waiting: Sequence[Request], policy: BatchPolicySpec,
                     planned_tokens: Mapping[int, int] | None = None,
-                    budget_tokens: int | None = None) -> list[FillChunk]:
+                    budget_tokens: int | None = None, ranks: int = 1) -> list[FillChunk]:
     """Chunked prefill (Sarathi-Serve, https://arxiv.org/abs/2403.02310; vLLM's and
     SGLang's chunked prefill): oldest first, each request takes what it still needs up
     to the step's token budget, within the sequence limit. A prompt longer than the
     budget is split over several steps. `planned_tokens`: tokens of each request already
     put in earlier steps; `budget_tokens`: the step's budget when not the policy's
-    (a mixed step leaves room for its decodes)."""
+    (a mixed step leaves room for its decodes). `ranks`: attention data-parallel ranks;
+    chunk k runs on rank k mod `ranks`, within its share `budget // ranks` (SGLang
+    divides `chunked_prefill_size` by `dp_size` with DP attention)."""
     planned = planned_tokens or {}
     budget = policy.max_batch_tokens if budget_tokens is None else budget_tokens
+    rank_budget = [budget // ranks] * ranks if ranks > 1 else None
     chunks: list[FillChunk] = []
     for req in waiting:
         if budget <= 0 or len(chunks) >= policy.max_batch_sequences:
             break
-        chunk = next_fill_chunk(req, planned, budget)
+        rank = len(chunks) % ranks
+        if rank_budget is not None and rank_budget[rank] <= 0:
+            break
+        chunk = next_fill_chunk(req, planned, budget if rank_budget is None
+                                else rank_budget[rank])
         if chunk is not None:
             chunks.append(chunk)
             budget -= chunk.tokens
+            if rank_budget is not None:
+                rank_budget[rank] -= chunk.tokens
     return chunks
 
 

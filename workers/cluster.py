@@ -167,6 +167,11 @@ class ClusterSpec:
     pfs: PfsSpec
     expert_pools: tuple[ExpertPoolSpec, ...] = ()
     kv: KvSpec = KvSpec()
+    # The serving engine whose host cost the workers pay (costmodel/data/engines.toml;
+    # None: costmodel.engines.DEFAULT_ENGINE) and the MTP acceptance by draft position
+    # on this cluster's traffic (None: the model's, costmodel.mtp.model_acceptance).
+    engine: str | None = None
+    mtp_acceptance: tuple[float, ...] | None = None
 
     @property
     def gpus(self) -> int:

@@ -236,7 +236,8 @@ def _optional_table(data: dict[str, Any], key: str, where: str) -> _Table:
     return _Table(raw, f"{where}: {key}")
 
 
-_TOP_FIELDS = ("name", "description", "pfs", "kv", "racks", "nodes", "pools")
+_TOP_FIELDS = ("name", "description", "engine", "mtp_acceptance", "pfs", "kv", "racks",
+               "nodes", "pools")
 
 
 def cluster_from_dict(data: dict[str, Any], where: str) -> ClusterSpec:
@@ -290,8 +291,42 @@ def cluster_from_dict(data: dict[str, Any], where: str) -> ClusterSpec:
     asked = sum(p.gpus for p in pools) + sum(e.gpus for e in experts)
     if asked > total_free:
         raise ClusterError(f"{where}: pools ask for {asked} GPUs, nodes have {total_free}")
+    engine, acceptance = _service(data, where)
     return ClusterSpec(top.text("name"), str(data.get("description", "")), racks,
-                       tuple(nodes_list), pools, pfs, tuple(experts), _kv(data, where))
+                       tuple(nodes_list), pools, pfs, tuple(experts), _kv(data, where),
+                       engine=engine, mtp_acceptance=acceptance)
+
+
+def _service(data: dict[str, Any], where: str) -> tuple[str | None, tuple[float, ...] | None]:
+    """The optional top-level `engine` and `mtp_acceptance`."""
+    from costmodel.engines import load_engine
+    from costmodel.mtp import check_acceptance
+
+    engine = data.get("engine")
+    try:
+        if engine is not None:
+            if not isinstance(engine, str):
+                raise CostModelError(f"engine: expected a string, got {engine!r}")
+            load_engine(engine)
+        acceptance = data.get("mtp_acceptance")
+        if acceptance is not None:
+            acceptance = check_acceptance(acceptance, "mtp_acceptance")
+    except CostModelError as exc:
+        raise ClusterError(f"{where}: {exc}") from None
+    return engine, acceptance
+
+
+def with_service(spec: ClusterSpec, engine: str | None = None,
+                 mtp_acceptance: tuple[float, ...] | None = None) -> ClusterSpec:
+    """`spec` with the engine and the MTP acceptance given (None: as the cluster says)."""
+    if engine is not None:
+        from costmodel.engines import load_engine
+
+        load_engine(engine)  # an unknown name: CostModelError, one line
+        spec = replace(spec, engine=engine)
+    if mtp_acceptance is not None:
+        spec = replace(spec, mtp_acceptance=tuple(mtp_acceptance))
+    return spec
 
 
 def _kv(data: dict[str, Any], where: str) -> KvSpec:

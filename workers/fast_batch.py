@@ -73,31 +73,46 @@ class BatchTail:
                            mtp=layout.mtp, attention_precision=int(layout.attention_precision))
         self.pricing = pricing = Pricing(m, table, cfg, eff)
         self.lay = layout
-        self.ranks = max(layout.tp, layout.ep) / layout.tp
-        # Per-rank decoding sequences -> their draft passes.
+        self.ranks = max(layout.tp, layout.ep) // layout.tp
+        # (decoding sequences on the rank with the most, over all ranks) -> their drafts.
         self.draft_tail = lru_cache(maxsize=1024)(
-            lambda batch: StepTail(pricing, Phase.DECODE, batch, 1.0))
+            lambda batch, group: StepTail(pricing, Phase.DECODE, batch, 1.0, group))
         self.attention = _BatchAttention(pricing.main)
         self._token_terms = lru_cache(maxsize=4096)(self._token_terms_uncached)
 
-    def _token_terms_uncached(self, all_decode: bool, n: int, q_mean: float):
-        """The uniform batch's kernel and network terms: chunked prefill under a token
-        budget repeats the same sequences and mean chunk, so they are memoised."""
+    def _token_terms_uncached(self, all_decode: bool, n: int, q_mean: float,
+                              group_tokens: float | None):
+        """The uniform batch's kernel and network terms on one rank of `n` sequences:
+        chunked prefill under a token budget repeats the same sequences and mean chunk,
+        so they are memoised."""
         lt = self.pricing.main
-        shape = Shape(lt, all_decode, n / self.ranks, q_mean, float(self.lay.mtp))
+        shape = Shape(lt, all_decode, float(n), q_mean, float(self.lay.mtp), group_tokens)
         return kernel_terms(lt, shape), network_s(lt, shape)
 
     def step_s(self, new_tokens: tuple, cached_tokens: tuple, decoding: tuple) -> float:
         """A step of a few requests (Python floats, numpy's pairwise order)."""
-        n = len(cached_tokens)
         q_dec = 1.0 + self.lay.mtp
         q_tok = [q_dec if d else float(t) for t, d in zip(new_tokens, decoding, strict=True)]
         cached = [float(c) for c in cached_tokens]
-        q_sum = pairwise_sum(q_tok)
-        t_attn = self.attention.time_s(q_tok, q_sum, cached, decoding, self.ranks)
+        decoding = tuple(decoding)
+        ranks = self.ranks
+        if ranks == 1:
+            q_sum = pairwise_sum(q_tok)
+            t_attn = self.attention.time_s(q_tok, q_sum, cached, decoding, 1.0)
+            dec = [c for c, d in zip(cached, decoding, strict=True) if d]
+            dec_mean = pairwise_sum(dec) / len(dec) if dec else 0.0
+            return self._step(all(decoding), [(len(q_tok), q_sum, t_attn)], None,
+                              len(dec), dec_mean)
+        # Request i on rank i mod ranks (`costmodel.batch.placed`).
+        rows = []
+        for r in range(min(ranks, len(q_tok))):
+            q_r, c_r, d_r = q_tok[r::ranks], cached[r::ranks], decoding[r::ranks]
+            q_sum_r = pairwise_sum(q_r)
+            rows.append((len(q_r), q_sum_r, self.attention.time_s(q_r, q_sum_r, c_r, d_r, 1.0),
+                         sum(d_r)))
         dec = [c for c, d in zip(cached, decoding, strict=True) if d]
         dec_mean = pairwise_sum(dec) / len(dec) if dec else 0.0
-        return self._step(all(decoding), n, q_sum, t_attn, len(dec), dec_mean)
+        return self._step(all(decoding), rows, pairwise_sum(q_tok), len(dec), dec_mean)
 
     def mixed_step_s(self, chunk_tokens: list[int], chunk_cached: list[int],
                      decode_contexts: list[int]) -> float:
@@ -105,7 +120,7 @@ class BatchTail:
         doubles: without a layer of sliding attention, the decodes' terms are the
         same operations on their contexts with their query tokens' factors worked out
         once, and no per-request flag is read."""
-        if self.attention.n_slide:
+        if self.attention.n_slide or self.ranks != 1:
             k, d = len(chunk_tokens), len(decode_contexts)
             return self.step_s(chunk_tokens + [1] * d, chunk_cached + decode_contexts,
                                (False,) * k + (True,) * d)
@@ -114,10 +129,10 @@ class BatchTail:
         chunk_c = [float(c) for c in chunk_cached]
         dec = [float(c) for c in decode_contexts]
         q_sum = pairwise_sum(chunk_q + [q_dec] * len(dec))
-        t_attn = self.attention.mixed_time_s(chunk_q, chunk_c, q_dec, dec, q_sum, self.ranks)
+        t_attn = self.attention.mixed_time_s(chunk_q, chunk_c, q_dec, dec, q_sum, 1.0)
         dec_mean = pairwise_sum(dec) / len(dec) if dec else 0.0
-        return self._step(not chunk_q, len(chunk_q) + len(dec), q_sum, t_attn, len(dec),
-                          dec_mean)
+        return self._step(not chunk_q, [(len(chunk_q) + len(dec), q_sum, t_attn)], None,
+                          len(dec), dec_mean)
 
     def step_arrays_s(self, new_tokens: np.ndarray, cached_tokens: np.ndarray,
                       decoding: np.ndarray) -> float:
@@ -125,25 +140,47 @@ class BatchTail:
         `costmodel.batch._attention_s` computes them (a Python loop costs more there)."""
         n = cached_tokens.size
         q_tok = np.where(decoding, 1.0 + self.lay.mtp, new_tokens)
-        q_sum = float(np.add.reduce(q_tok))
-        t_attn = self.attention.time_arrays_s(q_tok, q_sum, cached_tokens, decoding,
-                                              self.ranks)
+        ranks = self.ranks
+        rows = []
+        for r in range(min(ranks, n)):
+            idx = np.arange(r, n, ranks)  # `costmodel.batch.placed`
+            q_r = q_tok[idx]
+            q_sum_r = float(np.add.reduce(q_r))
+            rows.append((idx.size, q_sum_r, self.attention.time_arrays_s(
+                q_r, q_sum_r, cached_tokens[idx], decoding[idx], 1.0),
+                int(decoding[idx].sum())))
         dec = cached_tokens[decoding]
         dec_mean = float(np.add.reduce(dec)) / dec.size if dec.size else 0.0
-        return self._step(bool(decoding.all()), n, q_sum, t_attn, dec.size, dec_mean)
+        group = None if ranks == 1 else float(np.add.reduce(q_tok))
+        return self._step(bool(decoding.all()), rows, group, dec.size, dec_mean)
 
-    def _step(self, all_decode: bool, n: int, q_sum: float, t_attn: float, decodes: int,
+    def _step(self, all_decode: bool, rows: list, group: float | None, decodes: int,
               dec_mean: float) -> float:
+        """`rows`: per attention rank (sequences, query tokens, attention time[, decodes]);
+        `group`: the query tokens over every rank (None: one rank)."""
         eff = self.pricing.eff
-        (t_dense, t_always, t_experts, t_head), net_s = self._token_terms(all_decode, n,
-                                                                          q_sum / n)
-        t_cm = t_attn + t_dense + t_always + t_experts + t_head  # in the core's order
-        stage = t_cm + net_s + self.pricing.main.latency_s
-        if eff.overlap == OverlapMode.OVERLAP:
-            stage = stage - eff.overlap_fraction * min(t_cm, net_s)
+        # The slowest rank (`costmodel.batch.batch_step_cost`): the most attention work
+        # or the most tokens, the first of equals, each candidate priced in full.
+        by_attn = max(range(len(rows)), key=lambda r: rows[r][2])
+        by_tokens = max(range(len(rows)), key=lambda r: rows[r][1])
+        stage = -1.0
+        for r in sorted({by_attn, by_tokens}):
+            n, q_sum, t_attn = rows[r][:3]
+            (t_dense, t_always, t_experts, t_head), net_s = self._token_terms(
+                all_decode, n, q_sum / n, group)
+            t_cm = t_attn + t_dense + t_always + t_experts + t_head  # in the core's order
+            rank_stage = t_cm + net_s + self.pricing.main.latency_s
+            if eff.overlap == OverlapMode.OVERLAP:
+                rank_stage = rank_stage - eff.overlap_fraction * min(t_cm, net_s)
+            if rank_stage > stage:
+                stage = rank_stage
         draft_s = 0.0
         if self.lay.mtp and decodes:
-            draft_s = self.draft_tail(decodes / self.ranks).draft_s(dec_mean)
+            if group is None:
+                draft_s = self.draft_tail(float(decodes), None).draft_s(dec_mean)
+            else:
+                most = max(row[3] for row in rows)
+                draft_s = self.draft_tail(float(most), float(decodes)).draft_s(dec_mean)
         return self.lay.pp * stage + draft_s + eff.step_overhead_s
 
 

@@ -99,11 +99,12 @@ class Shape:
     __slots__ = ("decode", "n_seq", "q_tok", "t_group", "t_rank")
 
     def __init__(self, lt: LayoutTerms, decode: bool, n_seq: float, new_tokens: float,
-                 mtp: float):
+                 mtp: float, group_tokens: float | None = None):
         self.decode, self.n_seq = decode, n_seq
         self.q_tok = 1.0 + mtp if decode else new_tokens
         self.t_rank = n_seq * self.q_tok
-        self.t_group = self.t_rank * lt.attn_ranks
+        # Every rank's tokens, or the placed sequences' (`_Shape.t_group`).
+        self.t_group = self.t_rank * lt.attn_ranks if group_tokens is None else group_tokens
 
 
 def kernel_terms(lt: LayoutTerms, s: Shape) -> tuple[float, float, float, float]:
@@ -327,16 +328,22 @@ class Pricing:
                 cfg, phase=np.full_like(cfg.phase, int(Phase.DECODE)), pp=np.ones_like(cfg.pp)),
                 eff)
 
-    def main_pass(self, decode: bool, n_seq: float, new_tokens: float) -> PassTail:
+    def main_pass(self, decode: bool, n_seq: float, new_tokens: float,
+                  group_sequences: float | None = None) -> PassTail:
+        """`group_sequences`: over all the attention ranks (`Configs.group_sequences`)."""
         lt = self.main
-        s = Shape(lt, decode, n_seq, new_tokens, lt.mtp)
+        q_tok = 1.0 + lt.mtp if decode else new_tokens
+        s = Shape(lt, decode, n_seq, new_tokens, lt.mtp,
+                  None if group_sequences is None else group_sequences * q_tok)
         return PassTail(AttentionTerms(lt, s), kernel_terms(lt, s), network_s(lt, s),
                         lt.latency_s, self.eff)
 
-    def draft_pass(self, n_seq: float, q_tok: float) -> PassTail:
+    def draft_pass(self, n_seq: float, q_tok: float,
+                   group_sequences: float | None = None) -> PassTail:
         """`costmodel.draft._one_pass`: `q_tok` tokens per sequence through the module."""
         lt = self.block
-        s = Shape(lt, True, n_seq, 0.0, q_tok - 1.0)
+        s = Shape(lt, True, n_seq, 0.0, q_tok - 1.0,
+                  None if group_sequences is None else group_sequences * (1.0 + (q_tok - 1.0)))
         t_dense, t_always, t_experts, _ = kernel_terms(lt, s)
         tp, wb, hbm_bw = lt.tp, lt.wb_dense, lt.hbm_bw
         head_flops = 2.0 * s.n_seq * lt.head_w / tp

@@ -50,8 +50,13 @@ class ChunkedFills:
     to the queue's front (`resume`)."""
 
     def __init__(self, store: BlobStore, recompute_s: Callable[[int], float] | None,
-                 policy: BatchPolicySpec):
+                 policy: BatchPolicySpec, ranks: int = 1):
         self.store, self.recompute_s, self.policy = store, recompute_s, policy
+        # Attention data-parallel ranks: a step's chunk k runs on rank k mod `ranks`
+        # (`costmodel.batch.placed`), each rank within its share of the step's token
+        # budget, as SGLang's per-rank schedulers are (with DP attention its
+        # `chunked_prefill_size` is divided by `dp_size`: python/sglang/srt/server_args.py).
+        self.ranks = ranks
         # Set by the runtime: the rack cache hot prefixes are promoted to, and how many
         # live sessions make a blob hot (workers.kv_io.promote_hot); `on_loaded()` when a
         # prefix's copies on the links are done.
@@ -85,6 +90,8 @@ class ChunkedFills:
         # The plan grows a request at a time, as `plan_fill_batch` over the requests so far
         # plans it: each request planned takes a chunk, else the plan ends.
         budget = self.policy.max_batch_tokens if budget_tokens is None else budget_tokens
+        ranks = self.ranks
+        rank_budget = [budget // ranks] * ranks if ranks > 1 else None
         for req in list(self.queue):
             fresh = not self.planned.get(req.call_id, 0)
             if fresh and may_start is not None and not may_start(req, starting):
@@ -99,7 +106,15 @@ class ChunkedFills:
                 continue
             if budget <= 0 or len(chunks) >= self.policy.max_batch_sequences:
                 break
-            chunk = next_fill_chunk(req, self.planned, budget)
+            if rank_budget is None:
+                chunk = next_fill_chunk(req, self.planned, budget)
+            else:
+                rank = len(chunks) % ranks
+                if rank_budget[rank] <= 0:
+                    break
+                chunk = next_fill_chunk(req, self.planned, rank_budget[rank])
+                if chunk is not None:
+                    rank_budget[rank] -= chunk.tokens
             if chunk is None:
                 break
             budget -= chunk.tokens
@@ -216,7 +231,8 @@ class FillWorker:
         self.on_done = on_done
         self.hbm = Location(Tier.HBM, spec.name)
         self.host = Location(Tier.DRAM, spec.node)
-        self.fills = ChunkedFills(store, pricer.recompute_s, spec.batch)
+        self.fills = ChunkedFills(store, pricer.recompute_s, spec.batch,
+                                  pricer.attention_ranks)
         # The same objects under the names the executor (workers.executor) works on.
         self.queue, self._fetched = self.fills.queue, self.fills.fetched
         self._in_flight = 0

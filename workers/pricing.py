@@ -1,10 +1,12 @@
 """What a worker asks of the cost core: the time of its next step.
 
 A worker is one model instance (`pp` stages of `max(tp, ep)` GPUs). Its
-sequences spread over `attention_ranks = max(tp, ep) / tp` data-parallel
-attention ranks, so the cost core's per-rank batch is the worker's batch over
-that (a mean, which is exact for the KV and attention terms, linear in
-sequences). A fill step (chunked prefill) and a mixed step (decodes with prefill
+sequences are placed whole on `attention_ranks = max(tp, ep) / tp` data-parallel
+attention ranks, round robin (SGLang's data-parallel controller, see
+`costmodel.batch`): a step lasts as long as its slowest rank, the one with
+`ceil(sequences / attention_ranks)` of them, while the routed experts and the
+all-to-all see every rank's tokens (`Configs.group_sequences`). One prompt fills on
+one rank. A fill step (chunked prefill) and a mixed step (decodes with prefill
 chunks) are priced request by request (`costmodel.batch`). A decode worker's
 sequences advance one token per step, or a drawn 1 + accepted drafts with
 multi-token prediction (then steps are priced as steps, `decode_step_times_s`);
@@ -21,6 +23,7 @@ vectorised core, without its per-call overhead. Split (attention-FFN) decode sta
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 import numpy as np
@@ -78,7 +81,8 @@ class StepPricer:
                                 eff)
         self._batch_tail = BatchTail(model, self._table, eff, layout)
 
-    def _configs(self, phase: Phase, batch: float, new_tokens: float, context) -> Configs:
+    def _configs(self, phase: Phase, batch: float, new_tokens: float, context,
+                 group_sequences: float | None = None) -> Configs:
         # Constants as 0-d arrays that broadcast against the context vector: building
         # full columns would cost more than pricing a short decode run.
         context = np.atleast_1d(np.asarray(context, dtype=np.float64))
@@ -91,16 +95,22 @@ class StepPricer:
                        context=context, pp=col(lay.pp), tp=col(lay.tp), ep=col(lay.ep),
                        precision=col(int(lay.weights), np.int64), hardware=col(0, np.int64),
                        kv_precision=col(int(lay.kv), np.int64), mtp=col(lay.mtp),
-                       attention_precision=col(int(lay.attention_precision), np.int64))
+                       attention_precision=col(int(lay.attention_precision), np.int64),
+                       group_sequences=None if group_sequences is None else col(group_sequences))
 
     def per_rank(self, sequences: float) -> float:
-        return sequences / self.attention_ranks
+        """Sequences on the slowest attention rank: whole sequences, placed round robin."""
+        return float(math.ceil(sequences / self.attention_ranks))
+
+    def group(self, sequences: float) -> float | None:
+        """`Configs.group_sequences` of `sequences` on this worker (None: one rank)."""
+        return None if self.attention_ranks == 1 else float(sequences)
 
     def _fill_uncached(self, phase: Phase, sequences: int, new_tokens: int,
                        cached_tokens: int) -> tuple[float, float]:
         # The tail depends on the phase, batch and new tokens only: fills that differ in
         # their cached prefix share it (`_tail`).
-        step_s = self._tail(phase, self.per_rank(sequences), new_tokens).step_s(
+        step_s = self._tail(phase, sequences, new_tokens).step_s(
             float(cached_tokens))
         # The pipeline takes a new batch every stage time; the batch itself takes step_s.
         return step_s, step_s / self.layout.pp
@@ -157,12 +167,13 @@ class StepPricer:
         """`fill_s` by the vectorised core, unmemoised: the fast path's reference."""
         step, _ = step_times(self.model, self._table,
                              self._configs(phase, self.per_rank(sequences), new_tokens,
-                                           cached_tokens), self.eff)
+                                           cached_tokens, self.group(sequences)), self.eff)
         step_s = float(step[0])
         return step_s, step_s / self.layout.pp
 
-    def _tail_uncached(self, phase: Phase, batch: float, new_tokens: float) -> StepTail:
-        return StepTail(self._pricing, phase, batch, float(new_tokens))
+    def _tail_uncached(self, phase: Phase, sequences: float, new_tokens: float) -> StepTail:
+        return StepTail(self._pricing, phase, self.per_rank(sequences), float(new_tokens),
+                        self.group(sequences))
 
     def _batch_uncached(self, new_tokens: tuple, cached_tokens: tuple,
                         decoding: tuple) -> tuple[float, float]:
@@ -192,7 +203,7 @@ class StepPricer:
         returned is per token (the cost core's TPOT)."""
         if not self._fast_decode:
             return self.decode_steps_core_s(sequences, mean_context, steps)
-        tail = self._tail(Phase.DECODE, self.per_rank(sequences), 1)
+        tail = self._tail(Phase.DECODE, sequences, 1)
         if steps <= SCALAR_STEPS:
             return np.array(tail.tpots_s(mean_context, steps))
         return tail.tpots_array_s(mean_context, steps)
@@ -207,7 +218,7 @@ class StepPricer:
         if not self._fast_decode:
             return start_s + self.decode_steps_core_s(sequences, mean_context, steps).cumsum()
         # decode_steps_s's tail, looked up once.
-        tail = self._tail(Phase.DECODE, self.per_rank(sequences), 1)
+        tail = self._tail(Phase.DECODE, sequences, 1)
         if steps <= SCALAR_RUN_STEPS:
             return tail.tpots_s(mean_context, steps, start_s)
         # cumsum as the ufunc's accumulate: the same additions in the same order, without
@@ -221,7 +232,8 @@ class StepPricer:
         """`decode_steps_s` by the vectorised core: the fast path's reference."""
         contexts = mean_context + np.arange(steps, dtype=np.float64)
         return self._decode_times(
-            self._configs(Phase.DECODE, self.per_rank(sequences), 1, contexts))[1]
+            self._configs(Phase.DECODE, self.per_rank(sequences), 1, contexts,
+                              self.group(sequences)))[1]
 
     def decode_step_times_s(self, sequences: int, mean_contexts) -> np.ndarray:
         """Times of decode steps whose sequences start at `mean_contexts` (one per step).
@@ -229,7 +241,7 @@ class StepPricer:
         is the step's time, however many tokens it yields (the worker draws those)."""
         if not self._fast_decode:
             return self.decode_step_times_core_s(sequences, mean_contexts)
-        tail = self._tail(Phase.DECODE, self.per_rank(sequences), 1)
+        tail = self._tail(Phase.DECODE, sequences, 1)
         contexts = np.asarray(mean_contexts, dtype=np.float64)
         if contexts.size <= SCALAR_STEPS:
             return np.array([tail.step_s(c) for c in contexts.ravel().tolist()])
@@ -239,7 +251,8 @@ class StepPricer:
     def decode_step_times_core_s(self, sequences: int, mean_contexts) -> np.ndarray:
         """`decode_step_times_s` by the vectorised core: the fast path's reference."""
         return self._decode_times(
-            self._configs(Phase.DECODE, self.per_rank(sequences), 1, mean_contexts))[0]
+            self._configs(Phase.DECODE, self.per_rank(sequences), 1, mean_contexts,
+                              self.group(sequences)))[0]
 
     def _colocated_decode(self, cfg: Configs) -> tuple[np.ndarray, np.ndarray]:
         step, tpot = step_times(self.model, self._table, cfg, self.eff)[:2]

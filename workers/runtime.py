@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from costmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency
+from costmodel.efficiency import Efficiency
 from costmodel.phase import Phase
 from costmodel.precision import BYTES_PER_ELEMENT
 from storage.store import BlobStore
@@ -37,11 +37,21 @@ class ClusterRuntime:
     (`intake_workers`)."""
 
     def __init__(self, cluster: BoundCluster, block_tokens: int,
-                 eff: Efficiency = DEFAULT_EFFICIENCY,
+                 eff: Efficiency | None = None,
                  on_done: Callable[[Request, float], None] | None = None,
                  keep_events: bool = False, jump: bool = True, executor=None, seed: int = 0,
                  kv_policy: KVPolicy = DEFAULT_KV_POLICY, keep_token_gaps: bool = False):
         self.cluster = cluster
+        from costmodel.engines import DEFAULT_ENGINE, serving_efficiency
+
+        if eff is None:  # the cluster's engine and MTP acceptance (costmodel.engines)
+            eff = serving_efficiency(cluster.model, cluster.spec.engine,
+                                     cluster.spec.mtp_acceptance)
+        # What the run records of them (`ReplayResult.service`).
+        self.service = {"engine": cluster.spec.engine or DEFAULT_ENGINE,
+                        "step_overhead_s": eff.step_overhead_s,
+                        "draft_overhead_s": eff.draft_overhead_s,
+                        "mtp_acceptance": list(eff.mtp_acceptance)}
         # The gaps before every token streamed, recorded by the decoding workers
         # (workers.token_gaps); `keep_token_gaps` keeps each record (a benchmark's window).
         self.token_gaps = TokenGaps(keep=keep_token_gaps)

@@ -6,6 +6,7 @@ cdef class StepTail:
     cdef public bint _plain
     cdef public double accepted
     cdef public bint decode
+    cdef public double draft_overhead_s
     cdef public double drafts
     cdef public object first
     cdef public object later

@@ -22,21 +22,25 @@ class StepTail:
     """(step_time_s, tpot_s) of one worker's steps at a given phase, batch and new
     tokens, as `costmodel.phase.step_times` gives them, for any context."""
 
-    __slots__ = ("_arrays", "_plain", "accepted", "decode", "drafts", "first", "later", "main",
-                 "overhead_s", "pp")
+    __slots__ = ("_arrays", "_plain", "accepted", "decode", "draft_overhead_s", "drafts", "first",
+                 "later", "main", "overhead_s", "pp")
 
-    def __init__(self, pricing: Pricing, phase: Phase, n_seq: float, new_tokens: float):
+    def __init__(self, pricing: Pricing, phase: Phase, n_seq: float, new_tokens: float,
+                 group_sequences: float | None = None):
+        # `n_seq` on the slowest attention rank; `group_sequences` over all of them (None:
+        # `n_seq` on every rank).
         self.decode = decode = phase == Phase.DECODE
-        self.main = pricing.main_pass(decode, n_seq, new_tokens)
+        self.main = pricing.main_pass(decode, n_seq, new_tokens, group_sequences)
         self.pp = pricing.main.pp
         self.overhead_s = pricing.eff.step_overhead_s
+        self.draft_overhead_s = pricing.eff.draft_overhead_s
         self.accepted = pricing.accepted
         self.drafts = pricing.main.mtp if decode else 0.0
         self.first = self.later = None
         self._arrays: tuple | None = None  # `tpots_array_s`'s operands, made at its first call
         if self.drafts > 0:
-            self.first = pricing.draft_pass(n_seq, self.accepted)
-            self.later = pricing.draft_pass(n_seq, 1.0)
+            self.first = pricing.draft_pass(n_seq, self.accepted, group_sequences)
+            self.later = pricing.draft_pass(n_seq, 1.0, group_sequences)
         # A plain decode tail (a dense model's, one stage, one token a step, no sliding
         # layer, no per-sequence state, an overlap): `tpots_s`'s steps' ends leave out
         # the operations that leave a value as it is (+ 0.0, x 1.0, / 1.0).
@@ -50,7 +54,8 @@ class StepTail:
         if self.first is None:
             return 0.0
         rest = max(self.drafts - 1.0, 0.0)
-        return self.first.time_s(context, mx, mn) + rest * self.later.time_s(context, mx, mn)
+        return (self.first.time_s(context, mx, mn) + rest * self.later.time_s(context, mx, mn)
+                ) + self.drafts * self.draft_overhead_s
 
     def step_s(self, context, mx=max, mn=min):
         stage_s = self.main.time_s(context, mx, mn)

@@ -42,7 +42,8 @@ class BenchShared:
 
     model: ModelSpec
     load: BenchLoad
-    engine: str
+    engine: str | None  # None: each cluster's, else costmodel.engines.DEFAULT_ENGINE
+    mtp_acceptance: tuple[float, ...] | None = None  # None: the cluster's, else the model's
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ def run_point(shared: BenchShared, task: BenchTask) -> dict:
     from orchestrator.run.replay import Orchestrator
     from traces.replay import LoadOptions
     from workers.clock import VirtualClock
+    from workers.cluster_toml import with_service
     from workers.kv_policy import KVPolicy
 
     load = shared.load
@@ -66,7 +68,8 @@ def run_point(shared: BenchShared, task: BenchTask) -> dict:
     decode_target = next(p.batch.target_batch for p in task.cluster.pools
                          if p.phase.name in ("DECODE", "MIXED"))
     router = BalancedRouter()
-    orch = Orchestrator(task.cluster.bind(shared.model), load.sessions(task.concurrency),
+    cluster = with_service(task.cluster, shared.engine, shared.mtp_acceptance)
+    orch = Orchestrator(cluster.bind(shared.model), load.sessions(task.concurrency),
                         make_policy(ADMISSION, control, decode_target), control, LoadOptions(),
                         load.seed, listeners=[router], router=router,
                         kv_policy=KVPolicy(KV_POLICY), keep_token_gaps=True)
@@ -79,7 +82,7 @@ def run_point(shared: BenchShared, task: BenchTask) -> dict:
     preempted = sum(1 for n in result.requests.column("preemptions") if n)
     return {"concurrency": task.concurrency, "layout": task.layout.name,
             "family": task.layout.family.value, "mtp": task.layout.mtp, "gpus": result.gpus,
-            "engine": shared.engine, **figures,
+            "engine": result.service["engine"], **figures,
             "warmup_calls_per_user": load.warmup_calls, "calls_per_user": load.calls_per_user,
             "preempted_calls": preempted, "simulated_s": result.simulated_s}
 

@@ -132,3 +132,37 @@ def atomic_path(path: Path, overwrite: bool = True) -> Iterator[Path]:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def engine_name(text: str) -> str:
+    """An engine of costmodel/data/engines.toml (argparse type: one line, exit 2)."""
+    from costmodel.engines import engine_names
+
+    names = engine_names()
+    if text not in names:
+        raise argparse.ArgumentTypeError(f"unknown engine {text!r} (known: {', '.join(names)})")
+    return text
+
+
+def acceptance(text: str) -> tuple[float, ...]:
+    """`0.85,0.7,0.5`: MTP acceptance by draft position (argparse type)."""
+    from costmodel.errors import CostModelError
+    from costmodel.mtp import parse_acceptance
+
+    try:
+        return parse_acceptance(text, "")
+    except CostModelError as exc:
+        raise argparse.ArgumentTypeError(str(exc).lstrip(": ")) from None
+
+
+def add_service_options(p: argparse.ArgumentParser) -> None:
+    """`--engine` and `--mtp-acceptance`: the serving engine's host cost per step and per
+    draft (costmodel/data/engines.toml) and the MTP acceptance on the traffic."""
+    p.add_argument("--engine", type=engine_name, metavar="NAME",
+                   help="serving engine whose host cost per step and per MTP draft the "
+                        "steps pay: sglang, trtllm or vllm (costmodel/data/engines.toml; "
+                        "default: the cluster file's engine, else sglang)")
+    p.add_argument("--mtp-acceptance", type=acceptance, metavar="P1,P2,...",
+                   help="MTP acceptance by draft position on this traffic, not increasing "
+                        "(default: the cluster file's, else the model file's, else "
+                        "DeepSeek-V3's; docs/costmodel.md)")

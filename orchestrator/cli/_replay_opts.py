@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from orchestrator.cli._common import (
     UserError,
+    add_service_options,
     non_negative_int,
     positive_float,
     positive_int,
@@ -35,6 +36,9 @@ class CliRunSettings(RunSettings):
     `mtp`, MTP drafts per step for every decode pool (None: as the cluster says)."""
 
     mtp: int | None = None
+    # --engine and --mtp-acceptance (None: as the cluster says, workers.cluster_toml).
+    engine: str | None = None
+    mtp_acceptance: tuple[float, ...] | None = None
 
 
 def add_trace_args(p: argparse.ArgumentParser) -> None:
@@ -76,6 +80,7 @@ def add_run_options(p: argparse.ArgumentParser, controller: bool = True) -> None
     p.add_argument("--mtp", type=non_negative_int, metavar="N",
                    help="MTP drafts per decode step for every decode pool; 0: MTP off "
                         "(default: each pool's mtp, else the model's shipped head)")
+    add_service_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--clock", choices=("virtual", "live"), default="virtual",
                    help="virtual time (default) or live time scaled by --speed")
@@ -198,6 +203,8 @@ def settings_from_args(args: argparse.Namespace, controller: str | None = None) 
                         f"fast period ({control.fast_period_s:g} s): at most "
                         f"{max_live_speed(control.fast_period_s):g} on the live clock")
     return CliRunSettings(model=args.model, cluster=args.cluster, mtp=getattr(args, "mtp", None),
+                          engine=getattr(args, "engine", None),
+                          mtp_acceptance=getattr(args, "mtp_acceptance", None),
                           reallocator=getattr(args, "reallocator", "hysteresis"),
                           router=getattr(args, "router", "prefix-affinity"),
                           controller=controller or args.controller, seed=args.seed, load=load,

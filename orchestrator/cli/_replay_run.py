@@ -38,6 +38,13 @@ def prepare_or_fail(paths, trace_format: str, settings: RunSettings) -> Prepared
         from workers.cluster_toml import with_decode_mtp
 
         prepared = replace(prepared, cluster=with_decode_mtp(prepared.cluster, mtp))
+    engine, probs = getattr(settings, "engine", None), getattr(settings, "mtp_acceptance", None)
+    if engine is not None or probs is not None:  # --engine, --mtp-acceptance
+        from dataclasses import replace
+
+        from workers.cluster_toml import with_service
+
+        prepared = replace(prepared, cluster=with_service(prepared.cluster, engine, probs))
     return prepared
 
 

@@ -16,12 +16,13 @@ from pathlib import Path
 
 from orchestrator.cli._common import (
     UserError,
+    add_service_options,
     non_negative_int,
     positive_int,
     print_json,
 )
 
-ENGINES = ("trtllm", "sglang", "vllm")
+ENGINES = ("trtllm", "sglang", "vllm")  # costmodel/data/engines.toml's
 
 
 def _range_ratio(text: str) -> float:
@@ -62,10 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--precision", help="routed-expert weights: bf16, fp8 or fp4 (default: the "
                                        "model's shipped format, else fp8)")
     p.add_argument("--kv-precision", default="bf16", help="KV cache: bf16 or fp8 (default bf16)")
-    p.add_argument("--engine", choices=ENGINES,
-                   help="the engine the run stands for, recorded in the output; it prices "
-                        "nothing yet (engine-specific pricing comes with measured kernel "
-                        "tables)")
+    add_service_options(p)
     p.add_argument("--mtp", type=non_negative_int, metavar="K",
                    help="MTP drafts per decode step (default: off and, where the model ships "
                         "a head, on with its drafts; both searched)")
@@ -164,7 +162,8 @@ def run(args: argparse.Namespace) -> int:
                            clusters=args.cluster or ())
     except BenchError as exc:
         raise UserError(str(exc)) from None
-    shared = BenchShared(model=model, load=load, engine=args.engine)
+    shared = BenchShared(model=model, load=load, engine=args.engine,
+                         mtp_acceptance=args.mtp_acceptance)
     with points_progress(len(plan.tasks), False if args.no_progress else None) as advance:
         points = run_points(shared, plan.tasks, args.workers, advance)
     from orchestrator.bench.frontier import bench_json

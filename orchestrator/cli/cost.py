@@ -10,7 +10,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from orchestrator.cli._common import non_negative_int, positive_int, print_json
+from orchestrator.cli._common import (
+    add_service_options,
+    non_negative_int,
+    positive_int,
+    print_json,
+)
 
 _FIGURES = (
     # (key, label, unit scale, unit)
@@ -77,6 +82,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     af.add_argument("--af-network", choices=("auto", "scale-up", "scale-out"), default="auto",
                     help="link between the instances; auto: scale-up when both hardware are "
                     "the same and all GPUs fit one scale-up domain (default auto)")
+    add_service_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run)
 
@@ -167,7 +173,7 @@ def _run_split(args: argparse.Namespace, model, hw, layout) -> int:
                      attention_per_expert=n, same_domain=same)
     # A side whose weights alone overflow is still refused here (its one-line error names
     # the side); resident HBM over capacity at this batch and context is reported.
-    row = af_evaluate(model, hw, split, args.batch, args.context)
+    row = af_evaluate(model, hw, split, args.batch, args.context, _service(args, model))
     row["fits"] = bool(row["fits"])
     row |= _capacity(model, hw, layout, args.context,
                      weight_bytes=row["attention_weight_bytes_per_gpu"])
@@ -176,7 +182,7 @@ def _run_split(args: argparse.Namespace, model, hw, layout) -> int:
             "precision": layout.weights.name.lower(),
             "attention_precision": layout.attention_precision.name.lower(),
             "experts_hardware": ehw.name, "experts_ep": ep, "attention_per_expert": n,
-            "network": "scale-up" if same else "scale-out"}
+            "network": "scale-up" if same else "scale-out", **_service_head(args, model)}
     for resident, side_hw, what in ((row["attention_hbm_bytes_per_gpu"], hw, "attention GPUs"),
                                     (row["expert_hbm_bytes_per_gpu"], ehw, "expert GPUs")):
         if resident > side_hw.hbm_bytes:
@@ -190,6 +196,22 @@ def _run_split(args: argparse.Namespace, model, hw, layout) -> int:
                  f"{args.context} cached tokens, MTP {layout.mtp}",
                  _AF_FIGURES, row, _capacity_rows(row, args.context))
     return 0
+
+
+def _service(args: argparse.Namespace, model):
+    """The efficiency the engine and the MTP acceptance make (costmodel.engines)."""
+    from costmodel.engines import serving_efficiency
+
+    return serving_efficiency(model, args.engine, args.mtp_acceptance)
+
+
+def _service_head(args: argparse.Namespace, model) -> dict:
+    from costmodel.engines import DEFAULT_ENGINE
+
+    eff = _service(args, model)
+    return {"engine": args.engine or DEFAULT_ENGINE, "step_overhead_s": eff.step_overhead_s,
+            "draft_overhead_s": eff.draft_overhead_s,
+            "mtp_acceptance": list(eff.mtp_acceptance)}
 
 
 def _layout(args: argparse.Namespace, model):
@@ -221,7 +243,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--af-experts-ep: only with --af-experts-hardware")
     phase = Phase[args.phase.upper()]
     new_tokens = 1 if phase is Phase.DECODE else args.new_tokens
-    row = evaluate(model, hw, phase, args.batch, new_tokens, args.context, layout)
+    row = evaluate(model, hw, phase, args.batch, new_tokens, args.context, layout,
+                   _service(args, model))
     row["bound"] = Bound(int(row["bound"])).name.lower()
     row["fits"] = bool(row["fits"])
     row |= _capacity(model, hw, layout, args.context)
@@ -234,7 +257,8 @@ def run(args: argparse.Namespace) -> int:
                     "pp": args.pp, "tp": args.tp, "ep": args.ep, "mtp": layout.mtp,
                     "precision": layout.weights.name.lower(),
                     "attention_precision": layout.attention_precision.name.lower(),
-                    "kv_precision": layout.kv.name.lower(), **row})
+                    "kv_precision": layout.kv.name.lower(), **_service_head(args, model),
+                    **row})
         return 0
     _print_table(f"{model.name} {args.phase} on {hw.name}: batch {args.batch}, "
                  f"{new_tokens} new + {args.context} cached tokens, "

@@ -17,6 +17,7 @@ from costmodel.plan import ARRANGEMENTS, AUTO, DEFAULT_MEMORY_FRACTION
 from orchestrator.cli._common import (
     UserError,
     add_overwrite_option,
+    add_service_options,
     atomic_path,
     check_new_file,
     positive_float,
@@ -76,6 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--name", help="the cluster's name (default: --out's stem, else 'planned')")
     p.add_argument("--out", type=Path, metavar="FILE", help="write the cluster TOML here")
     add_overwrite_option(p, "an existing --out FILE")
+    add_service_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run)
 
@@ -208,20 +210,24 @@ def run(args: argparse.Namespace) -> int:
     _check_out(args.out, args.overwrite)
     workload = workload_from_traces(list(args.trace), args.format)
     targets = Targets(args.ttft_target, args.tpot_target)
+    from costmodel.engines import DEFAULT_ENGINE, serving_efficiency
+
+    engine = args.engine or DEFAULT_ENGINE
+    eff = serving_efficiency(model, engine, args.mtp_acceptance)
     search, option = None, None
     if args.gpus is not None:
         plan = plan_cluster(model, hw, args.gpus, workload, targets, weights, kv,
                             arrangement=args.arrangement,
-                            memory_fraction=args.memory_fraction)
+                            memory_fraction=args.memory_fraction, eff=eff)
     else:
         option, rate, slots = _asked(args, workload)
         search = plan_for_rate(model, hw, workload, targets, weights, kv, rate, slots=slots,
                                option=option, arrangement=args.arrangement,
-                               memory_fraction=args.memory_fraction)
+                               memory_fraction=args.memory_fraction, eff=eff)
         plan = search.plan
     name = args.name or (args.out.stem if args.out is not None else "planned")
     command = _command(args)
-    text = render_cluster_toml(plan, name, command, args.hardware)
+    text = render_cluster_toml(plan, name, command, args.hardware, engine)
     try:  # the file must be one replay runs: read it back and bind it as replay would
         cluster_from_dict(tomllib.loads(text), "planned cluster").bind(model)
     except ClusterError as exc:
@@ -230,7 +236,8 @@ def run(args: argparse.Namespace) -> int:
         with atomic_path(args.out, args.overwrite) as tmp:
             tmp.write_text(text)
     if args.json:
-        print_json(plan_dict(plan, str(args.out) if args.out else None, search, option))
+        print_json({**plan_dict(plan, str(args.out) if args.out else None, search, option),
+                    "engine": engine})
     else:
         print_plan(plan, args.out, search, option)
     return 0

@@ -47,7 +47,7 @@ DEMO_POINT = DemoPoint(
              "it binds in 0.2% of them and nothing rings (docs/control.md, \"Why retire "
              "does not ring here\")",
     why_lag="the longest lag of the map: retire's linearised loop predicts ringing at about "
-            "21 s there",
+            "24 s there",
     why_think="gaps x0.02 so that a demo of a few minutes loads decode; at recorded think "
               "times over an hour retire rang at four times the capacity only with the slow "
               "loop off (2.1x), and with it on not at all (docs/control.md)")

@@ -396,6 +396,7 @@ class Orchestrator:
             kv_bytes_moved=int(sum(snap.moved_bytes.values())), gpus=self.cluster.spec.gpus,
             store_counters=snap, control=self.control, policy=self.policy.name,
             kv_policy=self.kv_policy.value, kv_bytes_per_token=rt.store.index.kv_bytes_per_token,
+            service=rt.service,
             link_utilisation=rt.links.utilisation(end_s),
             path_bytes={k: int(v) for k, v in sorted(rt.links.bytes_by_path.items())},
             realloc_decisions=self.slow.decisions, realloc_times_s=self.slow.times_s,

@@ -44,6 +44,9 @@ class ReplayResult:
     # Prefixes shared across sessions: base sessions given one, their tokens, chains.
     shared_prefix: dict = field(default_factory=dict)
     kv_policy: str = "offload"  # where a call's KV went when it ended (workers.kv_policy)
+    # The serving engine whose host cost the steps paid and the MTP acceptance by draft
+    # position they drew from (costmodel.engines.serving_efficiency).
+    service: dict = field(default_factory=dict)
     kv_bytes_per_token: int = 0  # of the store's blobs: one KV copy of one token
     # Copies on the cluster's links (workers.kv_links): per link that carried KV, its
     # utilisation {"mean", "p99"}; bytes started per kind of path.

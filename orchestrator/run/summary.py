@@ -370,6 +370,7 @@ def summarize(result: ReplayResult, ttft_target_s: float, tpot_target_s: float,
             "ttft_target_s": ttft_target_s, "tpot_target_s": tpot_target_s,
         },
         "control": control_figures(result, duration),
+        "service": result.service,
         "resources": {
             "gpus": result.gpus,
             "decode_slots": result.decode_slots,

@@ -151,7 +151,7 @@ def test_a_plain_tails_short_runs_price_as_the_core():
     # ends leave out the operations that change nothing (StepTail._plain).
     pricer = StepPricer(MODELS["llama-3.1-70b"], HARDWARE["h100"], Layout(tp=4))
     for sequences, context in ((17, 2345.6), (1, 0.0), (64, 120_000.0), (128, 7.25)):
-        assert pricer._tail(Phase.DECODE, pricer.per_rank(sequences), 1)._plain
+        assert pricer._tail(Phase.DECODE, sequences, 1)._plain
         for steps in (1, 2, 5, SCALAR_STEPS, SCALAR_RUN_STEPS):
             check_decode_runs(pricer, sequences, context, steps)
 
@@ -170,7 +170,7 @@ def test_a_plain_tails_short_runs_price_as_the_core():
 def test_long_runs_price_as_the_core_on_each_side_of_the_roofline(
         model, hardware, layout, sequences, context, steps, memory, net):
     pricer = StepPricer(MODELS[model], HARDWARE[hardware], layout)
-    tail = pricer._tail(Phase.DECODE, pricer.per_rank(sequences), 1)
+    tail = pricer._tail(Phase.DECODE, sequences, 1)
     attn = tail.main.attn
     # The case is the one named: which side of the roofline, and of the overlap's min.
     assert attn.monotone

@@ -49,10 +49,13 @@ def test_prefill_then_split_decode_completes_when_the_split_pricing_says(experts
                                                                          same_domain):
     req = Request(1, "s1", input_tokens=99 * 64, output_tokens=50, block_ids=tuple(range(1, 100)))
     rt = run(split_cluster(experts={"nodes": experts_nodes}), [(0.0, "prefill-0", req)])
-    # Prefill: TP4 x EP16 gives 4 attention ranks, so one sequence is a quarter per rank.
-    fill_s = phase_cost(K3, HardwareTable((GB200,)), Configs.make(
-        phase=int(Phase.PREFILL), batch=0.25, new_tokens=99 * 64, context=0, tp=4, ep=16,
-        precision=FP4)).step_time_s[0]
+    # Prefill: TP4 x EP16 gives 4 attention ranks; the one prompt fills on one of them,
+    # the routed experts seeing its tokens alone, in chunks of its rank's share of the
+    # step's 16,384 tokens (4,096: 6,336 = 4,096 + 2,240).
+    fill_s = sum(phase_cost(K3, HardwareTable((GB200,)), Configs.make(
+        phase=int(Phase.PREFILL), batch=1, new_tokens=new, context=cached, tp=4, ep=16,
+        precision=FP4, group_sequences=1)).step_time_s[0]
+        for new, cached in ((4096, 0), (2240, 4096)))
     assert req.fill_end_s == pytest.approx(fill_s, abs=1e-9)
     assert req.decode_worker in ("decode-0", "decode-1")
     # 49 more tokens at contexts 6337..6385; the expert instance serves two attention

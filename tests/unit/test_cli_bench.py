@@ -29,7 +29,7 @@ def argv(**changes):
     ({"range_ratio": "0"}, "--range-ratio: expected a number in (0, 1], got '0'"),
     ({"range_ratio": "1.5"}, "--range-ratio: expected a number in (0, 1], got '1.5'"),
     ({"range_ratio": "-0.2"}, "--range-ratio: expected a number in (0, 1], got '-0.2'"),
-    ({"engine": "tgi"}, "--engine: invalid choice: 'tgi'"),
+    ({"engine": "tgi"}, "--engine: unknown engine 'tgi'"),
     ({"hardware": None}, "--hardware: required without --cluster"),
     ({"hardware": "h900"}, "--hardware h900"),
     ({"model": "no-such-model"}, "--model no-such-model"),

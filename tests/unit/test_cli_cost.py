@@ -57,7 +57,9 @@ def test_a_layout_that_does_not_fit_is_priced_with_one_warning(capsys):
     assert out["fits"] is False and out["step_time_s"] > 0
     assert out["kv_capacity_tokens"] == 0 and out["kv_capacity_sequences"] == 0
     assert err.count("\n") == 1
-    assert err.startswith("warning: does not fit: 673.3 GB per GPU > 141.0 GB HBM of h200")
+    # 673.3 GB with the model's weights, 684.9 with its MTP module resident (decode drafts
+    # one token by default: 11.6B parameters, FP8 experts).
+    assert err.startswith("warning: does not fit: 684.9 GB per GPU > 141.0 GB HBM of h200")
     # The text form prints its figures too, with the same one warning.
     assert main([*BASE, "--tp", "1", "--ep", "1"]) == 0
     captured = capsys.readouterr()
@@ -78,8 +80,9 @@ def test_a_layout_that_fits_warns_nothing_and_reports_kv_capacity(capsys):
     # hold eight, less TP1's larger share of the non-expert weights: ~6x for DeepSeek-V3.
     dp, _ = _cost_json(capsys, "--tp", "1")
     assert 5.5 < dp["kv_capacity_tokens"] / out["kv_capacity_tokens"] < 6.5
-    # One attention rank, no per-sequence state: whole sequences of the --context length.
-    assert out["kv_capacity_sequences"] == out["kv_capacity_tokens"] // 8192 == 84
+    # One attention rank, no per-sequence state: whole sequences of the --context length
+    # (84 before the MTP module's 1.45 GB per GPU was resident, 82 with it).
+    assert out["kv_capacity_sequences"] == out["kv_capacity_tokens"] // 8192 == 82
     assert main(BASE) == 0
     text = capsys.readouterr().out
     assert "KV capacity per instance" in text and f"{out['kv_capacity_tokens']:,} tokens" in text
@@ -127,3 +130,32 @@ def test_split_decode_reports_resident_overflow_of_a_side(capsys):
     out = json.loads(big.out)
     assert out["fits"] is False and out["kv_capacity_tokens"] > 0
     assert big.err.count("\n") == 1 and "of gb200 (attention GPUs; batch 200" in big.err
+
+
+def test_the_engine_prices_its_host_gaps_and_is_recorded(capsys):
+    sglang, _ = _cost_json(capsys)
+    vllm, _ = _cost_json(capsys, "--engine", "vllm")
+    assert sglang["engine"] == "sglang" and vllm["engine"] == "vllm"
+    # costmodel/data/engines.toml: 1.5 and 4 ms a step.
+    assert vllm["step_time_s"] - sglang["step_time_s"] == pytest.approx(2.5e-3, rel=1e-9)
+
+
+def test_mtp_acceptance_is_an_option_and_changes_tokens_per_step(capsys):
+    default, _ = _cost_json(capsys)
+    assert default["mtp_acceptance"][:2] == [0.85, 0.72]  # the model file's
+    low, _ = _cost_json(capsys, "--mtp-acceptance", "0.5,0.3")
+    assert low["mtp_acceptance"] == [0.5, 0.3]
+    assert low["tokens_per_step"] == pytest.approx(default["tokens_per_step"] / 1.85 * 1.5)
+
+
+@pytest.mark.parametrize(("option", "value", "named"), [
+    ("--engine", "tgi", "--engine: unknown engine 'tgi'"),
+    ("--mtp-acceptance", "0.5,0.7", "position 2 (0.7) above position 1"),
+    ("--mtp-acceptance", "1.5", "probabilities in [0, 1]"),
+])
+def test_a_bad_engine_or_acceptance_is_one_line_exit_2(option, value, named, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([*BASE, option, value])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and named in err, err

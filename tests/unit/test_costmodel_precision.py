@@ -29,8 +29,10 @@ PINNED = [
     # One MTP draft: 1.85 tokens per step, as with the former scalar acceptance; the
     # draft pass of the MTP module (costmodel/draft.py) adds 0.20 ms to the 11.75 ms step
     # (0.24 ms to 14.23 ms since the per-class calibration of issue 33).
+    # The MTP module's weights are resident where the layout drafts: 1.45 GB more per GPU
+    # (11.6B parameters, routed experts in FP8, over EP8 / TP8; costmodel/memory.py).
     (DS, "h200", Phase.DECODE, 4, 1, 8192, Layout(tp=8, ep=8, mtp=1),
-     0.014225676295069581, 0.007689554754091665, 86183082125.52634, 83878190336.0),
+     0.014225676295069581, 0.007689554754091665, 87634336141.52634, 85329444352.0),
 ]
 
 
