@@ -90,28 +90,27 @@ DECODE, FILL, LULLS = OverloadScope.DECODE_BOUND, OverloadScope.FILL_BOUND, Over
 # (controller, scope, property) -> the figure measured (worst of EXAMPLES scenarios) and
 # why: the known failures. docs/plugins.md has the same table.
 KNOWN_FAILURES: dict[tuple[str, OverloadScope, str], str] = {
-    ("retire", DECODE, "oscillation"): "0.422 (admit-all 0.048)",
-    ("retire", DECODE, "starvation"): "0.179 (admit-all 0.000)",
-    ("retire", FILL, "oscillation"): "2.555 (admit-all 2.333: the traffic's)",
-    ("retire", FILL, "starvation"): "0.867",
-    ("retire", LULLS, "oscillation"): "0.482 (admit-all 0.358: the lull's dip)",
-    ("retire", LULLS, "starvation"): "0.125 (buffered 0.015)",
-    ("buffered", FILL, "oscillation"): "2.362 (admit-all 2.333: the traffic's)",
-    ("buffered", FILL, "starvation"): "0.377: calls held while the fill pool is saturated; "
-                                      "window throughput within 4% of admit-all's",
-    ("buffered", LULLS, "oscillation"): "0.341 (admit-all 0.358: the lull's dip)",
-    ("predictive", FILL, "oscillation"): "2.362 (admit-all 2.333: the traffic's)",
-    ("predictive", FILL, "starvation"): "0.362, as buffered's",
-    ("predictive", LULLS, "oscillation"): "0.341 (admit-all 0.358: the lull's dip)",
-    ("local", DECODE, "oscillation"): "0.327 (buffered 0.071): 6 agent sessions, lag 2.49 s",
-    ("local", DECODE, "starvation"): "0.155 (buffered 0.000): the same scenario",
-    ("local", FILL, "oscillation"): "1.567 (admit-all 2.333: the traffic's)",
-    ("local", FILL, "starvation"): "0.850, as buffered's; window throughput within 16% "
-                                   "of admit-all's",
-    ("local", LULLS, "oscillation"): "0.378 (admit-all 0.358: the lull's dip)",
-    (ADMIT_ALL, FILL, "oscillation"): "2.333: 16-token outputs leave decode idle in 82% "
+    ("retire", DECODE, "oscillation"): "0.446 (admit-all 0.045)",
+    ("retire", DECODE, "starvation"): "0.200 (admit-all 0.000)",
+    ("retire", FILL, "oscillation"): "1.561 (admit-all 1.851: the traffic's)",
+    ("retire", FILL, "starvation"): "0.800",
+    ("retire", LULLS, "oscillation"): "0.437 (admit-all 0.430: the lull's dip)",
+    ("retire", LULLS, "starvation"): "0.077 (buffered 0.015)",
+    ("buffered", FILL, "oscillation"): "1.823 (admit-all 1.851: the traffic's)",
+    ("buffered", FILL, "starvation"): "0.615: calls held while the fill pool is saturated; "
+                                      "window throughput within 3% of admit-all's",
+    ("buffered", LULLS, "oscillation"): "0.420 (admit-all 0.430: the lull's dip)",
+    ("predictive", FILL, "oscillation"): "1.823 (admit-all 1.851: the traffic's)",
+    ("predictive", FILL, "starvation"): "0.462 (buffered 0.615), the same cause",
+    ("predictive", LULLS, "oscillation"): "0.420 (admit-all 0.430: the lull's dip)",
+    ("local", DECODE, "oscillation"): "0.276 (buffered 0.065): 6 agent sessions, lag 2.49 s",
+    ("local", FILL, "oscillation"): "1.097 (admit-all 1.851: the traffic's)",
+    ("local", FILL, "starvation"): "0.772 (buffered 0.615), the same cause; window "
+                                   "throughput within 25% of admit-all's",
+    ("local", LULLS, "oscillation"): "0.433 (admit-all 0.430: the lull's dip)",
+    (ADMIT_ALL, FILL, "oscillation"): "1.851: 16-token outputs leave decode idle in 72% "
                                        "of samples",
-    (ADMIT_ALL, LULLS, "oscillation"): "0.358: the lull's dip itself",
+    (ADMIT_ALL, LULLS, "oscillation"): "0.430: the lull's dip itself",
 }
 
 
