@@ -3,7 +3,7 @@
 - `DECODE_BOUND`: decode is the bottleneck (outputs of 256-1,024 tokens), no lull:
   `strategies.overload_scenarios` with its defaults;
 - `FILL_BOUND`: short outputs (16-64 tokens), for which the kit cluster's one prefill
-  worker (5.1 calls/s) is the bottleneck and decode (9.0 calls/s at 64 tokens) is not;
+  worker (6.6 calls/s) is the bottleneck and decode (8.9 calls/s at 64 tokens) is not;
 - `LULLS`: decode-bound traffic whose open-loop arrivals stop (agent sessions already
   running go on) for long enough that decode drains what was queued and then idles for
   10-40 s (in the fluid model of `strategies.without_lulls`), then return as they were.

@@ -34,14 +34,14 @@ OVERLOAD = (1.5, 2.5)
 OVERLOAD_SPAN_S = (60.0, 90.0)
 OVERLOAD_MAX_BURST = 8
 # Mean outputs for which decode is the bottleneck: the kit cluster's decode capacity for
-# them (2.2, 1.1, 0.55 calls/s) is under half its fill capacity (5.1 calls/s). At 64
-# tokens the fill pool is (decode 9.0 calls/s): decode then waits on fills whatever the
+# them (2.2, 1.1, 0.55 calls/s) is under half its fill capacity (6.6 calls/s). At 64
+# tokens the fill pool is (decode 8.9 calls/s): decode then waits on fills whatever the
 # controller. Each call's output is the mean, or log-normal about it (sigma <= 1).
 OVERLOAD_MEAN_OUTPUTS = (256, 512, 1024)
 # Up to 6 synthetic agent sessions mixed in (2-12 turns of growing context, think gaps at
 # 0.05, 0.2 or 1x), joining after the first quarter of the arrivals, with no call longer
 # than the prefill pool fills cold within the ready buffer's seconds of decode service
-# (56,320 tokens for its 8 s): a longer cold fill holds the one prefill worker for longer
+# (64,512 tokens for its 8 s): a longer cold fill holds the one prefill worker for longer
 # than the buffer lasts, and so does any cold fill before a buffer exists.
 OVERLOAD_MAX_AGENTS = 6
 # Perturbations: observation lag, storage slowed down, the controller's predictor biased.

@@ -87,9 +87,14 @@ def test_a_lost_decode_worker_no_longer_reads_as_oscillation_while_it_drains():
 
 
 def test_an_agent_call_longer_than_the_ready_buffer_covers_starves_decode_while_it_fills():
-    """An agent session's cold 127k-token prefill holds the kit's one prefill worker for
-    ~25 s, longer than the ready buffer's 8 s of decode service: decode drains, and every
-    starved sample falls inside that fill."""
+    """An agent session's cold 98,068-token prefill holds the kit's one prefill worker for
+    ~15 s (19-34 s), longer than the ready buffer's 8 s of decode service: decode drains,
+    and every starved sample (29-34 s, 0.098 of the window) falls inside that fill.
+    Hypothesis found it (the kit's counterexample file) drawing `overload_scenarios` with
+    agent calls up to 131,072 tokens, for a starvation failure whose starved samples all
+    fall inside a fill longer than the limit. (The case found on the prices before issue
+    33's recalibration, a 127k-token fill of ~25 s, then took 22 s and no longer starved:
+    decode had a lull in the arrivals to drain through it.)"""
     scenario = Scenario.load_file(CASES / "buffered_long_cold_fill_starves.json")
     limit = kit_st.longest_cold_fill_tokens(ControlConfig().ready_buffer_s)
     assert scenario.agent_max_tokens > limit
@@ -107,16 +112,20 @@ def test_an_agent_call_longer_than_the_ready_buffer_covers_starves_decode_while_
 
 
 def test_fill_bound_overload_lands_fills_in_batches_that_decode_drains_within_a_period():
-    """Outputs of 64 tokens: the kit's fill pool (5.1 calls/s) is the bottleneck, not
-    decode (9.0). `buffered` admits a period's worth at once, the fills land together and
-    decode empties them within the period: it alternates between all its slots and none,
-    and no filled call ever waits for it (the ready buffer stays empty). Both bounds fail.
-    (`local`, admitting on every arrival, fills more evenly: 0.21 and 0.15 on this traffic,
-    against 0.81 and 0.40.)"""
-    capacity = kit_st.capacity_calls_per_s(2048, 64)
-    arrivals = overload_traffic(64, 60, 1)
-    arrivals, _ = kit_st.without_lulls(arrivals, (64,) * len(arrivals), 64, capacity)
-    result = run_scenario(Scenario(arrivals_s=arrivals, output_tokens=64))
+    """Outputs of 32 tokens: the kit's fill pool (6.6 calls/s) is the bottleneck, not
+    decode (18.2). `buffered` admits a period's worth at once, the fills land together and
+    decode empties them within the period: it alternates between all its slots and none
+    (idle in 63% of the window's samples, full in 37%), and no filled call ever waits for
+    it (the ready buffer stays empty). Both bounds fail: 1.291 and 0.296 (`retire` 1.849
+    and 0.778). `local`, admitting on every arrival, fills more evenly (0.617 and 0.278,
+    never full). At 64 tokens, the case pinned before issue 33's recalibration (0.81 and
+    0.40 then), the fill pool is now 6.6 calls/s against decode's 8.9: decode is idle in
+    only 22% of the samples (full in the rest; 0.534 and 0.204) and `local` holds both
+    (0.115, 0.000)."""
+    capacity = kit_st.capacity_calls_per_s(2048, 32)
+    arrivals = overload_traffic(32, 60, 1)
+    arrivals, _ = kit_st.without_lulls(arrivals, (32,) * len(arrivals), 32, capacity)
+    result = run_scenario(Scenario(arrivals_s=arrivals, output_tokens=32))
     with pytest.raises(checks.StabilityViolation):
         checks.oscillation_below(result, MAX_INDEX)
     with pytest.raises(checks.StabilityViolation):
@@ -150,18 +159,21 @@ def test_a_lull_in_the_traffic_reads_as_oscillation_and_the_start_queue_removes_
 
 
 def test_an_agent_cold_fill_before_the_ready_buffer_exists_starves_decode():
-    """An agent session whose first call (54,111 tokens, within the cold-fill limit) comes
-    with the first arrivals holds the prefill worker ~7 s before any ready buffer exists:
-    decode starves at start-up. Joining after the first quarter of the arrivals, as the
-    strategy has agents do, the same session leaves decode fed."""
+    """An agent session whose first call (63,851 tokens, within the cold-fill limit of
+    64,512) comes with the first arrivals holds the prefill worker ~8 s (2.0-9.9 s) before
+    any ready buffer exists: decode starves at start-up (7-11 s, 0.081 of the window).
+    Joining after the first quarter of the arrivals, as the strategy has agents do, the
+    same session leaves decode fed (0.000). (The session pinned before issue 33's
+    recalibration, agent seed 33, opens with 54,111 tokens, now filled in ~6 s: 0.032,
+    within the bound.)"""
     arrivals = overload_traffic(256, 75, 2)
     capacity = kit_st.capacity_calls_per_s(2048, 256)
     arrivals, _ = kit_st.without_lulls(arrivals, (256,) * len(arrivals), 256, capacity)
     limit = kit_st.longest_cold_fill_tokens(ControlConfig().ready_buffer_s)
     early = Scenario(arrivals_s=arrivals, output_tokens=256, agent_sessions=1, agent_calls=2,
-                     agent_seed=33, agent_starts_s=(arrivals[0],), agent_max_tokens=limit)
+                     agent_seed=362, agent_starts_s=(arrivals[0],), agent_max_tokens=limit)
     first = next(s for s in early.sessions() if s.source == "synth").calls[0]
-    assert first.input_tokens == 54_111
+    assert first.input_tokens == 63_851
     with pytest.raises(checks.StabilityViolation, match="decode starves while work waits"):
         checks.starvation_below(run_scenario(early), MAX_FRACTION)
     late = replace(early, agent_starts_s=(arrivals[0] + 0.25 * (arrivals[-1] - arrivals[0]),))
@@ -201,7 +213,7 @@ def test_overload_scenarios_stay_inside_their_stated_scope(data):
 
 def test_the_cold_fill_limit_is_the_ready_buffers_seconds_on_the_prefill_pool():
     limit = kit_st.longest_cold_fill_tokens(8.0)
-    assert limit == 56_320  # the figure docs/plugins.md states
+    assert limit == 64_512  # the figure docs/plugins.md states (56,320 before issue 33)
     assert kit_st.longest_cold_fill_tokens(4.0) < limit < kit_st.longest_cold_fill_tokens(16.0)
 
 
@@ -242,7 +254,7 @@ def test_inside_the_scope_a_3_s_lag_with_short_outputs_starves_decode_at_start_u
     calls with log-normal outputs (some under 100 tokens) and a 3 s observation lag.
     The 200 derandomised examples of the starvation property do not draw it; Hypothesis
     found it when replaying another property's saved examples. As in the 6 s case,
-    every starved sample (7-10 s) comes before decode's first full batch (13 s): the
+    every starved sample (7-9 s, 0.057) comes before decode's first full batch (12 s): the
     measurement window opens while decode is still ramping up. So the property's scope
     claim is false for start-up at lags of a few seconds; the ramp is not fixed here."""
     scenario = Scenario.load_file(CASES / "buffered_startup_lag_3s_starves.json")
