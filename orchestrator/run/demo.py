@@ -23,7 +23,7 @@ from traces.replay import LoadOptions
 # controller's admission bind, and the two runs are one run (docs/control.md).
 DEMO_CLUSTER = "gb200-nvl72x1-decode32"
 DEMO_MODEL = "kimi-k3-like"
-DEMO_CONTROLLERS = ("retire", "buffered", "local")
+DEMO_CONTROLLERS = ("retire", "buffered", "local", "smith")
 DEMO_SEED = 1
 
 

@@ -1,0 +1,78 @@
+"""`smith`: admission on the predicted present, its observation lag compensated.
+
+`local` (today's engines) decides at every event on the cluster as it is; the
+orchestrator's own controllers see it `lag` seconds late (scraped metrics), and the
+map (docs/control.md) shows `buffered` at a 5 s lag trailing `local`. `smith` keeps
+the lag and removes it from the loop with a Smith predictor
+(orchestrator.control.compensate): the calls admitted and not completed now are
+predicted from the lagged observation, plus the orchestrator's own admissions since
+(its admissions counter, exact), less the completions its learnt service model predicts
+since (the predictor's decode rate at the observed occupancy, corrected by what its
+lagged observations later counted). It admits up to a target: every decode slot
+filled, plus the calls that keep it filled while they are filled themselves (the
+predicted completions over the predicted fill latency and a cushion).
+
+It decides every fast-loop period and on every arrival (the admission queue is the
+orchestrator's own: a call arriving is known at once), each time on the newest lagged
+observation: between two periods the predicted completions grow with the time, so an
+arrival is admitted as soon as the model says a slot has come free. It never sees a
+completion before its observation does.
+"""
+
+from __future__ import annotations
+
+import math
+
+from orchestrator.control.compensate import PresentEstimate
+from orchestrator.control.config import ControlConfig
+from orchestrator.control.observe import Observation
+from orchestrator.control.policies.base import AdmissionDecision, AdmissionReason
+from orchestrator.control.stability import LoopModel
+
+# Seconds of predicted completions admitted beyond the fill pipeline's own: covers the
+# spread of the completions over a 5 s lag (a Poisson count of ~25 at the demo's point
+# has a standard deviation of 5, about 1 s of completions) and the model's error.
+CUSHION_S = 2.0
+
+_HOLD = AdmissionDecision(0, AdmissionReason.HOLD)
+
+
+class SmithAdmission:
+    name = "smith"
+    decides_on_arrival = True  # the shell asks at every arrival too, on the lagged view
+
+    def __init__(self, config: ControlConfig, cushion_s: float = CUSHION_S) -> None:
+        if not (math.isfinite(cushion_s) and cushion_s >= 0):
+            raise ValueError(f"cushion_s: expected seconds >= 0, got {cushion_s!r}")
+        self.config = config
+        self.cushion_s = cushion_s
+        self.estimate = PresentEstimate()
+        self._admitted_total = 0  # the orchestrator's admissions counter, as last told
+
+    def on_admitted(self, admitted_total: int, now_s: float) -> None:
+        """The shell's admissions counter after it released calls (its own log)."""
+        self._admitted_total = admitted_total
+
+    def target_in_system(self, obs: Observation) -> float:
+        """Calls admitted and not completed to aim for: the decode slots, plus the
+        completions predicted while a call is filled and over the cushion."""
+        rate = obs.predicted_decode_calls_per_s * self.estimate.correction
+        return obs.decode_slots + rate * (obs.predicted_fill_latency_s + self.cushion_s)
+
+    def decide(self, obs: Observation | None, now_s: float) -> AdmissionDecision:
+        if obs is None:
+            return AdmissionDecision(0, AdmissionReason.NO_OBSERVATION)
+        self.estimate.observe(obs)
+        present = self.estimate.present_in_system(obs, self._admitted_total, now_s)
+        room = int(self.target_in_system(obs) - present)
+        if room <= 0:
+            return _HOLD
+        return AdmissionDecision(room, AdmissionReason.PREDICTED_ROOM)
+
+    def loop_model(self, config: ControlConfig) -> LoopModel:
+        """With its model right, the predictor takes the lag out of the loop: it admits the
+        predicted shortfall every period, an integrator over T with no delay
+        (L(s) = 1 / (T s); Smith 1957). The model's error is what it feeds back late:
+        this loop does not show that."""
+        return LoopModel(numerator=(1.0,), denominator=(config.fast_period_s, 0.0),
+                         delay_s=0.0, period_s=config.fast_period_s)

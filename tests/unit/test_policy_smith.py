@@ -1,0 +1,121 @@
+"""`smith`: the Smith predictor of the present (orchestrator.control.compensate) and the
+policy that admits on it (orchestrator.control.policies.smith). Figures worked by hand
+in each test's comments."""
+
+import pytest
+
+from costmodel.model import load_model
+from orchestrator.control.compensate import (
+    CORRECTION_BOUNDS,
+    PresentEstimate,
+    completions_predicted,
+)
+from orchestrator.control.config import ControlConfig
+from orchestrator.control.observe import Observation
+from orchestrator.control.policies.base import AdmissionReason, loop_model_of
+from orchestrator.control.policies.smith import SmithAdmission
+from orchestrator.control.stability import phase_margin_deg, ringing_period_s
+from orchestrator.run.replay import Orchestrator
+from orchestrator.run.summary import summarize
+from tests.factories import short_agent_sessions, small_cluster
+from traces.replay import LoadOptions
+from workers.clock import VirtualClock
+
+
+def obs(t=0.0, running=8, slots=10, fill_queue=0, ready=0, admitted=0, completed=0,
+        rate=2.0, fill_s=1.0):
+    return Observation(time_s=t, admission_queue=50, admission_queue_interactive=50,
+                       fill_queue=fill_queue, fill_running=0, ready_depth=ready,
+                       decode_loading=0, decode_running=running, decode_slots=slots,
+                       admitted_total=admitted, retired_total=completed,
+                       completed_total=completed, rejected_total=0,
+                       predicted_decode_calls_per_s=rate, predicted_fill_latency_s=fill_s)
+
+
+def test_completions_predicted_at_the_models_per_slot_rate_and_occupancy():
+    # 2 calls/s at 10 slots is 0.2 a slot a second; 8 decoding over 5 s: 8 calls.
+    assert completions_predicted(obs(running=8), 5.0) == pytest.approx(8.0)
+    assert completions_predicted(obs(running=8), 5.0, correction=0.5) == pytest.approx(4.0)
+    # Never more than are decoding or on their way (8 + 1 ready).
+    assert completions_predicted(obs(running=8, ready=1), 60.0) == 9.0
+    assert completions_predicted(obs(running=8), 0.0) == 0.0
+
+
+def test_the_present_is_the_observation_plus_admissions_since_less_predicted_completions():
+    est = PresentEstimate()
+    o = obs(t=10.0, running=8, fill_queue=3, admitted=100)
+    # 11 in the system at t=10; 4 admitted since (counter 104); 2 s later the model says
+    # 0.2 x 8 x 2 = 3.2 completed: 11 + 4 - 3.2.
+    assert est.present_in_system(o, 104, 12.0) == pytest.approx(11.8)
+    # A counter behind the observation's (it cannot be) counts nothing admitted.
+    assert est.present_in_system(o, 90, 10.0) == 11.0
+
+
+def test_the_correction_learns_measured_over_predicted_completions_from_lagged_pairs():
+    est = PresentEstimate()
+    assert est.correction == 1.0  # nothing seen yet
+    # The model predicts 0.2 x 8 = 1.6 completions a second; the service does half that.
+    completed = 0.0
+    for k in range(200):
+        est.observe(obs(t=float(k), completed=int(completed)))
+        completed += 0.8
+    assert est.correction == pytest.approx(0.5, abs=0.03)
+    # An observation that is not newer teaches nothing.
+    before = est.correction
+    est.observe(obs(t=10.0, completed=10_000))
+    assert est.correction == before
+
+
+def test_the_correction_is_bounded():
+    est = PresentEstimate()
+    for k in range(100):
+        est.observe(obs(t=float(k), completed=100 * k))  # 100 a second against 1.6
+    assert est.correction == CORRECTION_BOUNDS[1]
+
+
+def test_smith_admits_the_room_left_under_its_target_and_holds_above_it():
+    policy = SmithAdmission(ControlConfig(observation_lag_s=5.0), cushion_s=2.0)
+    assert policy.decide(None, 0.0).reason is AdmissionReason.NO_OBSERVATION
+    # Target: 10 slots + 2 calls/s x (1 s fill + 2 s cushion) = 16. Present at t=2 for an
+    # observation at t=0 with 8 decoding: 8 - 0.2 x 8 x 2 = 4.8: room for 11.
+    d = policy.decide(obs(t=0.0, running=8), 2.0)
+    assert (d.admit, d.reason) == (11, AdmissionReason.PREDICTED_ROOM)
+    # Told it admitted those 11: the same view at the same time leaves no room (15.8).
+    policy.on_admitted(11, 2.0)
+    assert policy.decide(obs(t=0.0, running=8), 2.0).reason is AdmissionReason.HOLD
+    # A quarter second on the model says 0.4 more completed (15.4): no whole call yet;
+    # half a second on, 0.8 (15.0): one.
+    assert policy.decide(obs(t=0.0, running=8), 2.25).admit == 0
+    assert policy.decide(obs(t=0.0, running=8), 2.5).admit == 1
+
+
+def test_smith_declares_a_loop_without_the_lag():
+    config = ControlConfig(observation_lag_s=5.0)
+    model = loop_model_of(SmithAdmission(config), config)
+    assert model.delay_s == 0.0 and not model.through_pipeline
+    # An integrator with no delay: 90 degrees of margin and no ringing, at any pipeline.
+    assert phase_margin_deg(model, 3.0) == pytest.approx(90.0, abs=0.5)
+    assert ringing_period_s(model, 3.0) is None
+
+
+def test_a_bad_cushion_is_refused_in_one_line():
+    with pytest.raises(ValueError, match="cushion_s: expected seconds >= 0, got -1"):
+        SmithAdmission(ControlConfig(), cushion_s=-1.0)
+
+
+def run(policy, control):
+    orch = Orchestrator(small_cluster().bind(load_model("llama-3.1-70b")),
+                        short_agent_sessions(30, 6, seed=5), policy, control,
+                        LoadOptions(sessions_per_hour=36_000), 1)
+    return summarize(VirtualClock().run(orch.run()), control.ttft_target_s,
+                     control.tpot_target_s)
+
+
+def test_under_load_with_a_lag_it_loses_nothing_and_is_told_every_admission():
+    control = ControlConfig(realloc_enabled=False, observation_lag_s=5.0)
+    policy = SmithAdmission(control)
+    s = run(policy, control)
+    assert s["requests"]["lost"] == 0
+    assert s["requests"]["completed"] == s["requests"]["submitted"] > 0
+    # The shell told it the admissions counter after every release: the last is the total.
+    assert policy._admitted_total == s["requests"]["submitted"]
