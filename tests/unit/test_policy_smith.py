@@ -2,6 +2,8 @@
 policy that admits on it (orchestrator.control.policies.smith). Figures worked by hand
 in each test's comments."""
 
+import math
+
 import pytest
 
 from costmodel.model import load_model
@@ -32,33 +34,52 @@ def obs(t=0.0, running=8, slots=10, fill_queue=0, ready=0, admitted=0, completed
                        predicted_decode_calls_per_s=rate, predicted_fill_latency_s=fill_s)
 
 
-def test_completions_predicted_at_the_models_per_slot_rate_and_occupancy():
-    # 2 calls/s at 10 slots is 0.2 a slot a second; 8 decoding over 5 s: 8 calls.
-    assert completions_predicted(obs(running=8), 5.0) == pytest.approx(8.0)
-    assert completions_predicted(obs(running=8), 5.0, correction=0.5) == pytest.approx(4.0)
-    # Never more than are decoding or on their way (8 + 1 ready).
-    assert completions_predicted(obs(running=8, ready=1), 60.0) == 9.0
-    assert completions_predicted(obs(running=8), 0.0) == 0.0
+def test_completions_predicted_each_call_in_decode_memoryless_at_the_models_rate():
+    # 2 calls/s at 10 slots: a call's decode takes 5 s on average. 8 decoding from t=0:
+    # by t=5, 8 x (1 - e^-1) = 5.057 completed.
+    o = obs(t=0.0, running=8)
+    assert completions_predicted(o, 5.0) == pytest.approx(8 * (1 - math.exp(-1)))
+    # 3 being filled join decode a fill (1 s) later: 3 x (1 - e^-0.8) more.
+    o3 = obs(t=0.0, running=8, fill_queue=3)
+    assert completions_predicted(o3, 5.0) == pytest.approx(
+        8 * (1 - math.exp(-1)) + 3 * (1 - math.exp(-0.8)))
+    # 4 admitted at t=2 join at t=3: 4 x (1 - e^-0.4) more; none before they join.
+    assert completions_predicted(o, 5.0, [(2.0, 4)]) - completions_predicted(o, 5.0) == (
+        pytest.approx(4 * (1 - math.exp(-0.4))))
+    assert completions_predicted(o, 2.5, [(2.0, 4)]) == completions_predicted(o, 2.5)
+    # Half the rate: a 10 s mean.
+    assert completions_predicted(o, 5.0, correction=0.5) == pytest.approx(
+        8 * (1 - math.exp(-0.5)))
+    # Never more than decode's rate over the span: 30 filled, 0.5 s, at most 1 call.
+    assert completions_predicted(obs(t=0.0, running=10, ready=20), 0.5) == pytest.approx(1.0)
+    assert completions_predicted(o, 0.0) == 0.0
 
 
 def test_the_present_is_the_observation_plus_admissions_since_less_predicted_completions():
     est = PresentEstimate()
+    est.admitted(100, 5.0)
+    est.admitted(104, 11.0)
     o = obs(t=10.0, running=8, fill_queue=3, admitted=100)
-    # 11 in the system at t=10; 4 admitted since (counter 104); 2 s later the model says
-    # 0.2 x 8 x 2 = 3.2 completed: 11 + 4 - 3.2.
-    assert est.present_in_system(o, 104, 12.0) == pytest.approx(11.8)
-    # A counter behind the observation's (it cannot be) counts nothing admitted.
-    assert est.present_in_system(o, 90, 10.0) == 11.0
+    # 11 in the system at t=10, 4 admitted since (at t=11: in decode at 12, none done by
+    # 12); completed by t=12: 8 x (1 - e^-0.4) + 3 x (1 - e^-0.2) (the 3 in decode at 11).
+    gone = 8 * (1 - math.exp(-0.4)) + 3 * (1 - math.exp(-0.2))
+    assert est.present_in_system(o, 12.0) == pytest.approx(11 + 4 - gone)
+    # Only what the counter says came after the observation is counted: the log's entry
+    # at t=5 is before it.
+    assert est.present_in_system(obs(t=10.0, running=8, fill_queue=3, admitted=102),
+                                 10.0) == pytest.approx(13.0)
 
 
 def test_the_correction_learns_measured_over_predicted_completions_from_lagged_pairs():
     est = PresentEstimate()
     assert est.correction == 1.0  # nothing seen yet
-    # The model predicts 0.2 x 8 = 1.6 completions a second; the service does half that.
+    # The model predicts 8 x (1 - e^-0.2) = 1.45 completions a second; the service does
+    # half that.
+    per_s = 0.5 * 8 * (1 - math.exp(-0.2))
     completed = 0.0
     for k in range(200):
-        est.observe(obs(t=float(k), completed=int(completed)))
-        completed += 0.8
+        est.observe(obs(t=float(k), completed=round(completed)))
+        completed += per_s
     assert est.correction == pytest.approx(0.5, abs=0.03)
     # An observation that is not newer teaches nothing.
     before = est.correction
@@ -69,7 +90,7 @@ def test_the_correction_learns_measured_over_predicted_completions_from_lagged_p
 def test_the_correction_is_bounded():
     est = PresentEstimate()
     for k in range(100):
-        est.observe(obs(t=float(k), completed=100 * k))  # 100 a second against 1.6
+        est.observe(obs(t=float(k), completed=100 * k))  # 100 a second against 1.45
     assert est.correction == CORRECTION_BOUNDS[1]
 
 
@@ -77,14 +98,14 @@ def test_smith_admits_the_room_left_under_its_target_and_holds_above_it():
     policy = SmithAdmission(ControlConfig(observation_lag_s=5.0), cushion_s=2.0)
     assert policy.decide(None, 0.0).reason is AdmissionReason.NO_OBSERVATION
     # Target: 10 slots + 2 calls/s x (1 s fill + 2 s cushion) = 16. Present at t=2 for an
-    # observation at t=0 with 8 decoding: 8 - 0.2 x 8 x 2 = 4.8: room for 11.
+    # observation at t=0 with 8 decoding: 8 - 8 x (1 - e^-0.4) = 5.36: room for 10.
     d = policy.decide(obs(t=0.0, running=8), 2.0)
-    assert (d.admit, d.reason) == (11, AdmissionReason.PREDICTED_ROOM)
-    # Told it admitted those 11: the same view at the same time leaves no room (15.8).
-    policy.on_admitted(11, 2.0)
+    assert (d.admit, d.reason) == (10, AdmissionReason.PREDICTED_ROOM)
+    # Told it admitted those 10: the same view at the same time leaves no room (15.36).
+    policy.on_admitted(10, 2.0)
     assert policy.decide(obs(t=0.0, running=8), 2.0).reason is AdmissionReason.HOLD
-    # A quarter second on the model says 0.4 more completed (15.4): no whole call yet;
-    # half a second on, 0.8 (15.0): one.
+    # A quarter second on, 8 x (1 - e^-0.45) have completed (15.10): no whole call yet;
+    # half a second on, 8 x (1 - e^-0.5) (14.85): one.
     assert policy.decide(obs(t=0.0, running=8), 2.25).admit == 0
     assert policy.decide(obs(t=0.0, running=8), 2.5).admit == 1
 
@@ -118,4 +139,4 @@ def test_under_load_with_a_lag_it_loses_nothing_and_is_told_every_admission():
     assert s["requests"]["lost"] == 0
     assert s["requests"]["completed"] == s["requests"]["submitted"] > 0
     # The shell told it the admissions counter after every release: the last is the total.
-    assert policy._admitted_total == s["requests"]["submitted"]
+    assert policy.estimate._admitted_total == s["requests"]["submitted"]

@@ -6,9 +6,10 @@ map (docs/control.md) shows `buffered` at a 5 s lag trailing `local`. `smith` ke
 the lag and removes it from the loop with a Smith predictor
 (orchestrator.control.compensate): the calls admitted and not completed now are
 predicted from the lagged observation, plus the orchestrator's own admissions since
-(its admissions counter, exact), less the completions its learnt service model predicts
-since (the predictor's decode rate at the observed occupancy, corrected by what its
-lagged observations later counted). It admits up to a target: every decode slot
+(its admissions log), less the completions its learnt service model predicts since
+(each call in decode a fill latency after its admission, then completing at the
+predictor's per-call decode rate, corrected by what its lagged observations later
+counted). It admits up to a target: every decode slot
 filled, plus the calls that keep it filled while they are filled themselves (the
 predicted completions over the predicted fill latency and a cushion).
 
@@ -29,10 +30,11 @@ from orchestrator.control.observe import Observation
 from orchestrator.control.policies.base import AdmissionDecision, AdmissionReason
 from orchestrator.control.stability import LoopModel
 
-# Seconds of predicted completions admitted beyond the fill pipeline's own: covers the
-# spread of the completions over a 5 s lag (a Poisson count of ~25 at the demo's point
-# has a standard deviation of 5, about 1 s of completions) and the model's error.
-CUSHION_S = 2.0
+# Seconds of predicted completions admitted beyond the fill pipeline's own, as buffered's
+# ready buffer (ControlConfig.ready_buffer_s): covers the model's error over the lag, and
+# calls that complete together (equal outputs started together: a memoryless model
+# spreads their completions; 2 s starved decode in the kit's overload scenarios).
+CUSHION_S = 8.0
 
 _HOLD = AdmissionDecision(0, AdmissionReason.HOLD)
 
@@ -47,11 +49,10 @@ class SmithAdmission:
         self.config = config
         self.cushion_s = cushion_s
         self.estimate = PresentEstimate()
-        self._admitted_total = 0  # the orchestrator's admissions counter, as last told
 
     def on_admitted(self, admitted_total: int, now_s: float) -> None:
         """The shell's admissions counter after it released calls (its own log)."""
-        self._admitted_total = admitted_total
+        self.estimate.admitted(admitted_total, now_s)
 
     def target_in_system(self, obs: Observation) -> float:
         """Calls admitted and not completed to aim for: the decode slots, plus the
@@ -63,7 +64,7 @@ class SmithAdmission:
         if obs is None:
             return AdmissionDecision(0, AdmissionReason.NO_OBSERVATION)
         self.estimate.observe(obs)
-        present = self.estimate.present_in_system(obs, self._admitted_total, now_s)
+        present = self.estimate.present_in_system(obs, now_s)
         room = int(self.target_in_system(obs) - present)
         if room <= 0:
             return _HOLD
