@@ -97,15 +97,15 @@ def test_the_correction_is_bounded():
 def test_smith_admits_the_room_left_under_its_target_and_holds_above_it():
     policy = SmithAdmission(ControlConfig(observation_lag_s=5.0), cushion_s=2.0)
     assert policy.decide(None, 0.0).reason is AdmissionReason.NO_OBSERVATION
-    # Target: 10 slots + 2 calls/s x (1 s fill + 2 s cushion) = 16. Present at t=2 for an
-    # observation at t=0 with 8 decoding: 8 - 8 x (1 - e^-0.4) = 5.36: room for 10.
+    # Target: 10 slots + 2 calls/s x 2 s cushion = 14. Present at t=2 for an observation
+    # at t=0 with 8 decoding: 8 - 8 x (1 - e^-0.4) = 5.36: room for 8.
     d = policy.decide(obs(t=0.0, running=8), 2.0)
-    assert (d.admit, d.reason) == (10, AdmissionReason.PREDICTED_ROOM)
-    # Told it admitted those 10: the same view at the same time leaves no room (15.36).
-    policy.on_admitted(10, 2.0)
+    assert (d.admit, d.reason) == (8, AdmissionReason.PREDICTED_ROOM)
+    # Told it admitted those 8: the same view at the same time leaves no room (13.36).
+    policy.on_admitted(8, 2.0)
     assert policy.decide(obs(t=0.0, running=8), 2.0).reason is AdmissionReason.HOLD
-    # A quarter second on, 8 x (1 - e^-0.45) have completed (15.10): no whole call yet;
-    # half a second on, 8 x (1 - e^-0.5) (14.85): one.
+    # A quarter second on, 8 x (1 - e^-0.45) have completed (13.10): no whole call yet;
+    # half a second on, 8 x (1 - e^-0.5) (12.85): one.
     assert policy.decide(obs(t=0.0, running=8), 2.25).admit == 0
     assert policy.decide(obs(t=0.0, running=8), 2.5).admit == 1
 

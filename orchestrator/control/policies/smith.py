@@ -56,9 +56,11 @@ class SmithAdmission:
 
     def target_in_system(self, obs: Observation) -> float:
         """Calls admitted and not completed to aim for: the decode slots, plus the
-        completions predicted while a call is filled and over the cushion."""
+        completions predicted over the cushion (the fill pipeline's and the ready
+        buffer's content: where fills bind, more admitted only waits at the fill
+        workers, routed before their prefix's worker is free)."""
         rate = obs.predicted_decode_calls_per_s * self.estimate.correction
-        return obs.decode_slots + rate * (obs.predicted_fill_latency_s + self.cushion_s)
+        return obs.decode_slots + rate * self.cushion_s
 
     def decide(self, obs: Observation | None, now_s: float) -> AdmissionDecision:
         if obs is None:
