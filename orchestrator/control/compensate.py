@@ -114,6 +114,14 @@ class PresentEstimate:
             total -= n
         return out
 
+    def in_fill(self, obs: Observation, now_s: float) -> float:
+        """Calls being filled now, predicted: those queued at or in a fill at the
+        observation (none assumed done since: where fills bind they are not), plus the
+        admissions of the last fill latency the model predicts (older ones are filled)."""
+        since_s = max(obs.time_s, now_s - obs.predicted_fill_latency_s)
+        recent = sum(n for t, n in self._since(obs.admitted_total) if t >= since_s)
+        return obs.fill_queue + obs.fill_running + recent
+
     def observe(self, obs: Observation) -> None:
         """Learn from a new lagged observation: the completions counted since the last one
         against what the model predicted from the last one for that span; forget the log

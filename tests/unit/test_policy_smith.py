@@ -94,20 +94,35 @@ def test_the_correction_is_bounded():
     assert est.correction == CORRECTION_BOUNDS[1]
 
 
-def test_smith_admits_the_room_left_under_its_target_and_holds_above_it():
+def test_calls_in_fill_are_those_seen_there_plus_the_admissions_of_the_last_fill_latency():
+    est = PresentEstimate()
+    est.admitted(100, 5.0)
+    est.admitted(104, 11.0)
+    o = obs(t=10.0, running=8, fill_queue=3, admitted=100)  # a fill takes 1 s
+    assert est.in_fill(o, 11.5) == 3 + 4  # admitted at 11: still in fill at 11.5
+    assert est.in_fill(o, 12.5) == 3  # filled by 12
+
+
+def test_smith_admits_the_room_left_under_its_target_and_its_fill_bound():
     policy = SmithAdmission(ControlConfig(observation_lag_s=5.0), cushion_s=2.0)
     assert policy.decide(None, 0.0).reason is AdmissionReason.NO_OBSERVATION
-    # Target: 10 slots + 2 calls/s x 2 s cushion = 14. Present at t=2 for an observation
-    # at t=0 with 8 decoding: 8 - 8 x (1 - e^-0.4) = 5.36: room for 8.
+    # Target: 10 slots + 2 calls/s x 2 s cushion = 14 in the system; at most 2 x 2 = 4
+    # being filled. 10 decoding and 4 filled at the observation: at its target.
+    assert policy.decide(obs(t=0.0, running=10, ready=4), 0.0).reason is AdmissionReason.HOLD
+    # 8 decoding at t=0, seen at t=2: 8 - 8 x (1 - e^-0.4) = 5.36 left, room for 8 under
+    # the target, but only 4 may be in fill.
     d = policy.decide(obs(t=0.0, running=8), 2.0)
-    assert (d.admit, d.reason) == (8, AdmissionReason.PREDICTED_ROOM)
-    # Told it admitted those 8: the same view at the same time leaves no room (13.36).
-    policy.on_admitted(8, 2.0)
+    assert (d.admit, d.reason) == (4, AdmissionReason.PREDICTED_ROOM)
+    # Told it admitted those 4: they are in fill for a fill latency (1 s): hold.
+    policy.on_admitted(4, 2.0)
     assert policy.decide(obs(t=0.0, running=8), 2.0).reason is AdmissionReason.HOLD
-    # A quarter second on, 8 x (1 - e^-0.45) have completed (13.10): no whole call yet;
-    # half a second on, 8 x (1 - e^-0.5) (12.85): one.
-    assert policy.decide(obs(t=0.0, running=8), 2.25).admit == 0
-    assert policy.decide(obs(t=0.0, running=8), 2.5).admit == 1
+    assert policy.decide(obs(t=0.0, running=8), 2.9).reason is AdmissionReason.HOLD
+    # At 3.5 they are filled; the system holds 12 - 8 x (1 - e^-0.7) - 4 x (1 - e^-0.1)
+    # = 7.59: room for 6 under the target, 4 in fill.
+    assert policy.decide(obs(t=0.0, running=8), 3.5).admit == 4
+    # Nearly all decoded by t=20 and 4 filled: 14 - (4 + 8 e^-4 ...) leaves 9 under the
+    # target, 4 by the fill bound.
+    assert policy.decide(obs(t=0.0, running=8), 20.0).admit == 4
 
 
 def test_smith_declares_a_loop_without_the_lag():

@@ -62,12 +62,20 @@ class SmithAdmission:
         rate = obs.predicted_decode_calls_per_s * self.estimate.correction
         return obs.decode_slots + rate * self.cushion_s
 
+    def fill_room(self, obs: Observation, now_s: float) -> float:
+        """Where the fills bind (a cold prefix each new session), calls admitted beyond
+        what decode takes over the cushion only queue at the fill workers, routed before
+        their prefix's worker is free: the calls being filled are held to the cushion's
+        predicted completions, as local holds them to its free slots."""
+        rate = obs.predicted_decode_calls_per_s * self.estimate.correction
+        return rate * self.cushion_s - self.estimate.in_fill(obs, now_s)
+
     def decide(self, obs: Observation | None, now_s: float) -> AdmissionDecision:
         if obs is None:
             return AdmissionDecision(0, AdmissionReason.NO_OBSERVATION)
         self.estimate.observe(obs)
         present = self.estimate.present_in_system(obs, now_s)
-        room = int(self.target_in_system(obs) - present)
+        room = int(min(self.target_in_system(obs) - present, self.fill_room(obs, now_s)))
         if room <= 0:
             return _HOLD
         return AdmissionDecision(room, AdmissionReason.PREDICTED_ROOM)
