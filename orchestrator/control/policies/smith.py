@@ -9,9 +9,10 @@ predicted from the lagged observation, plus the orchestrator's own admissions si
 (its admissions log), less the completions its learnt service model predicts since
 (each call in decode a fill latency after its admission, then completing at the
 predictor's per-call decode rate, corrected by what its lagged observations later
-counted). It admits up to a target: every decode slot
-filled, plus the calls that keep it filled while they are filled themselves (the
-predicted completions over the predicted fill latency and a cushion).
+counted). It admits up to a target, every decode slot filled plus a cushion of
+predicted completions (calls filled ahead, as buffered's ready buffer), and holds the
+calls on their way (in fill, or admitted within the last predicted fill latency) to
+that cushion too.
 
 It decides every fast-loop period and on every arrival (the admission queue is the
 orchestrator's own: a call arriving is known at once), each time on the newest lagged
@@ -30,7 +31,7 @@ from orchestrator.control.observe import Observation
 from orchestrator.control.policies.base import AdmissionDecision, AdmissionReason
 from orchestrator.control.stability import LoopModel
 
-# Seconds of predicted completions admitted beyond the fill pipeline's own, as buffered's
+# Seconds of predicted completions admitted beyond the decode slots, as buffered's
 # ready buffer (ControlConfig.ready_buffer_s): covers the model's error over the lag, and
 # calls that complete together (equal outputs started together: a memoryless model
 # spreads their completions; 2 s starved decode in the kit's overload scenarios).
