@@ -1,17 +1,18 @@
-"""The embedded default run: retire, buffered and local admission side by side, at a
-point of the operating region the control sweep found (docs/control.md).
+"""The embedded default run: retire, buffered, local and smith admission side by side, at
+a point of the operating region the control sweep found (docs/control.md).
 
-The demo's load is relative, so it means the same on any traces: session starts
-at `DEMO_POINT.load` times the rate at which the cluster's planned capacity is
-used in steady state (`orchestrator.run.capacity`), for `duration_s`, with
-think/tool gaps scaled by `think_scale` and the controllers seeing the service
-`observation_lag_s` late. `DemoPoint.why` says, one line each, why these values.
+The demo's load is relative and found for the traces it is given: session starts at
+a multiple of the rate at which the cluster's planned capacity is used in steady state
+(`orchestrator.run.capacity`), the smallest at which retire's admission binds in at
+least half its periods (`DEMO_RULE`, `choose_load`), for `duration_s`, with think/tool
+gaps scaled by `think_scale` and the controllers seeing the service `observation_lag_s`
+late. `DemoPoint.why_*` says, one line each, why the lag and the think scale.
 """
 
 from __future__ import annotations
 
 import csv
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,34 +24,67 @@ from traces.replay import LoadOptions
 # controller's admission bind, and the two runs are one run (docs/control.md).
 DEMO_CLUSTER = "gb200-nvl72x1-decode32"
 DEMO_MODEL = "kimi-k3-like"
-DEMO_CONTROLLERS = ("retire", "buffered", "local")
+DEMO_CONTROLLERS = ("retire", "buffered", "local", "smith")
 DEMO_SEED = 1
 
 
 @dataclass(frozen=True)
 class DemoPoint:
-    """Where the demo runs in the sweep's map, and why (docs/control.md)."""
+    """Where the demo runs in the sweep's map, and why (docs/control.md). Its load is not
+    fixed: `DEMO_RULE` finds it for the traces given (`choose_load`)."""
 
-    load: float  # a multiple of the cluster's planned capacity (orchestrator.run.capacity)
     observation_lag_s: float
     think_scale: float
     duration_s: float
-    why_load: str
     why_lag: str
     why_think: str
 
 
 DEMO_POINT = DemoPoint(
-    load=4.0, observation_lag_s=5.0, think_scale=0.02, duration_s=600.0,
-    why_load="four times the planned capacity: enough sessions that calls wait for "
-             "admission (it binds in about half the periods), where retire rings; at twice "
-             "it binds in 0.2% of them and nothing rings (docs/control.md, \"Why retire "
-             "does not ring here\")",
+    observation_lag_s=5.0, think_scale=0.02, duration_s=600.0,
     why_lag="the longest lag of the map: retire's linearised loop predicts ringing at about "
             "24 s there",
     why_think="gaps x0.02 so that a demo of a few minutes loads decode; at recorded think "
               "times over an hour retire rang at four times the capacity only with the slow "
               "loop off (2.1x), and with it on not at all (docs/control.md)")
+
+# The demo's load, found for the traces it is given (docs/control.md, "The demo's rule"):
+# retire rings only where its admission binds, and binding depends on the traces (their
+# calls' lengths and think gaps against the cluster), so the load is searched, not fixed.
+DEMO_RULE_LOADS = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0)  # multiples of planned capacity
+DEMO_RULE_SHARE = 0.5  # of retire's periods whose decision left calls queued
+DEMO_RULE = ("the smallest of 1, 1.5, 2, 3, 4, 6 and 8 times the planned capacity at which "
+             "retire's admission binds (its decision leaves calls queued) in at least half "
+             "of its periods over the demo's window, found by retire-only runs of the "
+             "demo's point at those loads in turn")
+
+
+@dataclass(frozen=True)
+class LoadProbe:
+    """One step of the search: retire's admission bound fraction at a load (None: no
+    period in the measurement window)."""
+
+    load: float
+    bound_fraction: float | None
+
+    def binds(self) -> bool:
+        return self.bound_fraction is not None and self.bound_fraction >= DEMO_RULE_SHARE
+
+
+def choose_load(bound_fraction_at: Callable[[float], float | None],
+                loads: Sequence[float] = DEMO_RULE_LOADS,
+                ) -> tuple[float, tuple[LoadProbe, ...], bool]:
+    """`DEMO_RULE`: (the load, the probes made, whether it binds there). `bound_fraction_at`
+    runs retire at a load and returns its admission bound fraction. The loads are probed
+    in increasing order and the search stops at the first that binds; when none does,
+    the largest is taken, and the third item says so."""
+    probes: list[LoadProbe] = []
+    for load in sorted(loads):
+        probes.append(LoadProbe(load, bound_fraction_at(load)))
+        if probes[-1].binds():
+            return load, tuple(probes), True
+    return probes[-1].load, tuple(probes), False
+
 
 # The replay benchmarks' fixed load (benchmarks/bench_replay.py and the checks that a
 # change leaves results identical): the sample x12 started at 7,200 an hour, think/tool

@@ -99,6 +99,11 @@ class FastLoop:
         self._pools_recorded: tuple | None = None
         self._workers_recorded: dict[str, int] | None = None
         self.idle = IdleSpans(self)
+        # A policy that keeps its own admissions log is told the admissions counter after
+        # every release (policies.smith: its Smith predictor counts what it admitted since
+        # the observation it acts on).
+        hook = getattr(policy, "on_admitted", None)
+        self._tell_admitted = hook if callable(hook) else None
 
     def completed(self, req: Request) -> None:
         """A call completed in this period (the next sample counts it)."""
@@ -140,6 +145,11 @@ class FastLoop:
             self.queue.remove(pending)
             self.host.counters["admitted"] += 1
             self._period_admitted += 1
+        if released and self._tell_admitted is not None:
+            try:
+                self._tell_admitted(self.host.counters["admitted"], now_s)
+            except Exception as exc:
+                raise plugin_failed("controller", self.policy, exc) from exc
 
     def decide_now(self, now_s: float) -> None:
         """An event-driven policy's decision on the cluster as it is now (no lag), applied
@@ -149,6 +159,14 @@ class FastLoop:
         obs = self.sampler.look_still(now_s, self.host.counters, len(self.queue),
                                       sum(p.interactive for p in self.queue))
         self._apply(self.ask(obs, now_s), now_s)
+
+    def decide_lagged(self, now_s: float) -> None:
+        """A policy that decides on arrivals too (`decides_on_arrival`) asked on the newest
+        observation the lag lets it see, as at a period, and its decision applied at once;
+        unlike `decide_now`, no unlagged look at the cluster."""
+        if not self.queue:
+            return
+        self._apply(self.ask(self.lag.seen_at(now_s), now_s), now_s)
 
     def apply_target_batch(self, per_unit: int) -> None:
         self.touched = True

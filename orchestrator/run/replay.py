@@ -138,6 +138,8 @@ class Orchestrator:
         self._rejected_arrivals_s: list[float] = []
         # A policy that decides at every event on the cluster as it is (policies.local).
         self._event_driven = bool(getattr(policy, "event_driven", False))
+        # A policy that decides on every arrival too, on its lagged view (policies.smith).
+        self._on_arrival = bool(getattr(policy, "decides_on_arrival", False))
         self.shared_chains = SharedChains()  # what the sessions share (traces.shared_prefix)
         self.kv_policy = kv_policy  # where a call's KV goes when it ends (workers.kv_policy)
         # Keep every token gap's record (workers.token_gaps): a benchmark reads a window.
@@ -184,6 +186,8 @@ class Orchestrator:
         self.notify("on_submit", req, req.arrival_s)
         if self._event_driven:
             self.fast.decide_now(req.arrival_s)
+        elif self._on_arrival:
+            self.fast.decide_lagged(req.arrival_s)
         return pending
 
     def _on_done(self, req: Request, now_s: float) -> None:

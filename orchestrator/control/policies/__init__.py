@@ -15,6 +15,7 @@ from orchestrator.control.policies.buffered import BufferedAdmission
 from orchestrator.control.policies.local import LocalAdmission
 from orchestrator.control.policies.predictive import PredictiveAdmission
 from orchestrator.control.policies.retire import RetireAdmission
+from orchestrator.control.policies.smith import SmithAdmission
 
 
 def make_policy(name: str, config: ControlConfig, base_target_batch: int = 4) -> AdmissionPolicy:
@@ -28,4 +29,5 @@ UnknownPolicyError = PluginError
 
 
 __all__ = ["AdmissionDecision", "AdmissionPolicy", "AdmissionReason", "BufferedAdmission",
-           "LocalAdmission", "PluginError", "PredictiveAdmission", "RetireAdmission", "make_policy"]
+           "LocalAdmission", "PluginError", "PredictiveAdmission", "RetireAdmission", "SmithAdmission",
+           "make_policy"]

@@ -49,6 +49,7 @@ class AdmissionReason(Enum):
     BACKLOG_LOW = "backlog_low"  # above the service rate to refill the buffer
     PREDICTED_MISS = "predicted_miss"  # calls predicted to miss their target are refused
     RESERVED = "reserved"  # as many as decode slots can be reserved for (local)
+    PREDICTED_ROOM = "predicted_room"  # the room the predicted present leaves (smith)
     HOLD = "hold"  # nothing to admit
 
 
