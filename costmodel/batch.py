@@ -21,14 +21,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from costmodel.configs import Configs, Phase
 from costmodel.draft import draft_passes
-from costmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency, OverlapMode
+from costmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from costmodel.hardware import HardwareTable
-from costmodel.kernels import ACT_BYTES, Phase, _Kernels, _latency, _network, _Shape
+from costmodel.kernels import Kernels, Shape
 from costmodel.model import ModelSpec
 from costmodel.mtp import expected_tokens_per_step
-from costmodel.phase import Configs
 from costmodel.precision import Precision
+from costmodel.terms import ACT_BYTES, fixed_latency, network, overlapped
 
 
 @dataclass(frozen=True)
@@ -40,9 +41,9 @@ class BatchStepCost:
     sequences: int
 
 
-def _attention_s(m: ModelSpec, v: _Shape, eff: Efficiency, q_tok: np.ndarray,
+def _attention_s(m: ModelSpec, v: Shape, eff: Efficiency, q_tok: np.ndarray,
                  cached: np.ndarray, decoding: np.ndarray, ranks: float) -> float:
-    """Per stage on one attention rank: `_Kernels`' attention term, summed per request
+    """Per stage on one attention rank: `Kernels`' attention term, summed per request
     (each request's own chunk and context) instead of at the batch's mean."""
     tp = float(v.tp[0])
     attn_w = (v.n_full + v.n_slide) * m.attn_params + v.n_lin * m.linear_params
@@ -80,10 +81,10 @@ def batch_token_terms(model: ModelSpec, hardware: HardwareTable, all_decode: boo
                        batch=batch, new_tokens=q_mean, context=context_mean,
                        pp=pp, tp=tp, ep=ep, precision=int(precision),
                        hardware=hardware_index, kv_precision=int(kv_precision), mtp=mtp, **extra)
-    v = _Shape(model, hardware, cfg, eff)
-    k = _Kernels(model, v, eff)
-    _, _, network_s = _network(model, v)
-    return v, k, network_s, _latency(model, v, eff)
+    v = Shape(model, hardware, cfg, eff)
+    k = Kernels(model, v, eff)
+    _, _, network_s = network(model, v, v)
+    return v, k, network_s, fixed_latency(model, v, eff)
 
 
 def batch_step_cost(model: ModelSpec, hardware: HardwareTable, new_tokens, cached_tokens,
@@ -118,9 +119,7 @@ def batch_step_cost(model: ModelSpec, hardware: HardwareTable, new_tokens, cache
         hardware_index=hardware_index, eff=eff, **extra)
     t_attn = _attention_s(model, v, eff, q_tok, cached, decoding, ranks)
     t_cm = t_attn + k.t_dense + k.t_always + k.t_experts + k.t_head
-    stage_s = t_cm + network_s + latency_s
-    if eff.overlap == OverlapMode.OVERLAP:
-        stage_s = stage_s - eff.overlap_fraction * np.minimum(t_cm, network_s)
+    stage_s = overlapped(t_cm, network_s, latency_s, eff, np.minimum)
     stage = float(np.ravel(stage_s)[0])
     draft_s = 0.0
     if mtp and decoding.any():

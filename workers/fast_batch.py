@@ -14,11 +14,11 @@ from functools import lru_cache
 
 import numpy as np
 
+from costmodel.configs import Configs, Phase
 from costmodel.efficiency import Efficiency, OverlapMode
 from costmodel.hardware import HardwareTable
-from costmodel.kernels import ACT_BYTES, Phase
 from costmodel.model import ModelSpec
-from costmodel.phase import Configs
+from costmodel.terms import ACT_BYTES
 from workers.fast_pricing import LayoutTerms, Pricing, Shape, kernel_terms, network_s
 from workers.step_tail import StepTail
 

@@ -32,13 +32,15 @@ from dataclasses import replace
 
 import numpy as np
 
+from costmodel.configs import Phase
 from costmodel.draft import mtp_module
 from costmodel.efficiency import Efficiency, OverlapMode
 from costmodel.hardware import HardwareTable
-from costmodel.kernels import ACT_BYTES, Phase, _a2a_reach, _latency, _Shape
+from costmodel.kernels import Shape as CoreShape
 from costmodel.model import ModelSpec
 from costmodel.mtp import expected_tokens_per_step
 from costmodel.precision import Precision
+from costmodel.terms import ACT_BYTES, fixed_latency
 
 
 def _f(x) -> float:
@@ -54,13 +56,13 @@ class LayoutTerms:
               "wb_exp", "peak_dense", "peak_exp", "peak_attn", "kv_layer")
 
     def __init__(self, m: ModelSpec, table: HardwareTable, cfg, eff: Efficiency):
-        v = _Shape(m, table, cfg, eff)
+        v = CoreShape(m, table, cfg, eff)
         self.m, self.eff = m, eff
         for name in self._NAMES:
             setattr(self, name, _f(getattr(v, name)))
         self.state_layer, self.window = float(v.state_layer), float(v.window)
         self.mtp = _f(cfg.mtp)
-        self.latency_s = _f(_latency(m, v, eff))  # no term of it depends on the batch
+        self.latency_s = _f(fixed_latency(m, v, eff))  # no term of it depends on the batch
         self.d = float(m.hidden_size)
         self.head_w = m.vocab_size * self.d
         self.disp = 1.0 if int(_f(v.wprec)) >= Precision.FP8 else 2.0
@@ -84,7 +86,7 @@ class LayoutTerms:
         if m.moe is not None:
             self.miss = min(max(1.0 - m.moe.top_k / m.moe.routed_experts, 0.0), 1.0)
             self.miss64 = np.float64(self.miss)
-            rr, rn, out = _a2a_reach(m, v)
+            rr, rn, out = v.remote_ranks, v.remote_nodes, v.outside
             self.remote_ranks, self.remote_nodes, self.outside = _f(rr), _f(rn), _f(out)
             self.experts_per_rank = _f(np.ceil(m.moe.routed_experts / v.ep))
             self.split = _f(np.maximum(1.0, v.tp / v.ep))

@@ -14,7 +14,7 @@ from itertools import accumulate
 
 import numpy as np
 
-from costmodel.kernels import Phase
+from costmodel.configs import Phase
 from workers.fast_pricing import Pricing, zero_dim
 
 
