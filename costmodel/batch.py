@@ -41,11 +41,13 @@ class BatchStepCost:
     sequences: int
 
 
-def _attention_s(m: ModelSpec, v: Shape, eff: Efficiency, q_tok: np.ndarray,
-                 cached: np.ndarray, decoding: np.ndarray, ranks: float) -> float:
+def batch_attention_s(m: ModelSpec, v, eff: Efficiency, q_tok: np.ndarray,
+                      cached: np.ndarray, decoding: np.ndarray, ranks: float) -> float:
     """Per stage on one attention rank: `Kernels`' attention term, summed per request
-    (each request's own chunk and context) instead of at the batch's mean."""
-    tp = float(v.tp[0])
+    (each request's own chunk and context) instead of at the batch's mean. `v`: the
+    layout's quantities, a `Shape` of one configuration or the workers' float copy of
+    it (`workers.fast_pricing.LayoutTerms`)."""
+    tp = float(np.ravel(v.tp)[0])
     attn_w = (v.n_full + v.n_slide) * m.attn_params + v.n_lin * m.linear_params
     tokens = q_tok.sum() / ranks
     # Causal attention: a query sees the cache plus, on average, half its own chunk.
@@ -117,7 +119,7 @@ def batch_step_cost(model: ModelSpec, hardware: HardwareTable, new_tokens, cache
         model, hardware, all_decode, n / ranks, q_tok.mean(), cached.mean(), pp=pp, tp=tp,
         ep=ep, precision=precision, kv_precision=kv_precision, mtp=mtp,
         hardware_index=hardware_index, eff=eff, **extra)
-    t_attn = _attention_s(model, v, eff, q_tok, cached, decoding, ranks)
+    t_attn = batch_attention_s(model, v, eff, q_tok, cached, decoding, ranks)
     t_cm = t_attn + k.t_dense + k.t_always + k.t_experts + k.t_head
     stage_s = overlapped(t_cm, network_s, latency_s, eff, np.minimum)
     stage = float(np.ravel(stage_s)[0])

@@ -135,17 +135,17 @@ class ModelSpec:
         # Gated DeltaNet: in_proj_qkvz, in_proj_ba (beta, alpha per value head), out.
         return d * (2 * qk + 2 * v) + d * 2 * la.value_heads + conv + v * d
 
-    @property
+    @cached_property
     def dense_ffn_params(self) -> int:
         return 3 * self.hidden_size * self.dense_intermediate  # gate, up, down
 
-    @property
+    @cached_property
     def expert_params(self) -> int:
         """One routed expert (gate, up, down) on its working width."""
         m = self.moe
         return 3 * (m.latent_size or self.hidden_size) * m.expert_intermediate
 
-    @property
+    @cached_property
     def moe_always_params(self) -> int:
         """Per MoE layer, the parameters every token uses: router, shared experts,
         and the projections to and from the expert latent width."""
@@ -188,7 +188,7 @@ class ModelSpec:
 
     # --- KV and state -----------------------------------------------------------------
 
-    @property
+    @cached_property
     def kv_elems_per_token_layer(self) -> int:
         if self.attention is AttentionKind.MLA:
             return self.mla.kv_lora_rank + self.mla.rope_dim
@@ -214,7 +214,7 @@ class ModelSpec:
 
     # --- attention arithmetic (per query token, per context token, per layer) ----------
 
-    @property
+    @cached_property
     def attn_flops_per_ctx_token_prefill(self) -> float:
         """Scores and values with full heads (MLA decompressed, as prefill kernels run)."""
         if self.attention is AttentionKind.MLA:
@@ -222,7 +222,7 @@ class ModelSpec:
             return 2.0 * m.heads * (m.nope_dim + m.rope_dim + m.v_dim)
         return 4.0 * self.gqa.heads * self.gqa.head_dim
 
-    @property
+    @cached_property
     def attn_flops_per_ctx_token_decode(self) -> float:
         """Decode MLA works on the latent (weights absorbed): 576-wide scores, 512-wide values."""
         if self.attention is AttentionKind.MLA:
@@ -230,7 +230,7 @@ class ModelSpec:
             return 2.0 * m.heads * (2 * m.kv_lora_rank + m.rope_dim)
         return 4.0 * self.gqa.heads * self.gqa.head_dim
 
-    @property
+    @cached_property
     def linear_flops_per_token(self) -> float:
         """Delta-rule state update and readout: a few key_dim x value_dim products per head."""
         if self.linear is None:

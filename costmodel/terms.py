@@ -125,16 +125,17 @@ def attention_work(m: ModelSpec, lay, b, eff: Efficiency, ops: Ops = NUMPY_OPS) 
 
 
 def attention_ctx_flops(w, context, mn=min):
-    """Scores and values over the context (sliding layers up to their window), and the
-    linear layers' FLOPs."""
+    """The attention group's FLOPs beside its projections at `context`: scores and values
+    over the context (sliding layers up to their window), and the linear layers'."""
     ctx_mean = context + w.half
     flops = w.a_ctx * (w.n_full * ctx_mean + w.n_slide * mn(ctx_mean, w.window)) / w.tp
     return flops + w.lin_flops
 
 
 def attention_bytes(w, context, mn=min):
-    """Weights, the KV read after the step (sliding layers up to their window), the
-    recurrent state in and out, and the activations."""
+    """The attention group's HBM bytes at `context`: the weights, the KV read after the
+    step (sliding layers up to their window), the recurrent state in and out, and the
+    activations."""
     ctx_end = context + w.q_tok
     kv_read = w.kv_seq * (w.n_full * ctx_end + w.n_slide * mn(ctx_end, w.window))
     kv_read = kv_read + w.state
@@ -142,18 +143,21 @@ def attention_bytes(w, context, mn=min):
     return attn_bytes + w.act_bytes
 
 
+def attention_s(w, context, mx=max, mn=min):
+    """The attention group's roofline time at `context` (a float, or an array with
+    np.maximum and np.minimum)."""
+    return mx(w.proj_flops / w.peak_dense + attention_ctx_flops(w, context, mn) / w.peak_attn,
+              attention_bytes(w, context, mn) / w.hbm_bw)
+
+
 def attention_compute_s(w, context, mn=min):
+    """`attention_s`' compute side at `context`."""
     return w.proj_flops / w.peak_dense + attention_ctx_flops(w, context, mn) / w.peak_attn
 
 
 def attention_memory_s(w, context, mn=min):
+    """`attention_s`' memory side at `context`."""
     return attention_bytes(w, context, mn) / w.hbm_bw
-
-
-def attention_s(w, context, mx=max, mn=min):
-    """The attention group's roofline time at `context` (a float, or an array with
-    np.maximum and np.minimum)."""
-    return mx(attention_compute_s(w, context, mn), attention_memory_s(w, context, mn))
 
 
 def a2a_reach(m: ModelSpec, lay, ops: Ops = NUMPY_OPS):

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.capacity import EXACT_INTEGERS, KVCapacity
-from workers.fast_batch import pairwise_sum
 
 INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO = INIT_NEW_TOKEN_RATIO * 0.14
@@ -75,17 +74,10 @@ def footprints(kv: KVCapacity, contexts: np.ndarray) -> np.ndarray:
     return per_token * c + slide * np.minimum(c, kv.window_tokens) + state
 
 
-# Batches of at most this many sequences sum their footprints in Python floats: numpy's
-# per-call cost is most of the work there. Without sliding layers a footprint is two
-# operations instead of five: Python stays cheaper up to twice as many sequences.
-SCALAR_SEQUENCES = 16
-SCALAR_SEQUENCES_FULL = 32
-
-
 def footprints_sum(kv: KVCapacity, contexts: np.ndarray | list) -> float:
-    """`float(footprints(kv, contexts).sum())`, the same double: a short batch's in Python
-    floats, element by element as numpy computes them, summed in numpy's pairwise order
-    (`workers.fast_batch.pairwise_sum`). `contexts`: an array or a sequence of numbers."""
+    """`float(footprints(kv, contexts).sum())`, the same double: whole token counts (a
+    list) with whole-byte footprint terms summed as integers, else numpy's.
+    `contexts`: an array or a sequence of numbers."""
     exact = kv.integer_footprints
     if exact is not None and type(contexts) is list and contexts:
         # Whole token counts and whole-byte terms: every footprint, and every partial sum
@@ -96,15 +88,7 @@ def footprints_sum(kv: KVCapacity, contexts: np.ndarray | list) -> float:
             total = exact[0] * tokens + exact[1] * len(contexts)
             if total < EXACT_INTEGERS:
                 return float(total)
-    per_token, slide, state, window = kv.footprint_terms
-    if len(contexts) > (SCALAR_SEQUENCES if slide else SCALAR_SEQUENCES_FULL):
-        return float(footprints(kv, contexts).sum())
-    if isinstance(contexts, np.ndarray):
-        contexts = contexts.tolist()
-    if not slide:  # as in `footprints`
-        return pairwise_sum([per_token * c + state for c in map(float, contexts)])
-    return pairwise_sum([per_token * c + slide * min(c, window) + state
-                         for c in map(float, contexts)])
+    return float(footprints(kv, contexts).sum())
 
 
 def steps_that_fit(kv: KVCapacity, contexts: np.ndarray | list, other_bytes: float,

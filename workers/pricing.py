@@ -35,20 +35,16 @@ from costmodel.phase import Configs, Phase, step_times
 from costmodel.precision import BYTES_PER_ELEMENT
 from workers.fast_batch import BatchTail
 from workers.fast_pricing import Pricing
-from workers.step_tail import COMPILED as STEP_TAIL_COMPILED
 from workers.step_tail import StepTail
 
 # Runs of at most this many decode steps are priced in a Python loop; longer ones as
-# ~30 array operations (a Python step costs ~3 us, an array operation ~1 us).
+# array operations (a Python step costs a few us, an array operation ~1 us). One
+# algorithm whatever the build: which runs are priced which way does not depend on
+# whether a module was compiled (the doubles are the same either way).
 SCALAR_STEPS = 12
 # A run's step ends, as Python floats, up to this many steps: the list is what the run
-# reads (a bisect a poke), not an array to convert. Measured on the Azure open loop's
-# decode tail (llama-3.1-70b / h100 tp=8, 17 sequences): 24 steps 5.6 us in the loop
-# against 7.3 as arrays, 32 steps 7.1 against 7.4, 40 steps 8.6 against 7.4. Compiled
-# (workers/step_tail.pxd), the loop is C: on the dev decode tail (kimi-k3-like / gb200),
-# 128 steps 2.6 us against 5.8 as arrays, 256 steps 4.8 against 6.5, 512 steps 9.0
-# against 8.3. The same doubles either way (tests/property/test_pricing_fast_path.py).
-SCALAR_RUN_STEPS = 256 if STEP_TAIL_COMPILED else 32
+# reads (a bisect a poke), not an array to convert.
+SCALAR_RUN_STEPS = 32
 # Batch steps of at most this many requests are memoised and priced in a Python loop;
 # up to SCALAR_BATCH_REQUESTS priced in the loop unmemoised (decodes riding with
 # prefill chunks: such a step never repeats); bigger ones as arrays.
