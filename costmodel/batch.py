@@ -49,18 +49,22 @@ def batch_attention_s(m: ModelSpec, v, eff: Efficiency, q_tok: np.ndarray,
     it (`workers.fast_pricing.LayoutTerms`)."""
     tp = float(np.ravel(v.tp)[0])
     attn_w = (v.n_full + v.n_slide) * m.attn_params + v.n_lin * m.linear_params
-    tokens = q_tok.sum() / ranks
+    tokens = np.add.reduce(q_tok) / ranks
     # Causal attention: a query sees the cache plus, on average, half its own chunk.
     ctx_mean = cached + (q_tok + 1.0) / 2.0
     ctx_end = cached + q_tok
     ctx_flops = np.where(decoding, m.attn_flops_per_ctx_token_decode,
                          m.attn_flops_per_ctx_token_prefill)
-    ctx = (q_tok * ctx_flops * (v.n_full * ctx_mean + v.n_slide * np.minimum(ctx_mean, v.window))
-           ).sum() / ranks / tp
+    if m.n_sliding_layers:
+        ctx_mean = v.n_full * ctx_mean + v.n_slide * np.minimum(ctx_mean, v.window)
+        ctx_end = v.n_full * ctx_end + v.n_slide * np.minimum(ctx_end, v.window)
+    else:  # the sliding term is +0.0 beside a value >= 0: it would change nothing
+        ctx_mean = v.n_full * ctx_mean
+        ctx_end = v.n_full * ctx_end
+    ctx = np.add.reduce(q_tok * ctx_flops * ctx_mean) / ranks / tp
     ctx += tokens * v.n_lin * m.linear_flops_per_token / tp
     proj = 2.0 * tokens * attn_w / tp
-    kv_read = (v.kv_layer * (v.n_full * ctx_end + v.n_slide * np.minimum(ctx_end, v.window))
-               ).sum() / ranks
+    kv_read = np.add.reduce(v.kv_layer * ctx_end) / ranks
     kv_read += 2.0 * (q_tok.size / ranks) * v.n_lin * v.state_layer / tp
     attn_bytes = attn_w / tp * v.wb_dense + kv_read
     attn_bytes += tokens * m.hidden_size * ACT_BYTES * eff.activation_passes_per_layer * (

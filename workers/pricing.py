@@ -44,7 +44,7 @@ from workers.step_tail import StepTail
 SCALAR_STEPS = 12
 # A run's step ends, as Python floats, up to this many steps: the list is what the run
 # reads (a bisect a poke), not an array to convert.
-SCALAR_RUN_STEPS = 32
+SCALAR_RUN_STEPS = 10
 # Batch steps of at most this many requests are memoised and priced in a Python loop;
 # up to SCALAR_BATCH_REQUESTS priced in the loop unmemoised (decodes riding with
 # prefill chunks: such a step never repeats); bigger ones as arrays.

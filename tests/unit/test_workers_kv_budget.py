@@ -5,6 +5,8 @@ import dataclasses
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from costmodel.capacity import kv_capacity
 from costmodel.hardware import load_hardware
@@ -15,9 +17,12 @@ from workers.kv_budget import (
     MIN_NEW_TOKEN_RATIO,
     RESERVE_TOKENS,
     RETRACT_STEPS,
+    SCALAR_SEQUENCES,
+    SCALAR_SEQUENCES_FULL,
     GrowthReserve,
     footprints,
     footprints_sum,
+    pairwise_sum,
     preemption_count,
     steps_that_fit,
     steps_until_admissible,
@@ -106,12 +111,15 @@ def test_decode_admission_does_not_read_the_true_output_length():
 
 
 @pytest.mark.parametrize("model", [LLAMA, GPT_OSS], ids=["gqa", "sliding"])
-def test_a_batch_sums_its_footprints_to_numpys_double(model):
+def test_a_short_batch_sums_its_footprints_to_numpys_double(model):
     layout = Layout(tp=4, ep=4) if model is LLAMA else Layout(tp=2, ep=2)
     kv = kv_capacity(model, H200, layout)
     rng = np.random.default_rng(5)
+    # The Python path and numpy's beyond it (16 sequences with sliding layers, 32
+    # without).
+    limit = SCALAR_SEQUENCES if model is GPT_OSS else SCALAR_SEQUENCES_FULL
     assert (kv.footprint_terms[1] != 0.0) == (model is GPT_OSS)
-    for n in range(35):
+    for n in range(limit + 3):
         for _ in range(40):
             contexts = rng.uniform(0, 300_000, size=n) * rng.choice([1e-3, 1.0], size=n)
             assert footprints_sum(kv, contexts) == float(footprints(kv, contexts).sum())
@@ -144,3 +152,9 @@ def test_whole_token_counts_sum_their_footprints_exactly_as_numpy(model):
     assert footprints_sum(kv, huge) == float(footprints(kv, huge).sum())
     mixed = [1000, 2000.5, 3000]
     assert footprints_sum(kv, mixed) == float(footprints(kv, mixed).sum())
+
+
+@settings(max_examples=60)
+@given(st.lists(st.floats(-1e12, 1e12, allow_nan=False), max_size=700))
+def test_pairwise_sum_adds_as_numpy(values):
+    assert pairwise_sum(values) == np.add.reduce(np.array(values, dtype=np.float64))
