@@ -26,7 +26,7 @@ from typing import NamedTuple
 import numpy as np
 
 from costmodel.efficiency import Efficiency, OverlapMode
-from costmodel.model import ModelSpec
+from costmodel.model_spec import ModelSpec
 
 ACT_BYTES = 2.0  # activations travel and rest in BF16
 
