@@ -41,36 +41,57 @@ class BatchStepCost:
     sequences: int
 
 
-def batch_attention_s(m: ModelSpec, v, eff: Efficiency, q_tok: np.ndarray,
-                      cached: np.ndarray, decoding: np.ndarray, ranks: float) -> float:
-    """Per stage on one attention rank: `Kernels`' attention term, summed per request
-    (each request's own chunk and context) instead of at the batch's mean. `v`: the
-    layout's quantities, a `Shape` of one configuration or the workers' float copy of
-    it (`workers.fast_pricing.LayoutTerms`)."""
-    tp = float(np.ravel(v.tp)[0])
-    attn_w = (v.n_full + v.n_slide) * m.attn_params + v.n_lin * m.linear_params
-    tokens = np.add.reduce(q_tok) / ranks
+def request_attention_terms(m: ModelSpec, v, q_tok, cached, ctx_flops, mn=np.minimum):
+    """Per request (floats, or arrays of requests): the FLOPs of its scores and values
+    over its context (`ctx_flops` a (query, context) token pair) and the KV bytes it reads
+    after the step, each over the stage's layers (sliding ones up to their window). `v`:
+    the layout's quantities, a `Shape` of one configuration or the workers' float copy
+    of it (`workers.fast_pricing.LayoutTerms`)."""
     # Causal attention: a query sees the cache plus, on average, half its own chunk.
     ctx_mean = cached + (q_tok + 1.0) / 2.0
     ctx_end = cached + q_tok
-    ctx_flops = np.where(decoding, m.attn_flops_per_ctx_token_decode,
-                         m.attn_flops_per_ctx_token_prefill)
     if m.n_sliding_layers:
-        ctx_mean = v.n_full * ctx_mean + v.n_slide * np.minimum(ctx_mean, v.window)
-        ctx_end = v.n_full * ctx_end + v.n_slide * np.minimum(ctx_end, v.window)
+        ctx_mean = v.n_full * ctx_mean + v.n_slide * mn(ctx_mean, v.window)
+        ctx_end = v.n_full * ctx_end + v.n_slide * mn(ctx_end, v.window)
     else:  # the sliding term is +0.0 beside a value >= 0: it would change nothing
         ctx_mean = v.n_full * ctx_mean
         ctx_end = v.n_full * ctx_end
-    ctx = np.add.reduce(q_tok * ctx_flops * ctx_mean) / ranks / tp
+    return q_tok * ctx_flops * ctx_mean, v.kv_layer * ctx_end
+
+
+def _first(x) -> float:
+    return x if type(x) is float else float(np.ravel(x)[0])
+
+
+def batch_attention_from_sums(m: ModelSpec, v, eff: Efficiency, q_sum, ctx_sum, kv_sum,
+                              requests: int, ranks: float) -> float:
+    """Per stage on one attention rank: the attention group's roofline time from the
+    requests' sums (query tokens, `request_attention_terms`' FLOPs and KV bytes, each
+    summed in numpy's pairwise order)."""
+    tp = _first(v.tp)
+    attn_w = (v.n_full + v.n_slide) * m.attn_params + v.n_lin * m.linear_params
+    tokens = q_sum / ranks
+    ctx = ctx_sum / ranks / tp
     ctx += tokens * v.n_lin * m.linear_flops_per_token / tp
     proj = 2.0 * tokens * attn_w / tp
-    kv_read = np.add.reduce(v.kv_layer * ctx_end) / ranks
-    kv_read += 2.0 * (q_tok.size / ranks) * v.n_lin * v.state_layer / tp
+    kv_read = kv_sum / ranks
+    kv_read += 2.0 * (requests / ranks) * v.n_lin * v.state_layer / tp
     attn_bytes = attn_w / tp * v.wb_dense + kv_read
     attn_bytes += tokens * m.hidden_size * ACT_BYTES * eff.activation_passes_per_layer * (
         v.n_layers / tp)
-    t = np.maximum(proj / v.peak_dense + ctx / v.peak_attn, attn_bytes / v.hbm_bw)
-    return float(np.ravel(t)[0])
+    return _first(max(_first(proj / v.peak_dense + ctx / v.peak_attn),
+                      _first(attn_bytes / v.hbm_bw)))
+
+
+def batch_attention_s(m: ModelSpec, v, eff: Efficiency, q_tok: np.ndarray,
+                      cached: np.ndarray, decoding: np.ndarray, ranks: float) -> float:
+    """Per stage on one attention rank: `Kernels`' attention term, summed per request
+    (each request's own chunk and context) instead of at the batch's mean."""
+    ctx_flops = np.where(decoding, m.attn_flops_per_ctx_token_decode,
+                         m.attn_flops_per_ctx_token_prefill)
+    ctx_terms, kv_terms = request_attention_terms(m, v, q_tok, cached, ctx_flops)
+    return batch_attention_from_sums(m, v, eff, np.add.reduce(q_tok), np.add.reduce(ctx_terms),
+                                     np.add.reduce(kv_terms), q_tok.size, ranks)
 
 
 def batch_token_terms(model: ModelSpec, hardware: HardwareTable, all_decode: bool, batch: float,

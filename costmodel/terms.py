@@ -105,6 +105,8 @@ class AttentionWork(NamedTuple):
     peak_dense: object
     peak_attn: object
     hbm_bw: object
+    sliding: bool  # the model has sliding-window layers (else their terms are +0.0)
+    linear: bool  # the model has linear-attention layers (else their terms are +0.0)
 
 
 def attention_work(m: ModelSpec, lay, b, eff: Efficiency, ops: Ops = NUMPY_OPS) -> AttentionWork:
@@ -121,15 +123,21 @@ def attention_work(m: ModelSpec, lay, b, eff: Efficiency, ops: Ops = NUMPY_OPS) 
         state=2.0 * b.n_seq * lay.n_lin * lay.state_layer / tp,
         w_bytes=attn_w / tp * lay.wb_dense,
         act_bytes=t_rank * d * ACT_BYTES * eff.activation_passes_per_layer * lay.n_layers / tp,
-        peak_dense=lay.peak_dense, peak_attn=lay.peak_attn, hbm_bw=lay.hbm_bw)
+        peak_dense=lay.peak_dense, peak_attn=lay.peak_attn, hbm_bw=lay.hbm_bw,
+        sliding=m.n_sliding_layers > 0, linear=m.n_linear_layers > 0)
 
 
 def attention_ctx_flops(w, context, mn=min):
     """The attention group's FLOPs beside its projections at `context`: scores and values
-    over the context (sliding layers up to their window), and the linear layers'."""
+    over the context (sliding layers up to their window), and the linear layers'. A
+    model without sliding or linear layers leaves their terms out: each is +0.0 beside
+    a value >= 0, which would leave it as it is."""
     ctx_mean = context + w.half
-    flops = w.a_ctx * (w.n_full * ctx_mean + w.n_slide * mn(ctx_mean, w.window)) / w.tp
-    return flops + w.lin_flops
+    by_layer = w.n_full * ctx_mean
+    if w.sliding:
+        by_layer = by_layer + w.n_slide * mn(ctx_mean, w.window)
+    flops = w.a_ctx * by_layer / w.tp
+    return flops + w.lin_flops if w.linear else flops
 
 
 def attention_bytes(w, context, mn=min):
@@ -137,8 +145,12 @@ def attention_bytes(w, context, mn=min):
     step (sliding layers up to their window), the recurrent state in and out, and the
     activations."""
     ctx_end = context + w.q_tok
-    kv_read = w.kv_seq * (w.n_full * ctx_end + w.n_slide * mn(ctx_end, w.window))
-    kv_read = kv_read + w.state
+    by_layer = w.n_full * ctx_end
+    if w.sliding:
+        by_layer = by_layer + w.n_slide * mn(ctx_end, w.window)
+    kv_read = w.kv_seq * by_layer
+    if w.linear:
+        kv_read = kv_read + w.state
     attn_bytes = w.w_bytes + kv_read
     return attn_bytes + w.act_bytes
 

@@ -1,8 +1,10 @@
 """A heterogeneous batch step for one worker (`costmodel.batch.batch_step_cost`).
 
-The requests' attention and KV terms are the core's own per-request sums
-(`costmodel.batch.batch_attention_s`, on this worker's layout terms as floats and
-the requests as arrays); the token-count terms are those of a uniform batch at the
+The requests' attention and KV terms are the core's own per-request terms
+(`costmodel.batch.request_attention_terms`, on this worker's layout terms as floats),
+request by request in Python floats summed in numpy's pairwise order
+(`workers.pairwise`) for a step of a few requests, over arrays for a big one; the
+token-count terms are those of a uniform batch at the
 mean query tokens (`workers.fast_pricing`), memoised on their exact key.
 `batch_step_cost` builds its configurations with `Configs.make` (one-element
 arrays), so this pricing raises its power as numpy does over arrays.
@@ -14,14 +16,19 @@ from functools import lru_cache
 
 import numpy as np
 
-from costmodel.batch import batch_attention_s
+from costmodel.batch import batch_attention_from_sums, batch_attention_s, request_attention_terms
 from costmodel.configs import Configs, Phase
 from costmodel.efficiency import Efficiency
 from costmodel.hardware import HardwareTable
 from costmodel.model import ModelSpec
 from costmodel.terms import overlapped
 from workers.fast_pricing import Pricing, Shape, kernel_terms, network_s
+from workers.pairwise import pairwise_sum
 from workers.step_tail import StepTail
+
+# Steps of at most this many requests are priced request by request in Python floats;
+# bigger ones as arrays (a request costs ~1 us in the loop, an array operation ~1 us).
+SCALAR_REQUESTS = 32
 
 
 class BatchTail:
@@ -51,10 +58,31 @@ class BatchTail:
         return kernel_terms(lt, shape), network_s(lt, shape)
 
     def step_s(self, new_tokens, cached_tokens, decoding) -> float:
-        """A step of requests given as sequences of numbers (and flags)."""
-        return self.step_arrays_s(np.array(new_tokens, dtype=np.float64),
-                                  np.array(cached_tokens, dtype=np.float64),
-                                  np.array(decoding, dtype=bool))
+        """A step of requests given as sequences of numbers (and flags): a few request by
+        request in Python floats, more as arrays (`step_arrays_s`), the same doubles."""
+        if len(cached_tokens) > SCALAR_REQUESTS:
+            return self.step_arrays_s(np.array(new_tokens, dtype=np.float64),
+                                      np.array(cached_tokens, dtype=np.float64),
+                                      np.array(decoding, dtype=bool))
+        lt = self.pricing.main
+        m = lt.m
+        q_dec = 1.0 + self.lay.mtp
+        f_dec, f_pre = m.attn_flops_per_ctx_token_decode, m.attn_flops_per_ctx_token_prefill
+        ctx_terms, kv_terms, q_tok, dec = [], [], [], []
+        for t, c, d in zip(new_tokens, cached_tokens, decoding, strict=True):
+            q, c = (q_dec if d else float(t)), float(c)
+            ctx, kv = request_attention_terms(m, lt, q, c, f_dec if d else f_pre, min)
+            ctx_terms.append(ctx)
+            kv_terms.append(kv)
+            q_tok.append(q)
+            if d:
+                dec.append(c)
+        q_sum = pairwise_sum(q_tok)
+        t_attn = batch_attention_from_sums(m, lt, lt.eff, q_sum, pairwise_sum(ctx_terms),
+                                           pairwise_sum(kv_terms), len(q_tok), self.ranks)
+        dec_mean = pairwise_sum(dec) / len(dec) if dec else 0.0
+        return self._step(len(dec) == len(q_tok), len(q_tok), q_sum, t_attn, len(dec),
+                          dec_mean)
 
     def mixed_step_s(self, chunk_tokens: list[int], chunk_cached: list[int],
                      decode_contexts: list[int]) -> float:
@@ -74,12 +102,16 @@ class BatchTail:
                                    self.ranks)
         dec = cached_tokens[decoding]
         dec_mean = float(np.add.reduce(dec)) / dec.size if dec.size else 0.0
+        return self._step(bool(decoding.all()), n, q_sum, t_attn, dec.size, dec_mean)
+
+    def _step(self, all_decode: bool, n: int, q_sum: float, t_attn: float, decodes: int,
+              dec_mean: float) -> float:
         eff = self.pricing.eff
-        (t_dense, t_always, t_experts, t_head), net_s = self._token_terms(
-            bool(decoding.all()), n, q_sum / n)
+        (t_dense, t_always, t_experts, t_head), net_s = self._token_terms(all_decode, n,
+                                                                          q_sum / n)
         t_cm = t_attn + t_dense + t_always + t_experts + t_head  # in the core's order
-        stage = overlapped(t_cm, net_s, lt.latency_s, eff)
+        stage = overlapped(t_cm, net_s, self.pricing.main.latency_s, eff)
         draft_s = 0.0
-        if self.lay.mtp and dec.size:
-            draft_s = self.draft_tail(dec.size / self.ranks).draft_s(dec_mean)
+        if self.lay.mtp and decodes:
+            draft_s = self.draft_tail(decodes / self.ranks).draft_s(dec_mean)
         return self.lay.pp * stage + draft_s + eff.step_overhead_s

@@ -10,6 +10,7 @@ cdef class Shape:
 cdef class AttentionTerms:
     cdef public bint monotone
     cdef public object work
+    cdef public object work_arrays
 
 cdef class PassTail:
     cdef public tuple after

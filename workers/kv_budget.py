@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.capacity import EXACT_INTEGERS, KVCapacity
+from workers.pairwise import pairwise_sum
 
 INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO = INIT_NEW_TOKEN_RATIO * 0.14
@@ -74,43 +75,6 @@ def footprints(kv: KVCapacity, contexts: np.ndarray) -> np.ndarray:
     return per_token * c + slide * np.minimum(c, kv.window_tokens) + state
 
 
-# numpy's pairwise summation (numpy/_core/src/umath/loops_utils.h.src): blocks of
-# at most 128 summed with eight accumulators, halves (rounded to multiples of 8) above.
-_PW_BLOCK = 128
-
-
-def pairwise_sum(a: list[float], lo: int = 0, n: int | None = None) -> float:
-    """`np.add.reduce` of a float64 vector, the same double (same order of additions)."""
-    count = len(a) - lo if n is None else n
-    if count < 8:
-        res = 0.0
-        for i in range(lo, lo + count):
-            res += a[i]
-        return res
-    if count <= _PW_BLOCK:
-        head = a[lo:lo + 8]
-        r0, r1, r2, r3, r4, r5, r6, r7 = head
-        i, end = 8, count - count % 8
-        while i < end:
-            j = lo + i
-            r0 += a[j]
-            r1 += a[j + 1]
-            r2 += a[j + 2]
-            r3 += a[j + 3]
-            r4 += a[j + 4]
-            r5 += a[j + 5]
-            r6 += a[j + 6]
-            r7 += a[j + 7]
-            i += 8
-        res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-        for j in range(lo + i, lo + count):
-            res += a[j]
-        return res
-    n2 = count // 2
-    n2 -= n2 % 8
-    return pairwise_sum(a, lo, n2) + pairwise_sum(a, lo + n2, count - n2)
-
-
 # Batches of at most this many sequences sum their footprints in Python floats: numpy's
 # per-call cost is most of the work there. Without sliding layers a footprint is two
 # operations instead of five: Python stays cheaper up to twice as many sequences.
@@ -121,7 +85,7 @@ SCALAR_SEQUENCES_FULL = 32
 def footprints_sum(kv: KVCapacity, contexts: np.ndarray | list) -> float:
     """`float(footprints(kv, contexts).sum())`, the same double: a short batch's in Python
     floats, element by element as numpy computes them, summed in numpy's pairwise order
-    (`pairwise_sum`). `contexts`: an array or a sequence of numbers."""
+    (`workers.pairwise.pairwise_sum`). `contexts`: an array or a sequence of numbers."""
     exact = kv.integer_footprints
     if exact is not None and type(contexts) is list and contexts:
         # Whole token counts and whole-byte terms: every footprint, and every partial sum

@@ -46,7 +46,7 @@ from workers.step_tail import StepTail
 SCALAR_STEPS = 12
 # A run's step ends, as Python floats, up to this many steps: the list is what the run
 # reads (a bisect a poke), not an array to convert.
-SCALAR_RUN_STEPS = 10
+SCALAR_RUN_STEPS = 8
 # Batch steps of at most this many requests are memoised.
 BATCH_MEMO_REQUESTS = 16
 

@@ -65,4 +65,8 @@ class StepTail:
         contexts = np.arange(steps, dtype=np.float64) + first
         if self.first is not None:  # draft passes
             return self.tpot_s(self.step_s(contexts, np.maximum, np.minimum))
-        return self.tpot_s(self.pp * self.main.time_array_s(contexts) + self.overhead_s)
+        stage = self.main.time_array_s(contexts)
+        if self.pp != 1.0:  # x * 1.0 is x
+            stage = self.pp * stage
+        stage += self.overhead_s
+        return stage / self.accepted if self.decode and self.accepted != 1.0 else stage

@@ -22,11 +22,11 @@ from workers.kv_budget import (
     GrowthReserve,
     footprints,
     footprints_sum,
-    pairwise_sum,
     preemption_count,
     steps_that_fit,
     steps_until_admissible,
 )
+from workers.pairwise import pairwise_sum
 from workers.request import Request
 from workers.runtime import ClusterRuntime
 
