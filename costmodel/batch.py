@@ -28,14 +28,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from costmodel.configs import Configs, Phase
 from costmodel.draft import draft_passes
-from costmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency, OverlapMode
+from costmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from costmodel.hardware import HardwareTable
-from costmodel.kernels import ACT_BYTES, Phase, _Kernels, _latency, _network, _Shape
-from costmodel.model import ModelSpec
+from costmodel.kernels import Kernels, Shape
+from costmodel.model_spec import ModelSpec
 from costmodel.mtp import expected_tokens_per_step
-from costmodel.phase import Configs
 from costmodel.precision import Precision
+from costmodel.terms import ACT_BYTES, fixed_latency, network, overlapped
 
 
 @dataclass(frozen=True)
@@ -47,30 +48,57 @@ class BatchStepCost:
     sequences: int
 
 
-def _attention_s(m: ModelSpec, v: _Shape, eff: Efficiency, q_tok: np.ndarray,
-                 cached: np.ndarray, decoding: np.ndarray, ranks: float) -> float:
-    """Per stage on one attention rank: `_Kernels`' attention term, summed per request
-    (each request's own chunk and context) instead of at the batch's mean."""
-    tp = float(v.tp[0])
-    attn_w = (v.n_full + v.n_slide) * m.attn_params + v.n_lin * m.linear_params
-    tokens = q_tok.sum() / ranks
+def request_attention_terms(m: ModelSpec, v, q_tok, cached, ctx_flops, mn=np.minimum):
+    """Per request (floats, or arrays of requests): the FLOPs of its scores and values
+    over its context (`ctx_flops` a (query, context) token pair) and the KV bytes it reads
+    after the step, each over the stage's layers (sliding ones up to their window). `v`:
+    the layout's quantities, a `Shape` of one configuration or the workers' float copy
+    of it (`workers.fast_pricing.LayoutTerms`)."""
     # Causal attention: a query sees the cache plus, on average, half its own chunk.
     ctx_mean = cached + (q_tok + 1.0) / 2.0
     ctx_end = cached + q_tok
-    ctx_flops = np.where(decoding, m.attn_flops_per_ctx_token_decode,
-                         m.attn_flops_per_ctx_token_prefill)
-    ctx = (q_tok * ctx_flops * (v.n_full * ctx_mean + v.n_slide * np.minimum(ctx_mean, v.window))
-           ).sum() / ranks / tp
+    if m.n_sliding_layers:
+        ctx_mean = v.n_full * ctx_mean + v.n_slide * mn(ctx_mean, v.window)
+        ctx_end = v.n_full * ctx_end + v.n_slide * mn(ctx_end, v.window)
+    else:  # the sliding term is +0.0 beside a value >= 0: it would change nothing
+        ctx_mean = v.n_full * ctx_mean
+        ctx_end = v.n_full * ctx_end
+    return q_tok * ctx_flops * ctx_mean, v.kv_layer * ctx_end
+
+
+def _first(x) -> float:
+    return x if type(x) is float else float(np.ravel(x)[0])
+
+
+def batch_attention_from_sums(m: ModelSpec, v, eff: Efficiency, q_sum, ctx_sum, kv_sum,
+                              requests: int, ranks: float) -> float:
+    """Per stage on one attention rank: the attention group's roofline time from the
+    requests' sums (query tokens, `request_attention_terms`' FLOPs and KV bytes, each
+    summed in numpy's pairwise order)."""
+    tp = _first(v.tp)
+    attn_w = (v.n_full + v.n_slide) * m.attn_params + v.n_lin * m.linear_params
+    tokens = q_sum / ranks
+    ctx = ctx_sum / ranks / tp
     ctx += tokens * v.n_lin * m.linear_flops_per_token / tp
     proj = 2.0 * tokens * attn_w / tp
-    kv_read = (v.kv_layer * (v.n_full * ctx_end + v.n_slide * np.minimum(ctx_end, v.window))
-               ).sum() / ranks
-    kv_read += 2.0 * (q_tok.size / ranks) * v.n_lin * v.state_layer / tp
+    kv_read = kv_sum / ranks
+    kv_read += 2.0 * (requests / ranks) * v.n_lin * v.state_layer / tp
     attn_bytes = attn_w / tp * v.wb_dense + kv_read
     attn_bytes += tokens * m.hidden_size * ACT_BYTES * eff.activation_passes_per_layer * (
         v.n_layers / tp)
-    t = np.maximum(proj / v.peak_dense + ctx / v.peak_attn, attn_bytes / v.hbm_bw)
-    return float(np.ravel(t)[0])
+    return _first(max(_first(proj / v.peak_dense + ctx / v.peak_attn),
+                      _first(attn_bytes / v.hbm_bw)))
+
+
+def batch_attention_s(m: ModelSpec, v, eff: Efficiency, q_tok: np.ndarray,
+                      cached: np.ndarray, decoding: np.ndarray, ranks: float) -> float:
+    """Per stage on one attention rank: `Kernels`' attention term, summed per request
+    (each request's own chunk and context) instead of at the batch's mean."""
+    ctx_flops = np.where(decoding, m.attn_flops_per_ctx_token_decode,
+                         m.attn_flops_per_ctx_token_prefill)
+    ctx_terms, kv_terms = request_attention_terms(m, v, q_tok, cached, ctx_flops)
+    return batch_attention_from_sums(m, v, eff, np.add.reduce(q_tok), np.add.reduce(ctx_terms),
+                                     np.add.reduce(kv_terms), q_tok.size, ranks)
 
 
 def placed(n: int, ranks: int) -> list[np.ndarray]:
@@ -94,12 +122,12 @@ def batch_token_terms(model: ModelSpec, hardware: HardwareTable, all_decode: boo
                        batch=batch, new_tokens=q_mean, context=context_mean,
                        pp=pp, tp=tp, ep=ep, precision=int(precision),
                        hardware=hardware_index, kv_precision=int(kv_precision), mtp=mtp, **extra)
-    v = _Shape(model, hardware, cfg, eff)
+    v = Shape(model, hardware, cfg, eff)
     if group_tokens is not None:
         v.t_group = np.full_like(v.t_rank, group_tokens)
-    k = _Kernels(model, v, eff)
-    _, _, network_s = _network(model, v)
-    return v, k, network_s, _latency(model, v, eff)
+    k = Kernels(model, v, eff)
+    _, _, network_s = network(model, v, v)
+    return v, k, network_s, fixed_latency(model, v, eff)
 
 
 def batch_step_cost(model: ModelSpec, hardware: HardwareTable, new_tokens, cached_tokens,
@@ -137,7 +165,8 @@ def batch_step_cost(model: ModelSpec, hardware: HardwareTable, new_tokens, cache
     for idx in rows:
         if v is None:  # the layout's constants: any batch's shape holds them
             v = batch_token_terms(model, hardware, all_decode, idx.size, 1.0, 0.0, **lay)[0]
-        attn.append(_attention_s(model, v, eff, q_tok[idx], cached[idx], decoding[idx], 1.0))
+        attn.append(batch_attention_s(model, v, eff, q_tok[idx], cached[idx], decoding[idx],
+                                      1.0))
     tokens = [float(q_tok[idx].sum()) for idx in rows]
     # The slowest rank: the most attention work, or the most tokens (dense FFN, shared
     # experts and LM head grow with them); each candidate priced in full.
@@ -149,10 +178,7 @@ def batch_step_cost(model: ModelSpec, hardware: HardwareTable, new_tokens, cache
             model, hardware, all_decode, idx.size, q_tok[idx].mean(), cached[idx].mean(),
             group_tokens=group, **lay)
         t_cm = attn[r] + k.t_dense + k.t_always + k.t_experts + k.t_head
-        stage_s = t_cm + network_s + latency_s
-        if eff.overlap == OverlapMode.OVERLAP:
-            stage_s = stage_s - eff.overlap_fraction * np.minimum(t_cm, network_s)
-        rank_stage = float(np.ravel(stage_s)[0])
+        rank_stage = float(np.ravel(overlapped(t_cm, network_s, latency_s, eff, np.minimum))[0])
         if rank_stage > stage:
             stage, t_attn = rank_stage, attn[r]
     draft_s = 0.0

@@ -91,7 +91,7 @@ def _grid_points(grid, sel0, sel1, sel2):
 
 
 def _moe(b: _Builder, t, hw: HardwareSpec, regimes, imbalance: float) -> None:
-    """Grouped expert GEMMs, priced as `_Kernels` prices routed experts."""
+    """Grouped expert GEMMs, priced as `Kernels` prices routed experts."""
     for key, curve in (t.moe or {}).items():
         dtype, dist, topk, experts, hidden, inter, mtp, mep = key
         if dtype not in _PREC or dist != "power_law_1.01" or hidden < 2048 or mep > 64:

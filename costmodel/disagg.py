@@ -23,26 +23,18 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
+from costmodel.configs import Configs, Phase
 from costmodel.draft import draft_passes
 from costmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency, OverlapMode
 from costmodel.errors import CostModelError, LayoutError
 from costmodel.hardware import HardwareSpec, HardwareTable
+from costmodel.kernels import Kernels, Shape, kv_bytes
 from costmodel.layout import Layout, check_structure
 from costmodel.memory import expert_weight_bytes, weight_bytes_per_gpu
 from costmodel.model import ModelSpec
 from costmodel.mtp import expected_tokens_per_step
-from costmodel.phase import (
-    ACT_BYTES,
-    Configs,
-    Phase,
-    _distinct,
-    _Kernels,
-    _kv_bytes,
-    _latency,
-    _network,
-    _Shape,
-)
 from costmodel.precision import Precision
+from costmodel.terms import ACT_BYTES, distinct, fixed_latency, network
 
 
 @dataclass(frozen=True)
@@ -160,8 +152,8 @@ class AFCost:
 
 def _sides(model, table, cfg, expert_hardware, expert_ep, expert_precision, eff, n_att):
     """The attention side (one rank of width tp) and the expert side (all tokens)."""
-    # ep=1 keeps the colocated routed all-to-all and its floors out of _network/_latency.
-    va = _Shape(model, table, replace(cfg, ep=np.ones_like(cfg.tp)), eff)
+    # ep=1 keeps the colocated routed all-to-all and its floors out of network/fixed_latency.
+    va = Shape(model, table, replace(cfg, ep=np.ones_like(cfg.tp)), eff)
     ranks = np.maximum(cfg.tp, cfg.ep) / cfg.tp
     tokens = n_att * va.t_rank * ranks  # arriving at the expert instance per micro-batch
     exp_cfg = Configs(
@@ -169,8 +161,8 @@ def _sides(model, table, cfg, expert_hardware, expert_ep, expert_precision, eff,
         context=np.zeros_like(cfg.context), pp=cfg.pp, tp=np.ones_like(cfg.tp), ep=expert_ep,
         precision=expert_precision, hardware=expert_hardware, kv_precision=cfg.kv_precision,
         mtp=cfg.mtp, attention_precision=cfg.attention_precision)
-    ve = _Shape(model, table, exp_cfg, eff)
-    return va, _Kernels(model, va, eff), ve, _Kernels(model, ve, eff), ranks, tokens
+    ve = Shape(model, table, exp_cfg, eff)
+    return va, Kernels(model, va, eff), ve, Kernels(model, ve, eff), ranks, tokens
 
 
 def af_decode_times(model: ModelSpec, table: HardwareTable, cfg: Configs, expert_hardware,
@@ -192,11 +184,11 @@ def af_decode_times(model: ModelSpec, table: HardwareTable, cfg: Configs, expert
     va, ka, ve, ke, ranks, tokens = _sides(m, table, cfg, e_hw, e_ep, e_prec, eff, n_att)
     t_att = ka.t_attn + ka.t_dense + ka.t_always + ka.t_head
     t_exp = ke.t_experts
-    _, _, tp_net_s = _network(m, va)  # TP all-reduces only: ep=1 and one stage
+    _, _, tp_net_s = network(m, va, va)  # TP all-reduces only: ep=1 and one stage
     att_bytes, exp_bytes, a2a_s = _a2a(m, table, cfg, va, e_hw, e_ep, tokens, same, eff)
     network_s = tp_net_s + a2a_s
     floor_s = np.where(same, eff.a2a_scale_up_s, eff.a2a_scale_out_s)
-    latency_s = _latency(m, va, eff) + 2.0 * va.n_moe * floor_s  # dispatch and combine
+    latency_s = fixed_latency(m, va, eff) + 2.0 * va.n_moe * floor_s  # dispatch and combine
     stage_s = _stage_s(t_att, t_exp, network_s, latency_s, eff)
     accepted = expected_tokens_per_step(cfg.mtp, eff.mtp_acceptance)
     # MTP drafts: the module priced as one colocated layer of the attention instance
@@ -252,9 +244,9 @@ def _a2a(m: ModelSpec, table: HardwareTable, cfg: Configs, va, e_hw, e_ep, token
     """The all-to-all between the sides: bytes each attention GPU and each expert GPU
     sends and receives per stage, and its time over the slower side's links."""
     # Dispatch (FP8 or BF16) and BF16 combine per token and distinct expert GPU, as in
-    # _network's decode all-to-all; every expert GPU is remote to the attention side.
+    # network's decode all-to-all; every expert GPU is remote to the attention side.
     per_token = m.hidden_size * (np.where(va.wprec >= Precision.FP8, 1.0, 2.0) + ACT_BYTES)
-    hit = _distinct(e_ep, 1.0, m.moe.top_k)
+    hit = distinct(e_ep, 1.0, m.moe.top_k)
     att_bytes = va.n_moe * va.t_rank / va.tp * hit * per_token
     exp_bytes = va.n_moe * tokens * hit / e_ep * per_token
     cols = table.columns()
@@ -273,7 +265,7 @@ def _hbm(m: ModelSpec, cfg: Configs, va, ke, e_ep, e_prec, att_bytes, exp_bytes)
     buffers, send and receive, on both)."""
     att_weights = attention_weight_bytes_per_gpu(m, cfg.tp, cfg.precision,
                                                  cfg.attention_precision)
-    kv = _kv_bytes(va, va.n_seq)
+    kv = kv_bytes(va, va.n_seq)
     n_moe = np.maximum(va.n_moe, 1.0)
     att_hbm = att_weights + kv + va.t_rank * m.hidden_size * ACT_BYTES * 4.0 + (
         2.0 * att_bytes / n_moe)  # one layer's all-to-all, send and receive

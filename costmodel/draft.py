@@ -12,7 +12,7 @@ each later pass the last draft alone
 SGLang's EAGLE worker runs the module the same way. So a step with k drafts costs
 the main pass (verifying 1 + k tokens) plus k draft passes.
 
-Each draft pass is priced with the main pass's own terms (`costmodel/kernels.py`)
+Each draft pass is priced with the main pass's own terms (`costmodel/terms.py`)
 on a one-layer model: attention over the context with the module's KV, the
 routed and shared experts its tokens touch, the 2d x d projection, the LM head
 on one token per sequence, one layer's TP all-reduces and EP all-to-all, and one
@@ -25,17 +25,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import cache
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from costmodel.efficiency import Efficiency, OverlapMode
+from costmodel.configs import Configs, Phase
+from costmodel.efficiency import Efficiency
 from costmodel.hardware import HardwareTable
-from costmodel.kernels import Phase, _Kernels, _latency, _network, _Shape
-from costmodel.model import ModelSpec
-
-if TYPE_CHECKING:
-    from costmodel.phase import Configs
+from costmodel.kernels import Kernels, Shape
+from costmodel.model_spec import ModelSpec
+from costmodel.terms import NUMPY_OPS, Ops, Roof, fixed_latency, gemm, network, overlapped
 
 
 @cache
@@ -54,41 +52,36 @@ class DraftCost:
     hbm_read_bytes_per_gpu: np.ndarray
 
 
-def draft_pass_parts(block: ModelSpec, hardware: HardwareTable, cfg: Configs, eff: Efficiency,
-                     q_tok):
-    """The terms of one pass of `q_tok` tokens per sequence through the block: its
-    shape and kernels, the (LM head, projection) times that follow the kernels' own
-    groups, the network time and the fixed latencies. `_one_pass` adds them up; the
-    workers' scalar pricer (`workers/fast_pricing.py`) reuses them."""
-    c = replace(cfg, phase=np.full_like(cfg.phase, int(Phase.DECODE)),
-                pp=np.ones_like(cfg.pp), mtp=np.asarray(q_tok, dtype=np.float64) - 1.0)
-    v = _Shape(block, hardware, c, eff)
-    k = _Kernels(block, v, eff)
+def head_and_projection(block: ModelSpec, lay, b, ops: Ops = NUMPY_OPS) -> tuple[Roof, Roof]:
+    """A draft pass's own groups beside the block's kernels: the LM head on one token
+    per sequence, and the projection of [hidden; embedding] (2d x d) to hidden."""
     d = float(block.hidden_size)
-    head_w = block.vocab_size * d
-    head_flops = 2.0 * v.n_seq * head_w / v.tp
-    t_head = np.maximum(head_flops / v.peak_dense, head_w / v.tp * v.wb_dense / v.hbm_bw)
-    proj_w = 2.0 * d * d  # [hidden; embedding] -> hidden
-    proj_flops = 2.0 * v.t_rank * proj_w / v.tp
-    proj_bytes = proj_w / v.tp * v.wb_dense
-    t_proj = np.maximum(proj_flops / v.peak_dense, proj_bytes / v.hbm_bw)
-    _, _, network_s = _network(block, v)
-    extra = (t_head, t_proj, head_flops, proj_flops, proj_bytes)
-    return v, k, extra, network_s, _latency(block, v, eff)
+    head = gemm(b.n_seq, block.vocab_size * d, lay.tp, lay.peak_dense, lay.wb_dense,
+                lay.hbm_bw, ops)
+    proj = gemm(b.t_rank, 2.0 * d * d, lay.tp, lay.peak_dense, lay.wb_dense, lay.hbm_bw, ops)
+    return head, proj
+
+
+def draft_configs(cfg: Configs, q_tok=None) -> Configs:
+    """The block's configurations: decode, one stage, `q_tok` tokens per sequence (the
+    configuration's own 1 + mtp when None)."""
+    mtp = cfg.mtp if q_tok is None else np.asarray(q_tok, dtype=np.float64) - 1.0
+    return replace(cfg, phase=np.full_like(cfg.phase, int(Phase.DECODE)),
+                   pp=np.ones_like(cfg.pp), mtp=mtp)
 
 
 def _one_pass(block: ModelSpec, hardware: HardwareTable, cfg: Configs, eff: Efficiency,
               q_tok) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(time, FLOPs per GPU, HBM bytes per GPU) of one pass of `q_tok` tokens per
     sequence through the block; the head scores one token per sequence."""
-    _, k, extra, network_s, latency_s = draft_pass_parts(block, hardware, cfg, eff, q_tok)
-    t_head, t_proj, head_flops, proj_flops, proj_bytes = extra
-    t_cm = k.t_attn + k.t_dense + k.t_always + k.t_experts + t_head + t_proj
-    time_s = t_cm + network_s + latency_s
-    if eff.overlap == OverlapMode.OVERLAP:
-        time_s = time_s - eff.overlap_fraction * np.minimum(t_cm, network_s)
-    flops = k.flops - k.head_flops + head_flops + proj_flops
-    return time_s, flops, k.hbm_read + proj_bytes
+    v = Shape(block, hardware, draft_configs(cfg, q_tok), eff)
+    k = Kernels(block, v, eff)
+    head, proj = head_and_projection(block, v, v)
+    t_cm = k.t_attn + k.t_dense + k.t_always + k.t_experts + head.time_s + proj.time_s
+    _, _, network_s = network(block, v, v)
+    time_s = overlapped(t_cm, network_s, fixed_latency(block, v, eff), eff, np.minimum)
+    flops = k.flops - k.head_flops + head.flops + proj.flops
+    return time_s, flops, k.hbm_read + proj.hbm_bytes
 
 
 def draft_passes(model: ModelSpec, hardware: HardwareTable, cfg: Configs, eff: Efficiency,

@@ -10,6 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 from costmodel.errors import CostModelError
+from costmodel.model_spec import (
+    GQA,
+    MLA,
+    AttentionKind,
+    LinearAttention,
+    LinearKind,
+    ModelSpec,
+    MoE,
+)
 from costmodel.precision import Precision
 
 _MISSING = object()
@@ -41,7 +50,6 @@ class _Fields:
 
 
 def _mla(f: _Fields):
-    from costmodel.model import MLA
 
     return MLA(
         heads=f.int("num_attention_heads"),
@@ -54,7 +62,6 @@ def _mla(f: _Fields):
 
 
 def _gqa(f: _Fields, model_type: str):
-    from costmodel.model import GQA
 
     heads = f.int("num_attention_heads")
     head_dim = f.int("head_dim", default=0, minimum=0) or f.int("hidden_size") // heads
@@ -68,7 +75,6 @@ def _gqa(f: _Fields, model_type: str):
 
 
 def _moe(f: _Fields):
-    from costmodel.model import MoE
 
     routed = f.int("n_routed_experts", "num_experts", "num_local_experts", default=0, minimum=0)
     if routed == 0:
@@ -95,7 +101,6 @@ def _moe(f: _Fields):
 
 def _layer_pattern(f: _Fields, model_type: str, n_layers: int):
     """(full, sliding, linear layer counts, LinearAttention or None, sliding window)."""
-    from costmodel.model import LinearAttention, LinearKind
 
     lin_cfg = f.get("linear_attn_config")
     if lin_cfg is not None:
@@ -147,7 +152,6 @@ def _layer_pattern(f: _Fields, model_type: str, n_layers: int):
 
 def model_from_hf_config(config: dict[str, Any], name: str, where: str = "config.json"):
     """A ModelSpec from a HuggingFace config dictionary; errors name the field."""
-    from costmodel.model import AttentionKind, ModelSpec
 
     f = _Fields(config, where)
     model_type = config.get("model_type")

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from costmodel.model import ModelSpec
+from costmodel.model_spec import ModelSpec
 
 # Conditional acceptance of DeepSeek-V3/R1's MTP head, by draft position.
 # Position 1: DeepSeek-V3's technical report (arXiv 2412.19437) measures 85-90%

@@ -17,26 +17,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from enum import IntEnum
+from typing import NamedTuple
 
 import numpy as np
 
-from costmodel.draft import draft_passes
-from costmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency, OverlapMode
+from costmodel.configs import Configs, Phase
+from costmodel.draft import DraftCost, draft_passes
+from costmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from costmodel.hardware import HardwareTable
-from costmodel.kernels import (  # noqa: F401  (re-exported: batch.py, disagg.py, tests)
-    ACT_BYTES,
-    Phase,
-    _distinct,
-    _Kernels,
-    _kv_bytes,
-    _latency,
-    _network,
-    _Shape,
-)
+from costmodel.kernels import Kernels, Shape, kv_bytes
 from costmodel.memory import weight_bytes_per_gpu
 from costmodel.model import ModelSpec
 from costmodel.mtp import expected_tokens_per_step
-from costmodel.precision import Precision, default_attention_precision
+from costmodel.terms import ACT_BYTES, fixed_latency, network, overlapped
+
+__all__ = [
+    "Bound",
+    "Configs",
+    "Phase",
+    "PhaseCost",
+    "StepTimes",
+    "evaluate",
+    "phase_cost",
+    "step_times",
+]
 
 
 class Bound(IntEnum):
@@ -44,62 +48,6 @@ class Bound(IntEnum):
     MEMORY = 1
     NETWORK = 2
     LATENCY = 3  # fixed per-kernel, per-collective and per-step latencies dominate
-
-
-@dataclass(frozen=True)
-class Configs:
-    """Configuration arrays (broadcast together). `batch` is sequences per attention
-    data-parallel rank per micro-batch; `new_tokens` per sequence (decode: ignored, one
-    token plus `mtp` drafts); `context` the cached tokens each sequence already holds.
-    `precision` is the routed experts'; `attention_precision` that of every other weight
-    (attention, dense FFN, shared experts, router, LM head): None gives the default rule,
-    `precision.default_attention_precision`. `group_sequences`: the sequences of a
-    micro-batch over all the stage's attention ranks, when they are not spread evenly
-    (a data-parallel attention worker places whole sequences on ranks: `batch` is then
-    the slowest rank's); None is `batch` on every rank."""
-
-    phase: np.ndarray
-    batch: np.ndarray
-    new_tokens: np.ndarray
-    context: np.ndarray
-    pp: np.ndarray
-    tp: np.ndarray
-    ep: np.ndarray
-    precision: np.ndarray
-    hardware: np.ndarray
-    kv_precision: np.ndarray
-    mtp: np.ndarray
-    attention_precision: np.ndarray | None = None
-    group_sequences: np.ndarray | None = None
-
-    def __post_init__(self) -> None:
-        if self.attention_precision is None:
-            object.__setattr__(self, "attention_precision",
-                               default_attention_precision(self.precision))
-
-    @classmethod
-    def make(cls, *, phase, batch, new_tokens, context, pp=1, tp=1, ep=1,
-             precision=Precision.FP8, hardware=0, kv_precision=Precision.BF16, mtp=0,
-             attention_precision=None, group_sequences=None):
-        if attention_precision is None:
-            attention_precision = default_attention_precision(precision)
-        arrays = np.broadcast_arrays(
-            np.asarray(phase, dtype=np.int64), np.asarray(batch, dtype=np.float64),
-            np.asarray(new_tokens, dtype=np.float64), np.asarray(context, dtype=np.float64),
-            np.asarray(pp, dtype=np.float64), np.asarray(tp, dtype=np.float64),
-            np.asarray(ep, dtype=np.float64), np.asarray(precision, dtype=np.int64),
-            np.asarray(hardware, dtype=np.int64), np.asarray(kv_precision, dtype=np.int64),
-            np.asarray(mtp, dtype=np.float64), np.asarray(attention_precision, dtype=np.int64),
-            *(() if group_sequences is None else (np.asarray(group_sequences, np.float64),)),
-        )
-        return cls(*(np.ravel(a) for a in arrays))
-
-    def select(self, index) -> Configs:
-        """The configurations at `index` (a mask or a slice), every column alike."""
-        return Configs(*(None if a is None else a[index] for a in vars(self).values()))
-
-    def __len__(self) -> int:
-        return self.phase.shape[0]
 
 
 @dataclass(frozen=True)
@@ -156,36 +104,55 @@ def phase_cost(model: ModelSpec, hardware: HardwareTable, cfg: Configs,
 
 
 
-def _times(m: ModelSpec, hardware: HardwareTable, cfg: Configs, eff: Efficiency):
-    v = _Shape(m, hardware, cfg, eff)
-    k = _Kernels(m, v, eff)
-    su_bytes, so_bytes, network_s = _network(m, v)
-    latency_s = _latency(m, v, eff)
-    stage_s = k.t_cm + network_s + latency_s
-    if eff.overlap == OverlapMode.OVERLAP:
-        stage_s = stage_s - eff.overlap_fraction * np.minimum(k.t_cm, network_s)
+class StepTimes(NamedTuple):
+    """A step's parts: its shape and kernels, per stage the bytes each GPU sends and the
+    network, latency and stage times, the step and its time per output token."""
+
+    shape: Shape
+    kernels: Kernels
+    scale_up_bytes: np.ndarray
+    scale_out_bytes: np.ndarray
+    network_s: np.ndarray
+    latency_s: np.ndarray
+    stage_s: np.ndarray
+    step_s: np.ndarray
+    accepted: np.ndarray  # tokens a decode step yields per sequence
+    tpot_s: np.ndarray
+    draft: DraftCost
+
+
+def step_parts(m: ModelSpec, hardware: HardwareTable, cfg: Configs,
+               eff: Efficiency) -> StepTimes:
+    v = Shape(m, hardware, cfg, eff)
+    k = Kernels(m, v, eff)
+    su_bytes, so_bytes, network_s = network(m, v, v)
+    latency_s = fixed_latency(m, v, eff)
+    stage_s = overlapped(k.t_cm, network_s, latency_s, eff, np.minimum)
     # Tokens a decode step yields per sequence: one plus the accepted MTP drafts.
     accepted = expected_tokens_per_step(cfg.mtp, eff.mtp_acceptance)
     # The MTP module drafts the next step's tokens after the main pass, one pass a draft.
     draft = draft_passes(m, hardware, cfg, eff, accepted)
     step_s = v.pp * stage_s + draft.time_s + eff.step_overhead_s
     tpot_s = np.where(v.decode, step_s / accepted, step_s)
-    return (v, k, su_bytes, so_bytes, network_s, latency_s, stage_s, step_s, accepted, tpot_s,
-            draft)
+    return StepTimes(shape=v, kernels=k, scale_up_bytes=su_bytes, scale_out_bytes=so_bytes,
+                     network_s=network_s, latency_s=latency_s, stage_s=stage_s, step_s=step_s,
+                     accepted=accepted, tpot_s=tpot_s, draft=draft)
 
 
 def step_times(model: ModelSpec, hardware: HardwareTable, cfg: Configs,
                eff: Efficiency = DEFAULT_EFFICIENCY) -> tuple[np.ndarray, np.ndarray]:
     """(step_time_s, tpot_s) alone: what a worker needs, for a fraction of the work."""
-    times = _times(model, hardware, cfg, eff)
-    return times[7], times[9]
+    t = step_parts(model, hardware, cfg, eff)
+    return t.step_s, t.tpot_s
 
 
 def _phase_cost_block(model: ModelSpec, hardware: HardwareTable, cfg: Configs,
                       eff: Efficiency) -> PhaseCost:
     m = model
-    (v, k, su_bytes, so_bytes, network_s, latency_s, stage_s, step_s, accepted,
-     tpot_s, draft) = _times(m, hardware, cfg, eff)
+    t = step_parts(m, hardware, cfg, eff)
+    v, k, draft, accepted, step_s, stage_s = t.shape, t.kernels, t.draft, t.accepted, t.step_s, t.stage_s
+    su_bytes, so_bytes, network_s, latency_s = (t.scale_up_bytes, t.scale_out_bytes,
+                                                t.network_s, t.latency_s)
     d, pp = float(m.hidden_size), v.pp
     cols = hardware.columns()
     tdp, hbm_cap = cols["tdp_w"][v.hw], cols["hbm_bytes"][v.hw]
@@ -204,7 +171,7 @@ def _phase_cost_block(model: ModelSpec, hardware: HardwareTable, cfg: Configs,
                                    attention_precision=v.aprec,
                                    mtp=np.where(v.decode, cfg.mtp, 0.0))
     # Each stage holds KV for the pp micro-batches in flight: flat in pp (the crossover).
-    kv = _kv_bytes(v, pp * v.n_seq)
+    kv = kv_bytes(v, pp * v.n_seq)
     acts = v.t_rank * d * ACT_BYTES * 4.0 + k.exp_act
     # One layer's all-to-all, send and receive.
     comm_buf = 2.0 * (su_bytes + so_bytes) / np.maximum(v.n_layers, 1.0)
@@ -214,7 +181,7 @@ def _phase_cost_block(model: ModelSpec, hardware: HardwareTable, cfg: Configs,
     bound = np.argmax(np.stack([k.compute_s, k.memory_s, network_s, latency_s + (
         eff.step_overhead_s / pp)]), axis=0)
     return PhaseCost(
-        step_time_s=step_s, tpot_s=tpot_s, tokens_per_step=tokens_per_step,
+        step_time_s=step_s, tpot_s=t.tpot_s, tokens_per_step=tokens_per_step,
         tokens_per_s_per_gpu=tokens_per_s_per_gpu, gpus=gpus,
         flops=k.flops * gpus + draft.flops_per_gpu * v.width,
         hbm_read_bytes_per_gpu=k.hbm_read + draft.hbm_read_bytes_per_gpu,

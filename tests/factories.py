@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from orchestrator.kit.scenario import KIT_CLUSTER
-from workers.cluster import cluster_from_dict
+from workers.cluster_toml import cluster_from_dict
 
 # The stability kit's small cluster: Llama-3.1-70B on two H200 nodes.
 SMALL = KIT_CLUSTER

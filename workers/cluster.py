@@ -363,21 +363,7 @@ def _store_layout(spec: ClusterSpec, workers: list[WorkerSpec]) -> StoreLayout:
     return StoreLayout.build(entries)
 
 
-# Reading TOML lives beside, in workers.cluster_toml (which imports this module); these
-# names are its public face here, looked up there when first asked for, so that either
-# module may be imported first.
-_FROM_TOML = frozenset(("DATA_DIR", "cluster_from_dict", "cluster_names", "load_cluster",
-                        "load_cluster_file"))
-
-
-def __getattr__(name: str) -> object:
-    if name in _FROM_TOML:
-        from workers import cluster_toml
-        return getattr(cluster_toml, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-# (Those read from workers.cluster_toml are provided by __getattr__ above.)
-__all__ = [  # noqa: F822
-    "DATA_DIR", "KV_SHARE_OF_FREE_HBM", "BoundCluster", "ClusterError", "ClusterSpec",
-    "cluster_from_dict", "cluster_names", "load_cluster", "load_cluster_file", "reshaped_worker"]
+# Reading TOML (presets by name, files, dicts) is workers.cluster_toml, which imports this
+# module.
+__all__ = ["KV_SHARE_OF_FREE_HBM", "BoundCluster", "ClusterError", "ClusterSpec",
+           "reshaped_worker"]

@@ -30,12 +30,12 @@ from storage.store import BlobStore
 from storage.tiers import Location, Tier
 from workers.batching import plan_decode_admission
 from workers.cluster import WorkerSpec
+from workers.cost_source import CostSource
 from workers.decode_kv import DecodeKv
 from workers.events import EventLog
 from workers.kv_budget import GrowthReserve
 from workers.kv_io import FetchResult, fetch, release_fetch, release_handoff
 from workers.kv_policy import DEFAULT_KV_POLICY, KVPolicy, finish_call
-from workers.pricing import StepPricer
 from workers.ready import ReadyBuffer
 from workers.request import DECODE, DECODE_WAIT, DECODING, LOADING, TRANSFER, Request
 from workers.run_wait import RunWait
@@ -49,7 +49,7 @@ class DecodeWorker(DecodeKv):
     # by the runtime; None: not recorded.
     token_gaps: TokenGaps | None = None
 
-    def __init__(self, spec: WorkerSpec, pricer: StepPricer, store: BlobStore,
+    def __init__(self, spec: WorkerSpec, pricer: CostSource, store: BlobStore,
                  ready: ReadyBuffer, log: EventLog,
                  on_done: Callable[[Request, float], None] | None = None, jump: bool = True,
                  seed: int = 0):

@@ -17,6 +17,7 @@ from costmodel.capacity import KVCapacity
 from costmodel.mtp import draw_tokens_per_step
 from storage.store import BlobStore
 from storage.tiers import Location
+from workers.cost_source import CostSource
 from workers.decode_mtp import MTP_HORIZON_STEPS, MtpRun, plan_mtp_run
 from workers.events import EventLog
 from workers.kv_budget import (
@@ -28,7 +29,6 @@ from workers.kv_budget import (
 )
 from workers.kv_io import FetchResult, release_fetch
 from workers.kv_policy import KVPolicy, trim_retained
-from workers.pricing import StepPricer
 from workers.ready import ReadyBuffer
 from workers.request import LatencyPart, Request
 
@@ -39,7 +39,7 @@ class DecodeKv:
 
     kv: KVCapacity
     kv_policy: KVPolicy
-    pricer: StepPricer
+    pricer: CostSource
     store: BlobStore
     ready: ReadyBuffer
     log: EventLog

@@ -1,10 +1,14 @@
-"""Scalar pricing of a heterogeneous batch step (`costmodel.batch.batch_step_cost`).
+"""A heterogeneous batch step for one worker (`costmodel.batch.batch_step_cost`).
 
-The requests' attention and KV terms are summed request by request, as the core
-does, in numpy's pairwise order (`pairwise_sum` for a few requests in Python,
-`np.add.reduce` over arrays for many); the token-count terms are those of a uniform
-batch at the mean query tokens (`workers.fast_pricing`), memoised on their exact
-key. `batch_step_cost` builds its configurations with `Configs.make` (one-element
+The requests' attention and KV terms are the core's own per-request terms
+(`costmodel.batch.request_attention_terms`, on this worker's layout terms as floats),
+request by request in Python floats summed in numpy's pairwise order
+(`workers.pairwise`) for a step of a few requests, over arrays for a big one; the
+token-count terms are those of a uniform batch at the
+mean query tokens (`workers.fast_pricing`), memoised on their exact key. With
+data-parallel attention, request i is on rank i mod ranks (`costmodel.batch.placed`)
+and the step is its slowest rank's, as the core prices it.
+`batch_step_cost` builds its configurations with `Configs.make` (one-element
 arrays), so this pricing raises its power as numpy does over arrays.
 """
 
@@ -14,56 +18,30 @@ from functools import lru_cache
 
 import numpy as np
 
-from costmodel.efficiency import Efficiency, OverlapMode
+from costmodel.batch import (
+    batch_attention_from_sums,
+    batch_attention_s,
+    placed,
+    request_attention_terms,
+)
+from costmodel.configs import Configs, Phase
+from costmodel.efficiency import Efficiency
 from costmodel.hardware import HardwareTable
-from costmodel.kernels import ACT_BYTES, Phase
 from costmodel.model import ModelSpec
-from costmodel.phase import Configs
-from workers.fast_pricing import LayoutTerms, Pricing, Shape, kernel_terms, network_s
+from costmodel.terms import overlapped
+from workers.fast_pricing import Pricing, Shape, kernel_terms, network_s
+from workers.pairwise import pairwise_sum
 from workers.step_tail import StepTail
 
-# numpy's pairwise summation (numpy/_core/src/umath/loops_utils.h.src): blocks of
-# at most 128 summed with eight accumulators, halves (rounded to multiples of 8) above.
-_PW_BLOCK = 128
-
-
-def pairwise_sum(a: list[float], lo: int = 0, n: int | None = None) -> float:
-    """`np.add.reduce` of a float64 vector, the same double (same order of additions)."""
-    count = len(a) - lo if n is None else n
-    if count < 8:
-        res = 0.0
-        for i in range(lo, lo + count):
-            res += a[i]
-        return res
-    if count <= _PW_BLOCK:
-        head = a[lo:lo + 8]
-        r0, r1, r2, r3, r4, r5, r6, r7 = head
-        i, end = 8, count - count % 8
-        while i < end:
-            j = lo + i
-            r0 += a[j]
-            r1 += a[j + 1]
-            r2 += a[j + 2]
-            r3 += a[j + 3]
-            r4 += a[j + 4]
-            r5 += a[j + 5]
-            r6 += a[j + 6]
-            r7 += a[j + 7]
-            i += 8
-        res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-        for j in range(lo + i, lo + count):
-            res += a[j]
-        return res
-    n2 = count // 2
-    n2 -= n2 % 8
-    return pairwise_sum(a, lo, n2) + pairwise_sum(a, lo + n2, count - n2)
-
+# Steps of at most this many requests are priced request by request in Python floats;
+# bigger ones as arrays (a request costs ~1 us in the loop, an array operation ~1 us).
+SCALAR_REQUESTS = 32
 
 
 class BatchTail:
-    """`costmodel.batch.batch_step_cost`'s step time for one worker, request by request
-    in Python: `_attention_s`'s per-request sums in numpy's pairwise order, the
-    token-count terms of a uniform batch at the mean query tokens."""
+    """`costmodel.batch.batch_step_cost`'s step time for one worker: the requests'
+    attention summed request by request, the token-count terms of a uniform batch at
+    the mean query tokens."""
 
     def __init__(self, m: ModelSpec, table: HardwareTable, eff: Efficiency, layout):
         # The configuration `batch_step_cost` builds (Configs.make: one-element columns).
@@ -77,7 +55,6 @@ class BatchTail:
         # (decoding sequences on the rank with the most, over all ranks) -> their drafts.
         self.draft_tail = lru_cache(maxsize=1024)(
             lambda batch, group: StepTail(pricing, Phase.DECODE, batch, 1.0, group))
-        self.attention = _BatchAttention(pricing.main)
         self._token_terms = lru_cache(maxsize=4096)(self._token_terms_uncached)
 
     def _token_terms_uncached(self, all_decode: bool, n: int, q_mean: float,
@@ -89,65 +66,65 @@ class BatchTail:
         shape = Shape(lt, all_decode, float(n), q_mean, float(self.lay.mtp), group_tokens)
         return kernel_terms(lt, shape), network_s(lt, shape)
 
-    def step_s(self, new_tokens: tuple, cached_tokens: tuple, decoding: tuple) -> float:
-        """A step of a few requests (Python floats, numpy's pairwise order)."""
+    def step_s(self, new_tokens, cached_tokens, decoding) -> float:
+        """A step of requests given as sequences of numbers (and flags): a few request by
+        request in Python floats, more as arrays (`step_arrays_s`), the same doubles."""
+        if len(cached_tokens) > SCALAR_REQUESTS:
+            return self.step_arrays_s(np.array(new_tokens, dtype=np.float64),
+                                      np.array(cached_tokens, dtype=np.float64),
+                                      np.array(decoding, dtype=bool))
+        lt = self.pricing.main
+        m = lt.m
         q_dec = 1.0 + self.lay.mtp
-        q_tok = [q_dec if d else float(t) for t, d in zip(new_tokens, decoding, strict=True)]
-        cached = [float(c) for c in cached_tokens]
-        decoding = tuple(decoding)
+        f_dec, f_pre = m.attn_flops_per_ctx_token_decode, m.attn_flops_per_ctx_token_prefill
+        ctx_terms, kv_terms, q_tok, dec, flags = [], [], [], [], []
+        for t, c, d in zip(new_tokens, cached_tokens, decoding, strict=True):
+            q, c = (q_dec if d else float(t)), float(c)
+            ctx, kv = request_attention_terms(m, lt, q, c, f_dec if d else f_pre, min)
+            ctx_terms.append(ctx)
+            kv_terms.append(kv)
+            q_tok.append(q)
+            flags.append(1 if d else 0)
+            if d:
+                dec.append(c)
+        dec_mean = pairwise_sum(dec) / len(dec) if dec else 0.0
+        all_decode = len(dec) == len(q_tok)
         ranks = self.ranks
         if ranks == 1:
             q_sum = pairwise_sum(q_tok)
-            t_attn = self.attention.time_s(q_tok, q_sum, cached, decoding, 1.0)
-            dec = [c for c, d in zip(cached, decoding, strict=True) if d]
-            dec_mean = pairwise_sum(dec) / len(dec) if dec else 0.0
-            return self._step(all(decoding), [(len(q_tok), q_sum, t_attn)], None,
+            t_attn = batch_attention_from_sums(m, lt, lt.eff, q_sum, pairwise_sum(ctx_terms),
+                                               pairwise_sum(kv_terms), len(q_tok), 1.0)
+            return self._step(all_decode, [(len(q_tok), q_sum, t_attn, len(dec))], None,
                               len(dec), dec_mean)
-        # Request i on rank i mod ranks (`costmodel.batch.placed`).
         rows = []
-        for r in range(min(ranks, len(q_tok))):
-            q_r, c_r, d_r = q_tok[r::ranks], cached[r::ranks], decoding[r::ranks]
+        for r in range(min(ranks, len(q_tok))):  # request i on rank i mod ranks
+            q_r = q_tok[r::ranks]
             q_sum_r = pairwise_sum(q_r)
-            rows.append((len(q_r), q_sum_r, self.attention.time_s(q_r, q_sum_r, c_r, d_r, 1.0),
-                         sum(d_r)))
-        dec = [c for c, d in zip(cached, decoding, strict=True) if d]
-        dec_mean = pairwise_sum(dec) / len(dec) if dec else 0.0
-        return self._step(all(decoding), rows, pairwise_sum(q_tok), len(dec), dec_mean)
+            t_attn = batch_attention_from_sums(
+                m, lt, lt.eff, q_sum_r, pairwise_sum(ctx_terms[r::ranks]),
+                pairwise_sum(kv_terms[r::ranks]), len(q_r), 1.0)
+            rows.append((len(q_r), q_sum_r, t_attn, sum(flags[r::ranks])))
+        return self._step(all_decode, rows, pairwise_sum(q_tok), len(dec), dec_mean)
 
     def mixed_step_s(self, chunk_tokens: list[int], chunk_cached: list[int],
                      decode_contexts: list[int]) -> float:
-        """`step_s` of prefill chunks then decodes (a mixed worker's step), the same
-        doubles: without a layer of sliding attention, the decodes' terms are the
-        same operations on their contexts with their query tokens' factors worked out
-        once, and no per-request flag is read."""
-        if self.attention.n_slide or self.ranks != 1:
-            k, d = len(chunk_tokens), len(decode_contexts)
-            return self.step_s(chunk_tokens + [1] * d, chunk_cached + decode_contexts,
-                               (False,) * k + (True,) * d)
-        q_dec = 1.0 + self.lay.mtp
-        chunk_q = [float(t) for t in chunk_tokens]
-        chunk_c = [float(c) for c in chunk_cached]
-        dec = [float(c) for c in decode_contexts]
-        q_sum = pairwise_sum(chunk_q + [q_dec] * len(dec))
-        t_attn = self.attention.mixed_time_s(chunk_q, chunk_c, q_dec, dec, q_sum, 1.0)
-        dec_mean = pairwise_sum(dec) / len(dec) if dec else 0.0
-        return self._step(not chunk_q, [(len(chunk_q) + len(dec), q_sum, t_attn)], None,
-                          len(dec), dec_mean)
+        """`step_s` of prefill chunks then decodes (a mixed worker's step)."""
+        k, d = len(chunk_tokens), len(decode_contexts)
+        return self.step_s(chunk_tokens + [1] * d, chunk_cached + decode_contexts,
+                           [False] * k + [True] * d)
 
     def step_arrays_s(self, new_tokens: np.ndarray, cached_tokens: np.ndarray,
                       decoding: np.ndarray) -> float:
-        """A step of many requests: the per-request terms as numpy arrays, in the order
-        `costmodel.batch._attention_s` computes them (a Python loop costs more there)."""
+        """A step of requests as arrays (float64 tokens, bool flags), the core's way."""
         n = cached_tokens.size
         q_tok = np.where(decoding, 1.0 + self.lay.mtp, new_tokens)
+        lt = self.pricing.main
         ranks = self.ranks
         rows = []
-        for r in range(min(ranks, n)):
-            idx = np.arange(r, n, ranks)  # `costmodel.batch.placed`
+        for idx in placed(n, ranks):
             q_r = q_tok[idx]
-            q_sum_r = float(np.add.reduce(q_r))
-            rows.append((idx.size, q_sum_r, self.attention.time_arrays_s(
-                q_r, q_sum_r, cached_tokens[idx], decoding[idx], 1.0),
+            rows.append((idx.size, float(np.add.reduce(q_r)), batch_attention_s(
+                lt.m, lt, lt.eff, q_r, cached_tokens[idx], decoding[idx], 1.0),
                 int(decoding[idx].sum())))
         dec = cached_tokens[decoding]
         dec_mean = float(np.add.reduce(dec)) / dec.size if dec.size else 0.0
@@ -156,7 +133,7 @@ class BatchTail:
 
     def _step(self, all_decode: bool, rows: list, group: float | None, decodes: int,
               dec_mean: float) -> float:
-        """`rows`: per attention rank (sequences, query tokens, attention time[, decodes]);
+        """`rows`: per attention rank (sequences, query tokens, attention time, decodes);
         `group`: the query tokens over every rank (None: one rank)."""
         eff = self.pricing.eff
         # The slowest rank (`costmodel.batch.batch_step_cost`): the most attention work
@@ -169,11 +146,7 @@ class BatchTail:
             (t_dense, t_always, t_experts, t_head), net_s = self._token_terms(
                 all_decode, n, q_sum / n, group)
             t_cm = t_attn + t_dense + t_always + t_experts + t_head  # in the core's order
-            rank_stage = t_cm + net_s + self.pricing.main.latency_s
-            if eff.overlap == OverlapMode.OVERLAP:
-                rank_stage = rank_stage - eff.overlap_fraction * min(t_cm, net_s)
-            if rank_stage > stage:
-                stage = rank_stage
+            stage = max(stage, overlapped(t_cm, net_s, self.pricing.main.latency_s, eff))
         draft_s = 0.0
         if self.lay.mtp and decodes:
             if group is None:
@@ -182,87 +155,3 @@ class BatchTail:
                 most = max(row[3] for row in rows)
                 draft_s = self.draft_tail(float(most), float(decodes)).draft_s(dec_mean)
         return self.lay.pp * stage + draft_s + eff.step_overhead_s
-
-
-class _BatchAttention:
-    """`costmodel.batch._attention_s` with its layout constants frozen."""
-
-    def __init__(self, lt: LayoutTerms):
-        m = lt.m
-        self.tp, self.n_full, self.n_slide, self.n_lin = lt.tp, lt.n_full, lt.n_slide, lt.n_lin
-        self.attn_w = (lt.n_full + lt.n_slide) * m.attn_params + lt.n_lin * m.linear_params
-        self.window = lt.window
-        self.f_dec = float(m.attn_flops_per_ctx_token_decode)
-        self.f_pre = float(m.attn_flops_per_ctx_token_prefill)
-        self.lin_flops, self.kv_layer = m.linear_flops_per_token, lt.kv_layer
-        self.state_layer = lt.state_layer
-        self.wb_dense, self.n_layers = lt.wb_dense, lt.n_layers
-        self.hidden = m.hidden_size
-        self.app = lt.eff.activation_passes_per_layer
-        self.peak_dense, self.peak_attn, self.hbm_bw = lt.peak_dense, lt.peak_attn, lt.hbm_bw
-
-    def time_arrays_s(self, q_tok: np.ndarray, q_sum: float, cached: np.ndarray,
-                      decoding: np.ndarray, ranks: float) -> float:
-        tp, nf, ns, w = self.tp, self.n_full, self.n_slide, self.window
-        tokens = q_sum / ranks
-        ctx_mean = cached + (q_tok + 1.0) / 2.0
-        ctx_end = cached + q_tok
-        ctx_flops = np.where(decoding, self.f_dec, self.f_pre)
-        if ns:
-            ctx_mean = nf * ctx_mean + ns * np.minimum(ctx_mean, w)
-            ctx_end = nf * ctx_end + ns * np.minimum(ctx_end, w)
-        else:  # no sliding layer: its term is +0.0 beside a positive one (`time_s`)
-            ctx_mean *= nf
-            ctx_end *= nf
-        ctx = float(np.add.reduce(q_tok * ctx_flops * ctx_mean)) / ranks / tp
-        kv = float(np.add.reduce(self.kv_layer * ctx_end))
-        return self._finish(ctx, kv / ranks, tokens, cached.size, ranks)
-
-    def _finish(self, ctx: float, kv_read: float, tokens: float, n: int,
-                ranks: float) -> float:
-        tp = self.tp
-        ctx = ctx + tokens * self.n_lin * self.lin_flops / tp
-        proj = 2.0 * tokens * self.attn_w / tp
-        kv_read = kv_read + 2.0 * (n / ranks) * self.n_lin * self.state_layer / tp
-        attn_bytes = self.attn_w / tp * self.wb_dense + kv_read
-        attn_bytes = attn_bytes + tokens * self.hidden * ACT_BYTES * self.app * (
-            self.n_layers / tp)
-        return max(proj / self.peak_dense + ctx / self.peak_attn, attn_bytes / self.hbm_bw)
-
-    def mixed_time_s(self, chunk_q: list, chunk_c: list, q_dec: float, dec: list,
-                     q_sum: float, ranks: float) -> float:
-        """`time_s` of chunks (query tokens `chunk_q` after `chunk_c`) then decodes (`q_dec`
-        query tokens each, after `dec`), no sliding layer: the same operations, each
-        decode's `q * f_dec` and `(q + 1.0) / 2.0` the same doubles worked out once."""
-        tp, nf, f_pre, kv_layer = self.tp, self.n_full, self.f_pre, self.kv_layer
-        qf, half = q_dec * self.f_dec, (q_dec + 1.0) / 2.0
-        ctx_terms = [q * f_pre * (nf * (c + (q + 1.0) / 2.0))
-                     for q, c in zip(chunk_q, chunk_c, strict=True)]
-        ctx_terms += [qf * (nf * (c + half)) for c in dec]
-        kv_terms = [kv_layer * (nf * (c + q)) for q, c in zip(chunk_q, chunk_c, strict=True)]
-        kv_terms += [kv_layer * (nf * (c + q_dec)) for c in dec]
-        return self._finish(pairwise_sum(ctx_terms) / ranks / tp,
-                            pairwise_sum(kv_terms) / ranks, q_sum / ranks, len(kv_terms),
-                            ranks)
-
-    def time_s(self, q_tok: list, q_sum: float, cached: list, decoding: tuple,
-               ranks: float) -> float:
-        tp, nf, ns, w = self.tp, self.n_full, self.n_slide, self.window
-        tokens = q_sum / ranks
-        f_dec, f_pre, kv_layer = self.f_dec, self.f_pre, self.kv_layer
-        if not ns:
-            # No sliding layer: `ns * min(...)` is +0.0 beside a positive term (contexts
-            # and query tokens are positive), and adding it changes nothing.
-            ctx_terms = [q * (f_dec if d else f_pre) * (nf * (c + (q + 1.0) / 2.0))
-                         for q, c, d in zip(q_tok, cached, decoding, strict=True)]
-            kv_terms = [kv_layer * (nf * (c + q)) for q, c in zip(q_tok, cached, strict=True)]
-            return self._finish(pairwise_sum(ctx_terms) / ranks / tp,
-                                pairwise_sum(kv_terms) / ranks, tokens, len(cached), ranks)
-        ctx_terms, kv_terms = [], []
-        for q, c, d in zip(q_tok, cached, decoding, strict=True):
-            cm = c + (q + 1.0) / 2.0
-            ce = c + q
-            ctx_terms.append(q * (f_dec if d else f_pre) * (nf * cm + ns * min(cm, w)))
-            kv_terms.append(kv_layer * (nf * ce + ns * min(ce, w)))
-        return self._finish(pairwise_sum(ctx_terms) / ranks / tp,
-                            pairwise_sum(kv_terms) / ranks, tokens, len(cached), ranks)

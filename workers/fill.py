@@ -20,6 +20,7 @@ from storage.tiers import Location, Tier
 from workers.batching import FillChunk, next_fill_chunk
 from workers.clock import sleep_on
 from workers.cluster import BatchPolicySpec, WorkerSpec
+from workers.cost_source import CostSource
 from workers.events import EventLog
 from workers.kv_io import (
     FetchResult,
@@ -31,7 +32,6 @@ from workers.kv_io import (
     write_for_handoff,
 )
 from workers.kv_policy import DEFAULT_KV_POLICY, KVPolicy, finish_call
-from workers.pricing import StepPricer
 from workers.ready import ReadyBuffer
 from workers.request import DECODE_WAIT, FILL, FILLING, QUEUED, Request
 from workers.state import StateMemo, WorkerState
@@ -223,7 +223,7 @@ class FillWorker:
     # a call (offload); else it goes through host memory (or stays resident: retain).
     direct_handoff = False
 
-    def __init__(self, spec: WorkerSpec, pricer: StepPricer, store: BlobStore,
+    def __init__(self, spec: WorkerSpec, pricer: CostSource, store: BlobStore,
                  ready: ReadyBuffer, log: EventLog,
                  on_done: Callable[[Request, float], None] | None = None):
         self.spec, self.pricer, self.store, self.ready, self.log = spec, pricer, store, ready, log

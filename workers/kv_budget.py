@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.capacity import EXACT_INTEGERS, KVCapacity
-from workers.fast_batch import pairwise_sum
+from workers.pairwise import pairwise_sum
 
 INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO = INIT_NEW_TOKEN_RATIO * 0.14
@@ -85,7 +85,7 @@ SCALAR_SEQUENCES_FULL = 32
 def footprints_sum(kv: KVCapacity, contexts: np.ndarray | list) -> float:
     """`float(footprints(kv, contexts).sum())`, the same double: a short batch's in Python
     floats, element by element as numpy computes them, summed in numpy's pairwise order
-    (`workers.fast_batch.pairwise_sum`). `contexts`: an array or a sequence of numbers."""
+    (`workers.pairwise.pairwise_sum`). `contexts`: an array or a sequence of numbers."""
     exact = kv.integer_footprints
     if exact is not None and type(contexts) is list and contexts:
         # Whole token counts and whole-byte terms: every footprint, and every partial sum

@@ -30,19 +30,19 @@ from storage.store import BlobStore
 from workers.batching import FillChunk
 from workers.clock import sleep_on
 from workers.cluster import WorkerSpec
+from workers.cost_source import CostSource
 from workers.decode import DecodeWorker
 from workers.events import EventLog
 from workers.fill import ChunkedFills
 from workers.kv_io import FetchResult, release_fetch
 from workers.kv_policy import KVPolicy, finish_call, write_through
-from workers.pricing import StepPricer
 from workers.ready import ReadyBuffer
 from workers.request import DECODE_WAIT, FILL, LOADING, QUEUED, Request
 from workers.state import StateMemo, WorkerState
 
 
 class MixedWorker(DecodeWorker):
-    def __init__(self, spec: WorkerSpec, pricer: StepPricer, store: BlobStore,
+    def __init__(self, spec: WorkerSpec, pricer: CostSource, store: BlobStore,
                  ready: ReadyBuffer, log: EventLog,
                  on_done: Callable[[Request, float], None] | None = None, jump: bool = True):
         # Its decode batch is fed by its own fills: the cluster's ready buffer is not its;

@@ -16,9 +16,11 @@ A decode layout whose routed experts live on an expert pool (`AFLayout`,
 attention-FFN disaggregation) is priced by `costmodel.disagg`: same interface,
 so a `DecodeWorker` runs unchanged on it.
 
-Colocated decode steps and heterogeneous batch steps are priced by the scalar
-fast path (`workers.fast_pricing`, `workers.step_tail`): the same doubles as the
-vectorised core, without its per-call overhead. Split (attention-FFN) decode stays on the core.
+`StepPricer` is the roofline's `CostSource` (`workers.cost_source`). Colocated
+decode steps and heterogeneous batch steps are priced by the cost core's own term
+functions on one configuration's floats (`workers.fast_pricing`, `workers.step_tail`,
+`workers.fast_batch`): the same doubles as the vectorised core, without its per-call
+overhead. Split (attention-FFN) decode stays on the core.
 """
 
 from __future__ import annotations
@@ -38,25 +40,18 @@ from costmodel.phase import Configs, Phase, step_times
 from costmodel.precision import BYTES_PER_ELEMENT
 from workers.fast_batch import BatchTail
 from workers.fast_pricing import Pricing
-from workers.step_tail import COMPILED as STEP_TAIL_COMPILED
 from workers.step_tail import StepTail
 
 # Runs of at most this many decode steps are priced in a Python loop; longer ones as
-# ~30 array operations (a Python step costs ~3 us, an array operation ~1 us).
+# array operations (a Python step costs a few us, an array operation ~1 us). One
+# algorithm whatever the build: which runs are priced which way does not depend on
+# whether a module was compiled (the doubles are the same either way).
 SCALAR_STEPS = 12
 # A run's step ends, as Python floats, up to this many steps: the list is what the run
-# reads (a bisect a poke), not an array to convert. Measured on the Azure open loop's
-# decode tail (llama-3.1-70b / h100 tp=8, 17 sequences): 24 steps 5.6 us in the loop
-# against 7.3 as arrays, 32 steps 7.1 against 7.4, 40 steps 8.6 against 7.4. Compiled
-# (workers/step_tail.pxd), the loop is C: on the dev decode tail (kimi-k3-like / gb200),
-# 128 steps 2.6 us against 5.8 as arrays, 256 steps 4.8 against 6.5, 512 steps 9.0
-# against 8.3. The same doubles either way (tests/property/test_pricing_fast_path.py).
-SCALAR_RUN_STEPS = 256 if STEP_TAIL_COMPILED else 32
-# Batch steps of at most this many requests are memoised and priced in a Python loop;
-# up to SCALAR_BATCH_REQUESTS priced in the loop unmemoised (decodes riding with
-# prefill chunks: such a step never repeats); bigger ones as arrays.
+# reads (a bisect a poke), not an array to convert.
+SCALAR_RUN_STEPS = 8
+# Batch steps of at most this many requests are memoised.
 BATCH_MEMO_REQUESTS = 16
-SCALAR_BATCH_REQUESTS = 32
 
 
 class StepPricer:
@@ -134,17 +129,10 @@ class StepPricer:
         (`costmodel.batch`): chunked prefill, or decodes with prefill chunks riding along
         (`decoding` per request). The requests spread over the attention ranks."""
         n = len(cached_tokens)
-        if n > SCALAR_BATCH_REQUESTS:
-            # A big step (decodes riding with chunks) never repeats: no memo, and its
-            # per-request terms priced as arrays.
-            flags = np.full(n, bool(decoding)) if isinstance(decoding, bool) else np.array(
-                decoding, dtype=bool)
-            step_s = self._batch_tail.step_arrays_s(
-                np.array(new_tokens, dtype=np.int64).astype(np.float64),
-                np.array(cached_tokens, dtype=np.int64).astype(np.float64), flags)
-            return step_s, step_s / self.layout.pp
         flags = (bool(decoding),) * n if isinstance(decoding, bool) else (
             tuple(map(bool, decoding)))
+        # A small step repeats (chunked prefill under a token budget repeats its requests
+        # and chunks): memoised. A big one (decodes riding with chunks) never does.
         price = self._batch if n <= BATCH_MEMO_REQUESTS else self._batch_uncached
         return price(tuple(map(int, new_tokens)), tuple(map(int, cached_tokens)), flags)
 
@@ -153,12 +141,7 @@ class StepPricer:
         """`fill_step_s(chunk_tokens + [1] * d, chunk_cached + decode_contexts,
         [False] * len(chunk_tokens) + [True] * d)` for d decodes, the same doubles: a
         mixed worker's step, prefill chunks then decodes, every count an int. Such a step
-        never repeats: priced without the memo (whose hit gives the same doubles) and
-        without converting what is already an int."""
-        decodes = len(decode_contexts)
-        if len(chunk_tokens) + decodes > SCALAR_BATCH_REQUESTS:
-            return self.fill_step_s(chunk_tokens + [1] * decodes, chunk_cached + decode_contexts,
-                                    (False,) * len(chunk_tokens) + (True,) * decodes)
+        never repeats: priced without the memo (whose hit gives the same doubles)."""
         step_s = self._batch_tail.mixed_step_s(chunk_tokens, chunk_cached, decode_contexts)
         return step_s, step_s / self.layout.pp
 

@@ -19,7 +19,8 @@ from costmodel.plan_sizing import Nodes
 from costmodel.plan_toml import site_of
 from costmodel.precision import Precision
 from orchestrator.bench.layouts import BenchLayout, Family, PoolLayout
-from workers.cluster import ClusterSpec, cluster_from_dict
+from workers.cluster import ClusterSpec
+from workers.cluster_toml import cluster_from_dict
 
 MIXED_CHUNK_TOKENS = 8192
 PREFILL_CHUNK_TOKENS = 16384

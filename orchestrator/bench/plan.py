@@ -83,8 +83,8 @@ def _hardware(name: str):
 
 def _cluster_file(path: str, model: ModelSpec, hardware: str | None, gpus: int | None,
                   mtp: int | None):
-    from workers.cluster import ClusterError, load_cluster
-    from workers.cluster_toml import with_decode_mtp
+    from workers.cluster import ClusterError
+    from workers.cluster_toml import load_cluster, with_decode_mtp
 
     try:
         spec = load_cluster(path)

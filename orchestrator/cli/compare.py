@@ -80,7 +80,7 @@ def parse_clusters(text: str, model: str) -> dict[str, str]:
     A label is the preset's name or the file's stem (its path if two stems clash)."""
     from costmodel.errors import CostModelError
     from costmodel.model import load_model
-    from workers.cluster import load_cluster
+    from workers.cluster_toml import load_cluster
 
     names = comma_names("--clusters", text)
     if len(names) < 2:

@@ -59,7 +59,7 @@ def _capacity(args: argparse.Namespace):
     from orchestrator.cli._replay_opts import trace_paths
     from orchestrator.run.capacity import planned_capacity
     from traces import read_sessions
-    from workers.cluster import load_cluster
+    from workers.cluster_toml import load_cluster
 
     try:
         model, cluster = load_model(args.model), load_cluster(args.cluster)

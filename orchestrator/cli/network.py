@@ -51,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def traffic(args: argparse.Namespace) -> dict:
     from costmodel.errors import CostModelError
     from costmodel.model import load_model
-    from workers.cluster import load_cluster
+    from workers.cluster_toml import load_cluster
     from workers.network import fabric_links, migration_demands, steady_load
 
     try:

@@ -202,7 +202,8 @@ def run(args: argparse.Namespace) -> int:
     from costmodel.model import load_model
     from costmodel.plan import Targets, plan_cluster, plan_for_rate
     from costmodel.plan_toml import render_cluster_toml
-    from workers.cluster import ClusterError, cluster_from_dict
+    from workers.cluster import ClusterError
+    from workers.cluster_toml import cluster_from_dict
 
     model = _load("--model", load_model, args.model)
     hw = _load("--hardware", load_hardware, args.hardware)

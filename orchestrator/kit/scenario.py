@@ -24,7 +24,7 @@ from orchestrator.run.replay import Orchestrator, ReplayResult
 from traces.model import Call, Session
 from traces.replay import LoadOptions
 from workers.clock import VirtualClock
-from workers.cluster import cluster_from_dict, load_cluster
+from workers.cluster_toml import cluster_from_dict, load_cluster
 
 FORMAT_VERSION = 1
 MAX_AGENT_DRAWS = 100_000  # sessions generated at most to find those within agent_max_tokens

@@ -18,7 +18,7 @@ from costmodel.model import load_model
 from costmodel.phase import Phase
 from orchestrator.control.config import ControlConfig
 from orchestrator.kit.scenario import KIT_CLUSTER, KIT_MODEL, Scenario
-from workers.cluster import cluster_from_dict
+from workers.cluster_toml import cluster_from_dict
 from workers.pricing import StepPricer
 
 ARRIVAL_KINDS = ("poisson", "bursts", "diurnal")

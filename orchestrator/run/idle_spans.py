@@ -12,14 +12,48 @@ spans").
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from orchestrator.control.observe import Observation
-from orchestrator.control.policies.base import AdmissionDecision
+from orchestrator.control.config import ControlConfig
+from orchestrator.control.observe import Observation, ObservationLag
+from orchestrator.control.policies.base import AdmissionDecision, AdmissionPolicy
 from orchestrator.run.plugin_checks import checked, plugin_failed
+from orchestrator.run.sampler import Sampler
+from orchestrator.run.series import Series
 
-if TYPE_CHECKING:
-    from orchestrator.run.fast_loop import FastLoop
+
+class IdleHost(Protocol):
+    """What an idle span asks of the run: its counters and its listeners."""
+
+    counters: dict[str, int]
+
+    def notify(self, event: str, *args: object) -> None: ...
+
+
+class IdleLoop(Protocol):
+    """What an idle span asks of the fast loop (orchestrator.run.fast_loop.FastLoop):
+    its parts, its idle bookkeeping and its decision steps."""
+
+    control: ControlConfig
+    host: IdleHost
+    lag: ObservationLag
+    period_s: float
+    policy: AdmissionPolicy
+    sampler: Sampler
+    series: Series
+    same_samples: int
+    last_content: tuple | None
+    restampable: Observation | None
+    touched: bool
+
+    def ask(self, obs: Observation | None, now_s: float) -> AdmissionDecision: ...
+
+    def apply_target_batch(self, per_unit: int) -> None: ...
+
+    def record(self, obs: Observation, now_s: float, states: tuple | None) -> None: ...
+
+    def decided(self, decision: AdmissionDecision, now_s: float, ticks: int,
+                queue: int | None = None, caught_up: bool = False) -> None: ...
 
 
 class _IdleSpan:
@@ -39,7 +73,7 @@ class IdleSpans:
     """The fast loop's sleep over idle spans (`FastLoop.run` sleeps here once quiet):
     it records samples, asks the policy and records decisions through the loop."""
 
-    def __init__(self, loop: FastLoop) -> None:
+    def __init__(self, loop: IdleLoop) -> None:
         self.loop = loop
         self._wake = asyncio.Event()  # set by work arriving: the idle span is over
         self.span: _IdleSpan | None = None  # the idle span the fast loop sleeps through

@@ -11,6 +11,7 @@ from __future__ import annotations
 from costmodel.efficiency import Efficiency
 from costmodel.phase import Phase
 from workers.cluster import BoundCluster
+from workers.cost_source import CostSource
 from workers.pricing import StepPricer
 
 
@@ -21,7 +22,7 @@ class PoolQuotes:
     microseconds (a replay's profile: most of the predictor's time without it)."""
 
     def __init__(self, cluster: BoundCluster, efficiency: Efficiency) -> None:
-        self._pricers: dict[str, StepPricer] = {}
+        self._pricers: dict[str, CostSource] = {}
         self._phases: dict[str, Phase] = {}
         for w in cluster.workers:  # one model per pool, as the pool was built
             if w.pool not in self._pricers:

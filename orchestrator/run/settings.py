@@ -19,7 +19,8 @@ from traces import read_sessions
 from traces.model import Session
 from traces.replay import LoadOptions
 from workers.clock import make_clock
-from workers.cluster import ClusterError, ClusterSpec, load_cluster
+from workers.cluster import ClusterError, ClusterSpec
+from workers.cluster_toml import load_cluster
 from workers.kv_policy import DEFAULT_KV_POLICY, KVPolicy
 
 DEFAULT_MODEL = "kimi-k3-like"

@@ -35,8 +35,8 @@ from orchestrator.run.settings import (
 from orchestrator.sweeps.grid import GAIN_KEYS, Grid, GridError, point_id
 from traces.model import Session
 from traces.replay import LoadOptions
-from workers.cluster import DATA_DIR, ClusterSpec, cluster_from_dict, load_cluster
-from workers.cluster_toml import with_decode_mtp
+from workers.cluster import ClusterSpec
+from workers.cluster_toml import DATA_DIR, cluster_from_dict, load_cluster, with_decode_mtp
 
 
 @dataclass(frozen=True)

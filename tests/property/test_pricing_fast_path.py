@@ -15,7 +15,6 @@ from costmodel.layout import Layout
 from costmodel.model import load_model, model_names
 from costmodel.phase import Phase, step_times
 from costmodel.precision import Precision
-from workers.fast_batch import pairwise_sum
 from workers.pricing import SCALAR_RUN_STEPS, SCALAR_STEPS, StepPricer
 from workers.step_tail import StepTail
 
@@ -121,12 +120,6 @@ def test_a_batch_step_prices_as_the_core(pricer, requests):
     check_batch_step(pricer, requests)
 
 
-@settings(max_examples=60)
-@given(st.lists(st.floats(-1e12, 1e12, allow_nan=False), max_size=700))
-def test_pairwise_sum_adds_as_numpy(values):
-    assert pairwise_sum(values) == np.add.reduce(np.array(values, dtype=np.float64))
-
-
 def test_a_long_batch_uses_numpy_pairwise_blocks():
     # 300 requests: two recursive halves of 144 and 156 (blocks of 8 accumulators).
     pricer = StepPricer(MODELS["kimi-k3-like"], HARDWARE["gb200"], Layout(tp=1, ep=36, mtp=1))
@@ -146,12 +139,11 @@ def test_the_power_is_raised_as_the_core_raises_it():
     check_batch_step(pricer, [(10, 1000, False)] * 2)
 
 
-def test_a_plain_tails_short_runs_price_as_the_core():
-    # A dense model on one stage, one token a step, with an overlap: a short run's step
-    # ends leave out the operations that change nothing (StepTail._plain).
+def test_a_dense_one_stage_tails_short_runs_price_as_the_core():
+    # A dense model on one stage, one token a step, with an overlap: terms that are
+    # exactly zero (no expert, no sliding layer, no state) and factors of one (pp).
     pricer = StepPricer(MODELS["llama-3.1-70b"], HARDWARE["h100"], Layout(tp=4))
     for sequences, context in ((17, 2345.6), (1, 0.0), (64, 120_000.0), (128, 7.25)):
-        assert pricer._tail(Phase.DECODE, sequences, 1)._plain
         for steps in (1, 2, 5, SCALAR_STEPS, SCALAR_RUN_STEPS):
             check_decode_runs(pricer, sequences, context, steps)
 

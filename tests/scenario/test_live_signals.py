@@ -19,7 +19,7 @@ import urllib.request
 import pytest
 
 from orchestrator.run.settings import DEFAULT_CLUSTER
-from workers.cluster import load_cluster
+from workers.cluster_toml import load_cluster
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,8 @@ import pytest
 from costmodel.model import load_model
 from orchestrator.kit.scenario import KIT_CLUSTER
 from workers.clock import VirtualClock
-from workers.cluster import ClusterError, cluster_from_dict
+from workers.cluster import ClusterError
+from workers.cluster_toml import cluster_from_dict
 from workers.request import Request
 from workers.runtime import ClusterRuntime
 

@@ -12,7 +12,7 @@ from costmodel.model import load_model
 from costmodel.precision import Precision
 from orchestrator.kit.scenario import KIT_CLUSTER
 from workers.clock import VirtualClock
-from workers.cluster import cluster_from_dict
+from workers.cluster_toml import cluster_from_dict
 from workers.request import Request
 from workers.runtime import ClusterRuntime
 

@@ -19,7 +19,7 @@ from orchestrator.run.replay import Orchestrator
 from tests.factories import short_agent_sessions, single_call_sessions
 from traces.replay import LoadOptions
 from workers.clock import VirtualClock
-from workers.cluster import cluster_from_dict
+from workers.cluster_toml import cluster_from_dict
 from workers.mixed import MixedWorker
 from workers.request import Request
 from workers.runtime import ClusterRuntime

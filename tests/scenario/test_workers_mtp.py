@@ -15,7 +15,7 @@ from costmodel.model import load_model
 from costmodel.mtp import expected_tokens_per_step
 from tests.factories import SMALL
 from workers.clock import VirtualClock
-from workers.cluster import cluster_from_dict
+from workers.cluster_toml import cluster_from_dict
 from workers.decode_mtp import plan_mtp_run
 from workers.kv_budget import GrowthReserve, steps_that_fit, steps_until_admissible
 from workers.request import Request

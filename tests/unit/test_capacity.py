@@ -8,7 +8,7 @@ from costmodel.model import load_model
 from orchestrator.run.capacity import planned_capacity, sessions_for_load
 from tests.conftest import TRACE_DATA
 from traces import read_sessions
-from workers.cluster import load_cluster
+from workers.cluster_toml import load_cluster
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,7 @@ def test_the_planned_preset_gives_the_plans_own_figures(dev_sessions):
 
 
 def test_fewer_decode_slots_lower_decode_capacity(dev_sessions, tmp_path):
-    from workers.cluster import DATA_DIR
+    from workers.cluster_toml import DATA_DIR
 
     text = (DATA_DIR / "gb200-nvl72x1.toml").read_text()
     small = tmp_path / "small.toml"
@@ -62,7 +62,7 @@ def test_a_planned_cluster_of_fewer_pools_gives_the_plans_own_rate(dev_sessions,
     from costmodel.plan_toml import render_cluster_toml
     from costmodel.precision import Precision
     from orchestrator.run.capacity import workload_of
-    from workers.cluster import cluster_from_dict
+    from workers.cluster_toml import cluster_from_dict
 
     model = load_model("gpt-oss-120b")
     plan = plan_cluster(model, load_hardware("h100"), 16, workload_of(dev_sessions),

@@ -8,8 +8,8 @@ from costmodel.memory import weight_bytes_per_gpu
 from costmodel.model import load_model
 from costmodel.phase import Phase
 from costmodel.precision import Precision
-from workers.cluster import ClusterError, cluster_from_dict
-from workers.cluster_toml import with_decode_mtp
+from workers.cluster import ClusterError
+from workers.cluster_toml import cluster_from_dict, with_decode_mtp
 
 DS = load_model("deepseek-v3")
 K3 = load_model("kimi-k3-like")

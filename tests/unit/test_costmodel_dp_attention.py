@@ -4,7 +4,7 @@ SGLang's data-parallel controller) and a step lasts as long as its slowest rank.
 import numpy as np
 import pytest
 
-from costmodel.batch import _attention_s, batch_step_cost, batch_token_terms, placed
+from costmodel.batch import batch_attention_s, batch_step_cost, batch_token_terms, placed
 from costmodel.hardware import HardwareTable, load_hardware
 from costmodel.layout import Layout
 from costmodel.model import load_model
@@ -56,7 +56,7 @@ def test_a_mixed_step_lasts_as_its_slowest_rank():
     alone, _ = pricer.mixed_step_s([4096], [0], [])
     with_decodes, _ = pricer.mixed_step_s([4096], [0], [1024] * 63)
     assert alone <= with_decodes < 1.2 * alone
-    attn = _attention_s(DS, batch_token_terms(
+    attn = batch_attention_s(DS, batch_token_terms(
         DS, TABLE, False, 1, 4096.0, 0.0, pp=1, tp=1, ep=8, precision=Precision.FP8,
         kv_precision=Precision.BF16, mtp=0)[0], pricer.eff, np.array([4096.0]),
         np.array([0.0]), np.array([False]), 1.0)

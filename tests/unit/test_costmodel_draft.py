@@ -9,9 +9,10 @@ from costmodel.disagg import af_decode_times
 from costmodel.draft import draft_passes, mtp_module
 from costmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from costmodel.hardware import HardwareTable, load_hardware
+from costmodel.kernels import Kernels, Shape
 from costmodel.model import load_model
 from costmodel.mtp import expected_tokens_per_step
-from costmodel.phase import Configs, Phase, _Kernels, _Shape, phase_cost
+from costmodel.phase import Configs, Phase, phase_cost
 from costmodel.precision import Precision
 from costmodel.validation import CASES
 
@@ -73,8 +74,8 @@ def test_draft_flops_and_bytes_are_counted_in_the_step():
     cfg = Configs.make(phase=int(Phase.DECODE), batch=256, new_tokens=1, context=2048,
                        tp=8, ep=4, precision=int(Precision.FP4), mtp=1)
     cost = phase_cost(DS, B200, cfg)
-    v = _Shape(DS, B200, cfg, DEFAULT_EFFICIENCY)
-    k = _Kernels(DS, v, DEFAULT_EFFICIENCY)
+    v = Shape(DS, B200, cfg, DEFAULT_EFFICIENCY)
+    k = Kernels(DS, v, DEFAULT_EFFICIENCY)
     draft = draft_passes(DS, B200, cfg, DEFAULT_EFFICIENCY, expected_tokens_per_step(1))
     assert draft.flops_per_gpu[0] > 0 and draft.hbm_read_bytes_per_gpu[0] > 0
     assert cost.flops[0] == pytest.approx(k.flops[0] * 8 + draft.flops_per_gpu[0] * 8)

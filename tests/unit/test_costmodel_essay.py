@@ -7,8 +7,9 @@ import pytest
 from costmodel.hardware import HardwareTable, load_hardware
 from costmodel.layout import Layout
 from costmodel.model import load_model
-from costmodel.phase import Bound, Configs, Phase, _distinct, evaluate, phase_cost
+from costmodel.phase import Bound, Configs, Phase, evaluate, phase_cost
 from costmodel.precision import Precision
+from costmodel.terms import distinct
 
 K3 = load_model("kimi-k3-like")
 GB200 = load_hardware("gb200")
@@ -21,7 +22,7 @@ def test_70kB_times_2M_tokens_is_140GB():
 
 
 def test_128_tokens_8_routes_touch_about_251_of_256_experts():
-    touched = _distinct(256, 8, 128)
+    touched = distinct(256, 8, 128)
     assert 250.5 < touched < 252.5
 
 

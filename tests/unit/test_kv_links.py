@@ -11,7 +11,7 @@ from costmodel.model import load_model
 from storage.plans import Purpose, Source, Step, StepKind, TransferPlan
 from storage.tiers import Location, Tier
 from workers.clock import VirtualClock
-from workers.cluster import load_cluster
+from workers.cluster_toml import load_cluster
 from workers.kv_links import KvLinks, path_kind
 
 GB = 1e9
@@ -154,7 +154,7 @@ def test_the_cluster_file_says_how_kv_moves():
 def test_the_links_per_preset_in_docs_network_md_are_the_presets():
     from pathlib import Path
 
-    from workers.cluster import cluster_names
+    from workers.cluster_toml import cluster_names
     from workers.network import fabric_links, same_domain
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "network.md").read_text()

@@ -5,7 +5,7 @@ from costmodel.model import load_model
 from storage.plans import StepKind
 from storage.store import BlobStore
 from storage.tiers import Location, Tier
-from workers.cluster import load_cluster
+from workers.cluster_toml import load_cluster
 from workers.kv_io import (
     fetch,
     promote_hot,

@@ -9,7 +9,7 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.run.settings import DEFAULT_CLUSTER
-from workers.cluster import load_cluster
+from workers.cluster_toml import load_cluster
 
 # The default preset's workers, one process each at --workers-per-process 1.
 WORKERS = sum(p.workers for p in load_cluster(DEFAULT_CLUSTER).pools)

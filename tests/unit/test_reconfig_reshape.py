@@ -14,7 +14,8 @@ from orchestrator.control.realloc import Move
 from orchestrator.run.reconfig import RESHAPE_CONTEXT_TOKENS, Reconfigurer
 from storage.store import BlobStore
 from storage.tiers import Location, Tier
-from workers.cluster import load_cluster, reshaped_worker
+from workers.cluster import reshaped_worker
+from workers.cluster_toml import load_cluster
 
 
 @pytest.fixture(scope="module")

@@ -84,7 +84,7 @@ def test_pool_overrides_derive_a_cluster():
 
 
 def test_cluster_paths_are_relative_to_the_grid_file(tmp_path):
-    from workers.cluster import DATA_DIR
+    from workers.cluster_toml import DATA_DIR
 
     (tmp_path / "mine.toml").write_text((DATA_DIR / "b200x8.toml").read_text())
     tasks = build_tasks(parse_grid('cluster = ["mine.toml"]', "g.toml", tmp_path))

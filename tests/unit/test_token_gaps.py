@@ -9,7 +9,7 @@ import pytest
 from costmodel.model import load_model
 from tests.conftest import ROOT
 from workers.clock import VirtualClock
-from workers.cluster import load_cluster
+from workers.cluster_toml import load_cluster
 from workers.request import Request
 from workers.runtime import ClusterRuntime
 from workers.token_gaps import GapHistogram, TokenGaps

@@ -10,7 +10,8 @@ from costmodel.disagg import AFLayout, af_decode_times
 from costmodel.hardware import HardwareTable, load_hardware
 from costmodel.model import load_model
 from costmodel.precision import Precision
-from workers.cluster import ClusterError, cluster_from_dict
+from workers.cluster import ClusterError
+from workers.cluster_toml import cluster_from_dict
 from workers.pricing import StepPricer
 
 K3 = load_model("kimi-k3-like")

@@ -5,6 +5,8 @@ import dataclasses
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from costmodel.capacity import kv_capacity
 from costmodel.hardware import load_hardware
@@ -24,6 +26,7 @@ from workers.kv_budget import (
     steps_that_fit,
     steps_until_admissible,
 )
+from workers.pairwise import pairwise_sum
 from workers.request import Request
 from workers.runtime import ClusterRuntime
 
@@ -149,3 +152,9 @@ def test_whole_token_counts_sum_their_footprints_exactly_as_numpy(model):
     assert footprints_sum(kv, huge) == float(footprints(kv, huge).sum())
     mixed = [1000, 2000.5, 3000]
     assert footprints_sum(kv, mixed) == float(footprints(kv, mixed).sum())
+
+
+@settings(max_examples=60)
+@given(st.lists(st.floats(-1e12, 1e12, allow_nan=False), max_size=700))
+def test_pairwise_sum_adds_as_numpy(values):
+    assert pairwise_sum(values) == np.add.reduce(np.array(values, dtype=np.float64))

@@ -6,8 +6,8 @@ import pytest
 
 from orchestrator.control.router import FillCandidate, choose_fill_worker
 from orchestrator.kit.scenario import KIT_CLUSTER
-from workers.cluster import ClusterError, cluster_from_dict
-from workers.cluster_toml import MIXED
+from workers.cluster import ClusterError
+from workers.cluster_toml import MIXED, cluster_from_dict
 
 MIXED_POOL = {"name": "mixed", "phase": "mixed", "nodes": ["n0", "n1"], "gpus": 16, "tp": 4,
               "precision": "bf16", "target_batch": 8, "max_batch_sequences": 8}

@@ -9,7 +9,7 @@ from orchestrator.cli import main
 from storage.links import Fabric
 from storage.tiers import Location, Tier
 from tests.conftest import run_cli
-from workers.cluster import load_cluster
+from workers.cluster_toml import load_cluster
 from workers.network import copy_path, fabric_links, migration_demands, steady_load
 
 GB = 1e9
