@@ -318,6 +318,9 @@ class OpenMetricsRecorder:
 
     # -- spilling and writing ----------------------------------------------------------
     def _spill_all(self) -> None:
+        """Move the points held in memory to the series' spill files, as doubles: per
+        record a flag (1: a point, 0: the series left the registry), its time, its values
+        (as many as the series has; 0 after a flag of 0)."""
         if self._spill is None:
             if self.spill_parent is not None:
                 Path(self.spill_parent).mkdir(parents=True, exist_ok=True)
@@ -326,13 +329,22 @@ class OpenMetricsRecorder:
         for fam in self._families:
             for s in fam.series.values():
                 if s.path is None:
-                    s.path = self._spill / f"{n}.txt"
+                    s.path = self._spill / f"{n}.f64"
                 n += 1
                 if s.buffer:
-                    with s.path.open("a", newline="\n") as f:
-                        f.writelines(f"{t_s!r} -\n" if values is None else
-                                     f"{t_s!r} {' '.join(map(repr, values))}\n"
-                                     for t_s, values in s.buffer)
+                    gone = (0.0,) * len(s.prefixes)
+                    doubles = array("d")
+                    for t_s, values in s.buffer:
+                        if values is None:
+                            doubles.append(0.0)
+                            doubles.append(t_s)
+                            doubles.extend(gone)
+                        else:
+                            doubles.append(1.0)
+                            doubles.append(t_s)
+                            doubles.extend(values)
+                    with s.path.open("ab") as f:
+                        doubles.tofile(f)
                     s.buffer.clear()
         self._held = 0
 
@@ -340,10 +352,15 @@ class OpenMetricsRecorder:
     def _records(s: _Series):
         """(time_s, values or None) of every point kept, in order: spilled, then memory's."""
         if s.path is not None and s.path.exists():
-            with s.path.open(newline="\n") as f:
-                for line in f:
-                    t, *values = line.split()
-                    yield float(t), None if values == ["-"] else tuple(map(float, values))
+            width = 2 + len(s.prefixes)
+            with s.path.open("rb") as f:
+                while True:
+                    doubles = array("d", f.read(8 * width * 4096))  # 4,096 records at a time
+                    if not doubles:
+                        break
+                    for k in range(0, len(doubles), width):
+                        yield (doubles[k + 1], tuple(doubles[k + 2:k + width])
+                               if doubles[k] else None)
         yield from s.buffer
 
     def _points(self, s: _Series):
@@ -396,11 +413,17 @@ class OpenMetricsRecorder:
                 keep = s.informing() if fam.histogram else [0]
                 prefixes = [s.prefixes[i] for i in keep]
                 out: list[str] = []
+                # A point's lines but their timestamps, kept while the next point has the
+                # same values (the point before a change, a heartbeat): formatted once.
+                last_values, body = None, []
                 for t_s, values in self._points(s):
                     stamp = f" {start_unix_s + t_s:.3f}\n"
-                    out += [p + shown(values[i]) + stamp
-                            for p, i in zip(prefixes, keep, strict=True)]
-                    if len(out) >= 50_000:  # pieces of a few MB: memory stays flat
+                    if values != last_values:
+                        last_values = values
+                        body = [p + shown(values[i]) for p, i in zip(prefixes, keep, strict=True)]
+                    out.append(stamp.join(body))
+                    out.append(stamp)
+                    if len(out) >= 2_000:  # pieces of a few MB: memory stays flat
                         yield "".join(out)
                         out.clear()
                 yield "".join(out)
