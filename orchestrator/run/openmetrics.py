@@ -126,7 +126,8 @@ class _Series:
 
 
 class _Family:
-    __slots__ = ("help", "histogram", "kind", "labelnames", "name", "series", "wrapper")
+    __slots__ = ("flat", "help", "histogram", "keys", "kind", "labelnames", "lazy_s", "name",
+                 "series", "wrapper")
 
     def __init__(self, wrapper, kind: str) -> None:
         self.wrapper, self.kind = wrapper, kind
@@ -134,6 +135,20 @@ class _Family:
         self.labelnames = tuple(wrapper._labelnames)
         self.histogram = kind == "histogram"
         self.series: dict[tuple[str, ...], _Series] = {}
+        # A gauge's or a counter's label sets and values at the last reading: a reading
+        # that finds the same ones only notes its instant (`lazy_s`), given to each of
+        # those series' `seen_s` when the family is next read in full (`seen`).
+        self.keys: list[tuple[str, ...]] | None = None
+        self.flat: list[float] | None = None
+        self.lazy_s: float | None = None
+
+    def seen(self) -> None:
+        """Each series present at the last readings that found the family unchanged has
+        been seen until the last of them."""
+        if self.lazy_s is not None:
+            for labels in self.keys:
+                self.series[labels].seen_s = self.lazy_s
+            self.lazy_s = None
 
     def children(self):
         """(label values, child) of every series now in the registry."""
@@ -271,7 +286,16 @@ class OpenMetricsRecorder:
         for fam in self._families_now():
             series = fam.series
             histogram = fam.histogram
-            for labels, child in fam.children():
+            children = fam.children()
+            if not histogram:
+                keys = [labels for labels, _ in children]
+                flat = [child._value._value for _, child in children]
+                if not keep_all and flat == fam.flat and keys == fam.keys:
+                    fam.lazy_s = seen_s  # nothing new: the same series, the same values
+                    continue
+                fam.seen()
+                fam.keys, fam.flat = keys, flat
+            for labels, child in children:
                 if histogram and still and labels in series:  # unchanged since last read
                     series[labels].seen_s = seen_s
                     continue
@@ -312,6 +336,7 @@ class OpenMetricsRecorder:
             self.before_read()
         self.scrape(end_s, keep_all=True)
         for fam in self._families:
+            fam.seen()
             for s in fam.series.values():
                 if s.seen_s > s.kept_s:
                     self._keep(s, s.values, s.seen_s)
@@ -404,6 +429,7 @@ class OpenMetricsRecorder:
             return out
 
         for fam in self._families:
+            fam.seen()
             kept = [s for s in fam.series.values() if s.kept_s > -math.inf]
             if not kept:
                 continue
