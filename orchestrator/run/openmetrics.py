@@ -73,6 +73,7 @@ SPILL_VALUES = 400_000
 GZIP_LEVEL = 1
 _EPS_S = 1e-9  # sample instants are sums of float periods
 _VALUE = attrgetter("_value")  # a prometheus_client value's number, read without its lock
+_NUMBER = attrgetter("_value._value")  # a counter's or a gauge's number, likewise
 _KINDS = ((Histogram, "histogram"), (Counter, "counter"), (Gauge, "gauge"))
 
 
@@ -150,11 +151,12 @@ class _Family:
                 self.series[labels].seen_s = self.lazy_s
             self.lazy_s = None
 
-    def children(self):
-        """(label values, child) of every series now in the registry."""
+    def children(self) -> tuple[list, list]:
+        """The label values of every series now in the registry, and their children."""
         if self.labelnames:
-            return list(self.wrapper._metrics.items())
-        return [((), self.wrapper)]
+            metrics = self.wrapper._metrics
+            return list(metrics), list(metrics.values())
+        return [()], [self.wrapper]
 
     def prefixes(self, values: tuple[str, ...]) -> tuple[str, ...]:
         labels = list(zip(self.labelnames, values, strict=True))
@@ -286,16 +288,19 @@ class OpenMetricsRecorder:
         for fam in self._families_now():
             series = fam.series
             histogram = fam.histogram
-            children = fam.children()
-            if not histogram:
-                keys = [labels for labels, _ in children]
-                flat = [child._value._value for _, child in children]
-                if not keep_all and flat == fam.flat and keys == fam.keys:
-                    fam.lazy_s = seen_s  # nothing new: the same series, the same values
-                    continue
-                fam.seen()
-                fam.keys, fam.flat = keys, flat
-            for labels, child in children:
+            keys, children = fam.children()
+            if histogram:  # read again only when a call completed (or a series came)
+                flat = None
+                unchanged = still and keys == fam.keys
+            else:
+                flat = list(map(_NUMBER, children))
+                unchanged = not keep_all and flat == fam.flat and keys == fam.keys
+            if unchanged:
+                fam.lazy_s = seen_s  # nothing new: the same series, the same values
+                continue
+            fam.seen()
+            fam.keys, fam.flat = keys, flat
+            for labels, child in zip(keys, children, strict=True):
                 if histogram and still and labels in series:  # unchanged since last read
                     series[labels].seen_s = seen_s
                     continue
