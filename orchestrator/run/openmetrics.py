@@ -51,7 +51,7 @@ import shutil
 import tempfile
 from array import array
 from itertools import accumulate, chain
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -443,15 +443,26 @@ class OpenMetricsRecorder:
                 text.clear()  # values repeat within a series: memory stays flat
                 keep = s.informing() if fam.histogram else [0]
                 prefixes = [s.prefixes[i] for i in keep]
+                pick = itemgetter(*keep) if len(keep) > 1 else None  # a tuple of those values
                 out: list[str] = []
                 # A point's lines but their timestamps, kept while the next point has the
-                # same values (the point before a change, a heartbeat): formatted once.
-                last_values, body = None, []
+                # same values (the point before a change, a heartbeat): formatted once, and
+                # only the lines whose value changed (a histogram's buckets above the
+                # observations' since the last point).
+                last_values = last_picked = None
+                body: list[str] = []
                 for t_s, values in self._points(s):
                     stamp = f" {start_unix_s + t_s:.3f}\n"
                     if values != last_values:
                         last_values = values
-                        body = [p + shown(values[i]) for p, i in zip(prefixes, keep, strict=True)]
+                        picked = values if pick is None else pick(values)
+                        if last_picked is None:
+                            body = [p + shown(v) for p, v in zip(prefixes, picked, strict=True)]
+                        else:
+                            body = [line if v == was else p + (text.get(v) or shown(v))
+                                    for p, v, was, line
+                                    in zip(prefixes, picked, last_picked, body, strict=True)]
+                        last_picked = picked
                     out.append(stamp.join(body))
                     out.append(stamp)
                     if len(out) >= 2_000:  # pieces of a few MB: memory stays flat
