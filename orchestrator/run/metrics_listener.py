@@ -184,13 +184,13 @@ class MetricsListener:
     def on_decision(self, orch, decision, now_s: float) -> None:
         """A decision on the last sample: counted, and the sample's starvation judged on
         what it left queued (the summary's condition, docs/metrics.md)."""
-        self._c("admission_decisions_total", decision.reason.value).inc()
+        self._c("admission_decisions_total", decision.reason.value)._value._value += 1
         obs, held = self._obs, orch.series.held[-1]
         starved = obs.decode_running < 0.5 * obs.decode_slots and held + obs.ready_depth > 0
-        self._c("admission_held_requests").set(held)
-        self._c("decode_starved").set(1 if starved else 0)
+        self._set(held, "admission_held_requests")
+        self._set(1 if starved else 0, "decode_starved")
         if starved and self._period_s > 0:
-            self._c("decode_starved_seconds_total").inc(self._period_s)
+            self._c("decode_starved_seconds_total")._value._value += self._period_s
 
     def on_skip(self, orch, first_s: float, last_s: float, ticks: int) -> None:
         """`ticks` idle samples skipped: gauges keep their values; the decisions the
