@@ -49,7 +49,6 @@ class MetricsListener:
         self._started = False
         self._children: dict[tuple, object] = {}  # labels() costs microseconds: look up once
         self._values: dict[tuple, object] = {}  # a gauge child's value object, by _c's key
-        self._occupancy_records = -1  # the series' records the oscillation index was taken at
 
     # -- helpers -----------------------------------------------------------------------
     def _c(self, name: str, *labels: str):
@@ -150,13 +149,10 @@ class MetricsListener:
         self._links(orch, now_s, period_s)
         self._energy(orch, now_s, workers, states)
         self._reconfigurations(orch)
-        series = orch.series
-        if series.records != self._occupancy_records:  # else the same samples, same index
-            self._occupancy_records = series.records
-            control = orch.control
-            per_slow = max(1, round(control.slow_period_s / control.fast_period_s))
-            occ = series.tail("decode_occupancy", OSCILLATION_WINDOW_SLOW_PERIODS * per_slow)
-            self._set(oscillation_index(occ, per_slow), "oscillation_index")
+        control = orch.control
+        per_slow = max(1, round(control.slow_period_s / control.fast_period_s))
+        occ = orch.series.tail("decode_occupancy", OSCILLATION_WINDOW_SLOW_PERIODS * per_slow)
+        self._set(oscillation_index(occ, per_slow), "oscillation_index")
 
     def on_done(self, orch, req, now_s: float) -> None:
         if not self._started:
