@@ -41,7 +41,7 @@ class ConservationError(AssertionError):
 
 
 class DecisionLog(Protocol):
-    """A structlog logger, as the run logs decisions to it."""
+    """What the run logs decisions to (`output.DecisionFile`; a structlog logger fits)."""
 
     def info(self, event: str, **fields: object) -> None: ...
 

@@ -48,6 +48,7 @@ class MetricsListener:
         self._obs, self._period_s = None, 0.0  # the last sample and the period it ended
         self._started = False
         self._children: dict[tuple, object] = {}  # labels() costs microseconds: look up once
+        self._values: dict[tuple, object] = {}  # a gauge child's value object, by _c's key
 
     # -- helpers -----------------------------------------------------------------------
     def _c(self, name: str, *labels: str):
@@ -57,11 +58,21 @@ class MetricsListener:
             child = self._children[key] = self.m[PREFIX + name].labels(*self.base, *labels)
         return child
 
+    def _set(self, value: float, name: str, *labels: str) -> None:
+        """Set a gauge, as `Gauge.set` does but without its checks and lock: a reading
+        sets about a hundred of them. Only this thread writes; a scrape reads one float."""
+        key = (name, *labels)
+        v = self._values.get(key)
+        if v is None:
+            v = self._values[key] = self._c(name, *labels)._value
+        v._value = float(value)
+
     def _inc_to(self, key: object, counter, total: float) -> None:
-        """Increase `counter` so that it has grown by `total` since the run began."""
+        """Increase `counter` so that it has grown by `total` since the run began (as
+        `Counter.inc` does but without its checks and lock, as `_set`)."""
         delta = total - self._last.get(key, 0.0)
         if delta > 0:
-            counter.inc(delta)
+            counter._value._value += delta
             self._last[key] = total
 
     def _start(self, orch) -> None:
@@ -123,23 +134,25 @@ class MetricsListener:
         the time since the last sample read)."""
         period_s = 0.0 if self._read_s is None else now_s - self._read_s
         self._pending, self._read_s = None, now_s
-        self._c("admission_queue_requests").set(obs.admission_queue)
-        self._c("ready_buffer_requests").set(obs.ready_depth)
-        self._c("backlog_requests").set(obs.backlog)
+        self._set(obs.admission_queue, "admission_queue_requests")
+        self._set(obs.ready_depth, "ready_buffer_requests")
+        self._set(obs.backlog, "backlog_requests")
         c = orch.counters
         self._inc_to("admitted", self._c("admitted_requests_total"), c["admitted"])
         self._inc_to("submitted", self._c("requests_submitted_total"), c["submitted"])
         self._inc_to("rejected", self._c("requests_rejected_total"), c["rejected"])
-        self._pools(orch, obs)
-        self._per_worker(orch)
+        workers = self._workers(orch)
+        states = [w.state() for w in workers]  # one snapshot each for pools, workers, energy
+        self._pools(orch, obs, workers, states)
+        self._per_worker(orch, workers, states)
         self._storage(orch)
         self._links(orch, now_s, period_s)
-        self._energy(orch, now_s)
+        self._energy(orch, now_s, workers, states)
         self._reconfigurations(orch)
         control = orch.control
         per_slow = max(1, round(control.slow_period_s / control.fast_period_s))
         occ = orch.series.tail("decode_occupancy", OSCILLATION_WINDOW_SLOW_PERIODS * per_slow)
-        self._c("oscillation_index").set(oscillation_index(occ, per_slow))
+        self._set(oscillation_index(occ, per_slow), "oscillation_index")
 
     def on_done(self, orch, req, now_s: float) -> None:
         if not self._started:
@@ -167,13 +180,13 @@ class MetricsListener:
     def on_decision(self, orch, decision, now_s: float) -> None:
         """A decision on the last sample: counted, and the sample's starvation judged on
         what it left queued (the summary's condition, docs/metrics.md)."""
-        self._c("admission_decisions_total", decision.reason.value).inc()
+        self._c("admission_decisions_total", decision.reason.value)._value._value += 1
         obs, held = self._obs, orch.series.held[-1]
         starved = obs.decode_running < 0.5 * obs.decode_slots and held + obs.ready_depth > 0
-        self._c("admission_held_requests").set(held)
-        self._c("decode_starved").set(1 if starved else 0)
+        self._set(held, "admission_held_requests")
+        self._set(1 if starved else 0, "decode_starved")
         if starved and self._period_s > 0:
-            self._c("decode_starved_seconds_total").inc(self._period_s)
+            self._c("decode_starved_seconds_total")._value._value += self._period_s
 
     def on_skip(self, orch, first_s: float, last_s: float, ticks: int) -> None:
         """`ticks` idle samples skipped: gauges keep their values; the decisions the
@@ -185,38 +198,37 @@ class MetricsListener:
         self._reconfigurations(orch)
 
     # -- parts of a sample -------------------------------------------------------------
-    def _pools(self, orch, obs) -> None:
+    def _pools(self, orch, obs, workers, states) -> None:
         gpus: dict[str, int] = {}
-        for w in self._workers(orch):
+        for w in workers:
             gpus[w.spec.pool] = gpus.get(w.spec.pool, 0) + w.spec.layout.instance_gpus
         slots_of: dict[str, int] = {}
-        for s in orch.runtime.states():
+        for s in states:
             if s.accepting:
                 slots_of[s.pool] = slots_of.get(s.pool, 0) + s.target_batch
         for p in obs.pools:
             labels = (p.name, p.phase)
             slots = slots_of.get(p.name, 0)
-            self._c("pool_queue_requests", *labels).set(p.queue_depth)
-            self._c("pool_running_requests", *labels).set(p.running)
-            self._c("pool_slots_requests", *labels).set(slots)
-            self._c("pool_occupancy_ratio", *labels).set(p.running / slots if slots else 0.0)
-            self._c("pool_workers", *labels).set(p.workers)
-            self._c("pool_gpus", *labels).set(gpus.get(p.name, 0))
+            self._set(p.queue_depth, "pool_queue_requests", *labels)
+            self._set(p.running, "pool_running_requests", *labels)
+            self._set(slots, "pool_slots_requests", *labels)
+            self._set(p.running / slots if slots else 0.0, "pool_occupancy_ratio", *labels)
+            self._set(p.workers, "pool_workers", *labels)
+            self._set(gpus.get(p.name, 0), "pool_gpus", *labels)
 
-    def _per_worker(self, orch) -> None:
+    def _per_worker(self, orch, workers, states) -> None:
         used = orch.runtime.store.placement.used_bytes
         vllm = self.m.compat is Compat.VLLM
         model = orch.cluster.model.name
         now: set[tuple] = set()
-        for w in self._workers(orch):
-            s = w.state()
+        for w, s in zip(workers, states, strict=True):
             self._seen[s.name] = (s.pool, s.phase)
             labels = (s.pool, s.phase, s.name)
             now.add(labels)
             hbm = worker_hbm_per_gpu(w, orch.weights_per_gpu[w.spec.pool], used.get(w.hbm, 0))
-            self._c("worker_batch_requests", *labels).set(s.running)
-            self._c("worker_queue_requests", *labels).set(s.queue_depth)
-            self._c("worker_hbm_per_gpu_bytes", *labels).set(hbm)
+            self._set(s.running, "worker_batch_requests", *labels)
+            self._set(s.queue_depth, "worker_queue_requests", *labels)
+            self._set(hbm, "worker_hbm_per_gpu_bytes", *labels)
             if vllm:
                 v = (model, *self.base, *labels)
                 usage = s.kv_resident_bytes / s.kv_capacity_bytes if s.kv_capacity_bytes else 0.0
@@ -230,6 +242,7 @@ class MetricsListener:
                          "worker_hbm_per_gpu_bytes"):
                 self.m[PREFIX + name].remove(*self.base, *labels)
                 self._children.pop((name, *labels), None)
+                self._values.pop((name, *labels), None)
             if vllm:
                 for name in ("vllm:num_requests_waiting", "vllm:num_requests_running",
                              "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"):
@@ -251,8 +264,8 @@ class MetricsListener:
             before = self._last.get(("link", name), 0.0)
             self._last[("link", name)] = carried
             if period_s > 0:
-                self._c("kv_link_utilisation_ratio", name).set(
-                    (carried - before) / (links.bandwidth(name) * period_s))
+                self._set((carried - before) / (links.bandwidth(name) * period_s),
+                          "kv_link_utilisation_ratio", name)
 
     def _storage(self, orch) -> None:
         store = orch.runtime.store
@@ -269,16 +282,16 @@ class MetricsListener:
         for location, kv_bytes in store.placement.used_bytes.items():
             resident[location.tier] += kv_bytes
         for tier, kv_bytes in resident.items():
-            self._c("kv_resident_bytes", _tier(tier)).set(kv_bytes)
+            self._set(kv_bytes, "kv_resident_bytes", _tier(tier))
 
-    def _energy(self, orch, now_s: float) -> None:
+    def _energy(self, orch, now_s: float, workers, states) -> None:
         """As the summary counts it: each worker's GPUs at TDP x (idle share + busy share x
         busy time), plus the reconfigurer's account of workers that came and went."""
         idle = orch.runtime.eff.idle_power_fraction
         energy = 0.0
-        for w in self._workers(orch):
+        for w, s in zip(workers, states, strict=True):
             power = w.spec.layout.instance_gpus * w.spec.hardware.tdp_w
-            energy += power * (idle * now_s + (1 - idle) * w.state().busy_s)
+            energy += power * (idle * now_s + (1 - idle) * s.busy_s)
         energy += orch.reconfigurer.idle_energy_j(now_s, idle)
         self._inc_to("energy", self._c("energy_joules_total"), energy)
 

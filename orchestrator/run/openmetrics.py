@@ -51,7 +51,7 @@ import shutil
 import tempfile
 from array import array
 from itertools import accumulate, chain
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -73,6 +73,7 @@ SPILL_VALUES = 400_000
 GZIP_LEVEL = 1
 _EPS_S = 1e-9  # sample instants are sums of float periods
 _VALUE = attrgetter("_value")  # a prometheus_client value's number, read without its lock
+_NUMBER = attrgetter("_value._value")  # a counter's or a gauge's number, likewise
 _KINDS = ((Histogram, "histogram"), (Counter, "counter"), (Gauge, "gauge"))
 
 
@@ -126,7 +127,8 @@ class _Series:
 
 
 class _Family:
-    __slots__ = ("help", "histogram", "kind", "labelnames", "name", "series", "wrapper")
+    __slots__ = ("flat", "help", "histogram", "keys", "kind", "labelnames", "lazy_s", "name",
+                 "series", "wrapper")
 
     def __init__(self, wrapper, kind: str) -> None:
         self.wrapper, self.kind = wrapper, kind
@@ -134,12 +136,27 @@ class _Family:
         self.labelnames = tuple(wrapper._labelnames)
         self.histogram = kind == "histogram"
         self.series: dict[tuple[str, ...], _Series] = {}
+        # A gauge's or a counter's label sets and values at the last reading: a reading
+        # that finds the same ones only notes its instant (`lazy_s`), given to each of
+        # those series' `seen_s` when the family is next read in full (`seen`).
+        self.keys: list[tuple[str, ...]] | None = None
+        self.flat: list[float] | None = None
+        self.lazy_s: float | None = None
 
-    def children(self):
-        """(label values, child) of every series now in the registry."""
+    def seen(self) -> None:
+        """Each series present at the last readings that found the family unchanged has
+        been seen until the last of them."""
+        if self.lazy_s is not None:
+            for labels in self.keys:
+                self.series[labels].seen_s = self.lazy_s
+            self.lazy_s = None
+
+    def children(self) -> tuple[list, list]:
+        """The label values of every series now in the registry, and their children."""
         if self.labelnames:
-            return list(self.wrapper._metrics.items())
-        return [((), self.wrapper)]
+            metrics = self.wrapper._metrics
+            return list(metrics), list(metrics.values())
+        return [()], [self.wrapper]
 
     def prefixes(self, values: tuple[str, ...]) -> tuple[str, ...]:
         labels = list(zip(self.labelnames, values, strict=True))
@@ -271,7 +288,19 @@ class OpenMetricsRecorder:
         for fam in self._families_now():
             series = fam.series
             histogram = fam.histogram
-            for labels, child in fam.children():
+            keys, children = fam.children()
+            if histogram:  # read again only when a call completed (or a series came)
+                flat = None
+                unchanged = still and keys == fam.keys
+            else:
+                flat = list(map(_NUMBER, children))
+                unchanged = not keep_all and flat == fam.flat and keys == fam.keys
+            if unchanged:
+                fam.lazy_s = seen_s  # nothing new: the same series, the same values
+                continue
+            fam.seen()
+            fam.keys, fam.flat = keys, flat
+            for labels, child in zip(keys, children, strict=True):
                 if histogram and still and labels in series:  # unchanged since last read
                     series[labels].seen_s = seen_s
                     continue
@@ -312,12 +341,16 @@ class OpenMetricsRecorder:
             self.before_read()
         self.scrape(end_s, keep_all=True)
         for fam in self._families:
+            fam.seen()
             for s in fam.series.values():
                 if s.seen_s > s.kept_s:
                     self._keep(s, s.values, s.seen_s)
 
     # -- spilling and writing ----------------------------------------------------------
     def _spill_all(self) -> None:
+        """Move the points held in memory to the series' spill files, as doubles: per
+        record a flag (1: a point, 0: the series left the registry), its time, its values
+        (as many as the series has; 0 after a flag of 0)."""
         if self._spill is None:
             if self.spill_parent is not None:
                 Path(self.spill_parent).mkdir(parents=True, exist_ok=True)
@@ -326,13 +359,22 @@ class OpenMetricsRecorder:
         for fam in self._families:
             for s in fam.series.values():
                 if s.path is None:
-                    s.path = self._spill / f"{n}.txt"
+                    s.path = self._spill / f"{n}.f64"
                 n += 1
                 if s.buffer:
-                    with s.path.open("a", newline="\n") as f:
-                        f.writelines(f"{t_s!r} -\n" if values is None else
-                                     f"{t_s!r} {' '.join(map(repr, values))}\n"
-                                     for t_s, values in s.buffer)
+                    gone = (0.0,) * len(s.prefixes)
+                    doubles = array("d")
+                    for t_s, values in s.buffer:
+                        if values is None:
+                            doubles.append(0.0)
+                            doubles.append(t_s)
+                            doubles.extend(gone)
+                        else:
+                            doubles.append(1.0)
+                            doubles.append(t_s)
+                            doubles.extend(values)
+                    with s.path.open("ab") as f:
+                        doubles.tofile(f)
                     s.buffer.clear()
         self._held = 0
 
@@ -340,10 +382,15 @@ class OpenMetricsRecorder:
     def _records(s: _Series):
         """(time_s, values or None) of every point kept, in order: spilled, then memory's."""
         if s.path is not None and s.path.exists():
-            with s.path.open(newline="\n") as f:
-                for line in f:
-                    t, *values = line.split()
-                    yield float(t), None if values == ["-"] else tuple(map(float, values))
+            width = 2 + len(s.prefixes)
+            with s.path.open("rb") as f:
+                while True:
+                    doubles = array("d", f.read(8 * width * 4096))  # 4,096 records at a time
+                    if not doubles:
+                        break
+                    for k in range(0, len(doubles), width):
+                        yield (doubles[k + 1], tuple(doubles[k + 2:k + width])
+                               if doubles[k] else None)
         yield from s.buffer
 
     def _points(self, s: _Series):
@@ -387,6 +434,7 @@ class OpenMetricsRecorder:
             return out
 
         for fam in self._families:
+            fam.seen()
             kept = [s for s in fam.series.values() if s.kept_s > -math.inf]
             if not kept:
                 continue
@@ -395,12 +443,29 @@ class OpenMetricsRecorder:
                 text.clear()  # values repeat within a series: memory stays flat
                 keep = s.informing() if fam.histogram else [0]
                 prefixes = [s.prefixes[i] for i in keep]
+                pick = itemgetter(*keep) if len(keep) > 1 else None  # a tuple of those values
                 out: list[str] = []
+                # A point's lines but their timestamps, kept while the next point has the
+                # same values (the point before a change, a heartbeat): formatted once, and
+                # only the lines whose value changed (a histogram's buckets above the
+                # observations' since the last point).
+                last_values = last_picked = None
+                body: list[str] = []
                 for t_s, values in self._points(s):
                     stamp = f" {start_unix_s + t_s:.3f}\n"
-                    out += [p + shown(values[i]) + stamp
-                            for p, i in zip(prefixes, keep, strict=True)]
-                    if len(out) >= 50_000:  # pieces of a few MB: memory stays flat
+                    if values != last_values:
+                        last_values = values
+                        picked = values if pick is None else pick(values)
+                        if last_picked is None:
+                            body = [p + shown(v) for p, v in zip(prefixes, picked, strict=True)]
+                        else:
+                            body = [line if v == was else p + (text.get(v) or shown(v))
+                                    for p, v, was, line
+                                    in zip(prefixes, picked, last_picked, body, strict=True)]
+                        last_picked = picked
+                    out.append(stamp.join(body))
+                    out.append(stamp)
+                    if len(out) >= 2_000:  # pieces of a few MB: memory stays flat
                         yield "".join(out)
                         out.clear()
                 yield "".join(out)

@@ -20,8 +20,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import structlog
-
 from orchestrator.run.series import Series
 
 RUN_MARKER = ".tokenfactory-run"
@@ -180,11 +178,23 @@ def write_series_csv(path: Path, series: Series) -> None:
     writer.close(series)
 
 
+class DecisionFile:
+    """Decisions as JSON lines: per decision its fields and `event`, keys sorted, one
+    object a line, flushed as written: the lines structlog's `JSONRenderer(sort_keys=True)`
+    and `PrintLogger` wrote, without a logger bound and a processor chain run per call
+    (a replay logs a decision every few samples)."""
+
+    def __init__(self, file) -> None:
+        self._file = file
+        self._encode = json.JSONEncoder(sort_keys=True, default=repr).encode
+
+    def info(self, event: str, **fields: object) -> None:
+        fields["event"] = event
+        self._file.write(self._encode(fields) + "\n")
+        self._file.flush()
+
+
 def decision_logger(path: Path):
-    """A structlog logger writing one JSON object per decision to `path`."""
+    """A logger writing one JSON object per decision to `path`, and the file."""
     f = path.open("w")
-    logger = structlog.wrap_logger(
-        structlog.PrintLogger(file=f),
-        processors=[structlog.processors.JSONRenderer(sort_keys=True)],
-    )
-    return logger, f
+    return DecisionFile(f), f

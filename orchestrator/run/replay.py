@@ -89,7 +89,7 @@ class Orchestrator:
                  keep_token_gaps: bool = False) -> None:
         self.cluster, self.sessions, self.policy = cluster, list(sessions), policy
         self.control, self.load, self.seed = control, load, seed
-        self.logger = logger  # a structlog logger for decisions, or None
+        self.logger = logger  # where decisions are logged (DecisionLog), or None
         # Observers of the run (metrics, trace events): each may define on_sample(orch, obs,
         # now_s), on_submit/on_done/on_reject(orch, req, now_s), on_decision(orch, decision,
         # now_s), on_skip(orch, first_s, last_s, ticks) and on_reallocation(orch, decision,
