@@ -260,9 +260,11 @@ def run(args: argparse.Namespace) -> int:
     elif args.clusters is not None:
         print_cluster_table(summaries, title="compare clusters")
     else:
-        from orchestrator.run.tables import summary_table
+        from orchestrator.run.tables import summary_table, unbound_note
 
         summary_table(summaries, title="compare")
+        if (note := unbound_note(summaries)) is not None:
+            print(note)
     if args.out:
         print(f"report: {args.out}/report.html")
     return code

@@ -114,6 +114,20 @@ def null_notes(summaries: dict[str, dict]) -> list[str]:
             if (why := figure_at(s, ("control", "oscillation_null_reason")))]
 
 
+def unbound_note(summaries: dict[str, dict]) -> str | None:
+    """A line when two or more controllers were compared and none's admission bound in any
+    period: each admitted every queued call at once, so the controllers ran one run."""
+    bound = [figure_at(s, ("control", "admission_bound_fraction")) for s in summaries.values()]
+    if len(bound) < 2 or any(b is None or b > 0 for b in bound):
+        return None
+    occupancy = max(figure_at(s, ("control", "decode_occupancy_mean")) or 0.0
+                    for s in summaries.values())
+    return ("note: no controller's admission bound in any period (decode occupancy mean "
+            f"{occupancy:.3f} at most): each admitted every queued call at once, so they "
+            "differ only in what they predict; the load where they differ is the demo's "
+            "(`tokenfactory demo TRACE...`, docs/demo.md)")
+
+
 def summary_table(summaries: dict[str, dict], title: str = "replay summary") -> None:
     print_rows(title, summaries, summary_rows(summaries))
     for line in null_notes(summaries):
