@@ -186,8 +186,9 @@ def _ms(value) -> str:
 
 
 def print_table(result: dict, title: str, load) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from orchestrator.run.tables import print_table as print_rich
 
     on = {(p["layout"], p["concurrency"]) for p in result["frontier"]}
     table = Table(title=title)
@@ -204,7 +205,6 @@ def print_table(result: dict, title: str, load) -> None:
                       f"{_ms(p['ttft_s']['p50'])} / {_ms(p['ttft_s']['p99'])}",
                       f"{_ms(p['itl_s']['p50'])} / {_ms(p['itl_s']['p99'])}",
                       "-" if p["e2e_s"]["p50"] is None else f"{p['e2e_s']['p50']:,.2f}")
-    console = Console()
-    console.print(table)
+    print_rich(table)  # to a file or a pipe at its natural width: no header cut to "outp…"
     sys.stdout.write(f"* on the frontier. Each user's first {load.warmup_calls} call is "
                      f"warm-up, left out; figures over the steady window (docs/bench.md).\n")

@@ -108,3 +108,23 @@ def test_a_failure_while_writing_leaves_no_directory(tmp_path, capsys, monkeypat
         run_cli([*argv(hardware=None, gpus=None, concurrency="1"), "--cluster", cluster,
                  "--out", str(out)], capsys)
     assert list(tmp_path.iterdir()) == []  # neither --out nor its temporary directory
+
+
+def test_the_table_printed_to_a_pipe_cuts_no_header():
+    # Issue 35: into a file the table was squeezed to 80 columns ("outp…", "tok/s…").
+    import io
+    from contextlib import redirect_stdout
+
+    from orchestrator.cli.bench import print_table
+
+    point = {"layout": "agg 9x DEP8", "concurrency": 256, "gpus": 72, "interactivity": 55.6,
+             "total_tokens_per_s_per_gpu": 369.0, "output_tokens_per_s_per_gpu": 196.0,
+             "ttft_s": {"p50": 0.0515, "p99": 0.0692}, "itl_s": {"p50": 0.0176, "p99": 0.0342},
+             "e2e_s": {"p50": 16.6}}
+    out = io.StringIO()
+    with redirect_stdout(out):
+        print_table({"points": [point], "frontier": [point]}, "title",
+                    type("Load", (), {"warmup_calls": 1})())
+    text = out.getvalue()
+    assert "…" not in text
+    assert "output tok/s/GPU" in text and "agg 9x DEP8" in text
