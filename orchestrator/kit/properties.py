@@ -86,7 +86,12 @@ def _property(name: str, controller, strategy, check: Callable, max_examples: in
 
 
 def bounded_buffers(controller, max_examples: int = 50):
-    """Below 90% of capacity, buffers stay under the derived bound (docs/metrics.md)."""
+    """Below 90% of capacity, buffers stay under the derived bound (docs/metrics.md).
+
+    It bounds from above: the admission queue, admitted backlog and ready buffer never
+    hold more than ceil(B*) plus the arrivals of any window of L + 2T. It does not catch
+    a policy that admits too little (one call a period, say): its queue, of at most 40
+    calls a scenario, stays under that bound. `starvation_below` fails such a policy."""
     return _property("bounded_buffers", controller,
                      scenarios(controller_spec(controller), load=(0.1, 0.9), perturb=False),
                      checks.bounded_buffers, max_examples,

@@ -32,3 +32,34 @@ def test_a_users_test_file_needs_one_line_per_property(tmp_path):
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2 passed" in done.stdout
+
+
+def test_a_policy_admitting_one_call_a_period_passes_bounded_buffers_and_fails_starvation(
+        tmp_path):
+    # Issue 35: bounded_buffers bounds from above only; starvation_below catches a trickle.
+    (tmp_path / "trickle.py").write_text(textwrap.dedent('''
+        from tokenfactory import AdmissionDecision, AdmissionReason
+
+        class Trickle:
+            name = "trickle"
+
+            def __init__(self, config):
+                pass
+
+            def decide(self, obs, now_s):
+                if obs is None:
+                    return AdmissionDecision(admit=0, reason=AdmissionReason.NO_OBSERVATION)
+                return AdmissionDecision(admit=1, reason=AdmissionReason.BACKLOG_LOW)
+    '''))
+    (tmp_path / "test_trickle.py").write_text(textwrap.dedent('''
+        from tokenfactory.kit import properties as kit
+        from trickle import Trickle
+
+        test_bounded = kit.bounded_buffers(Trickle)
+        test_fed = kit.starvation_below(Trickle, 0.05)
+    '''))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "--kit-examples", "3",
+                           "-p", "no:cacheprovider", str(tmp_path)], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert "1 failed, 1 passed" in done.stdout, done.stdout + done.stderr
+    assert "starvation_below failed" in done.stdout
