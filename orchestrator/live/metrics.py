@@ -17,6 +17,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 
 class LiveCollector:
+    # The worker processes' health as /metrics serves it now, in wall time: not part of
+    # the run's metrics.om.gz, whose points are in simulated time (OpenMetricsRecorder).
+    in_metrics_file = False
+
     def __init__(self, backend) -> None:
         self.backend = backend
 

@@ -269,6 +269,8 @@ class OpenMetricsRecorder:
             known = {id(f.wrapper): f for f in self._families}
             families = []
             for c in collectors:
+                if getattr(c, "in_metrics_file", True) is False:
+                    continue  # read live, in wall time, not a figure of the run (live mode)
                 kind = next((k for cls, k in _KINDS if isinstance(c, cls)), None)
                 if kind is None:
                     raise TypeError(f"metrics.om reads counters, gauges and histograms; "

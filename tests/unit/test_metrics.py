@@ -259,3 +259,24 @@ def test_a_listener_reading_only_at_the_readings_writes_what_one_reading_every_s
         texts.append([line for line in (tmp_path / f"{lazy}.om").read_text().splitlines()
                       if "kv_link_utilisation" not in line])
     assert texts[0] == texts[1]
+
+
+def test_the_metrics_file_leaves_out_the_live_process_collector(tmp_path):
+    # Issue 35's tour: `replay --clock live --out DIR` crashed with a TypeError on the
+    # live collector the run's registry holds for /metrics.
+    from types import SimpleNamespace
+
+    from prometheus_client import Counter
+
+    from orchestrator.live.metrics import LiveCollector
+
+    registry = CollectorRegistry()
+    calls = Counter("tokenfactory_calls", "calls", registry=registry)
+    registry.register(LiveCollector(SimpleNamespace(handles=[], lost_total=0, restarts_total=0,
+                                                    bad_peers_total=0)))
+    recorder = OpenMetricsRecorder(registry, 5.0, spill_dir=tmp_path)
+    calls.inc(3)
+    recorder.scrape(0.0, keep_all=True)
+    recorder.scrape(5.0, keep_all=True)
+    assert recorder.points > 0
+    assert [f.wrapper for f in recorder._families_now()] == [calls]
