@@ -35,10 +35,10 @@ from costmodel.measured.ops import NotCovered
 EXACT_KNOTS = 1024
 KNOTS_PER_OCTAVE = 16
 MAX_TOKENS = 2 ** 24
-# The attention grid: sequences up to 2^12 and tokens per sequence up to 2^18 on one rank,
+# The attention grid: sequences up to 2^12 and tokens per sequence up to 2^20 on one rank,
 # each 1-8 exactly, then 4 (sequences) and 8 (lengths) knots an octave.
 MAX_SEQUENCES = 2 ** 12
-MAX_LENGTH = 2 ** 18
+MAX_LENGTH = 2 ** 20
 MAX_RANK_KV_TOKENS = 2 ** 22
 
 
