@@ -179,6 +179,7 @@ def _run_split(args: argparse.Namespace, model, hw, layout) -> int:
     row["fits"] = bool(row["fits"])
     row |= _capacity(model, hw, layout, args.context,
                      weight_bytes=row["attention_weight_bytes_per_gpu"])
+    row |= _priced_by(args, model, hw, split, None, 1, row)  # the tables have no split
     head = {"model": model.name, "hardware": hw.name, "phase": "decode", "batch": args.batch,
             "context": args.context, "tp": args.tp, "ep": args.ep, "mtp": layout.mtp,
             "precision": layout.weights.name.lower(),

@@ -49,6 +49,7 @@ def test_the_default_is_the_roofline_and_says_so(capsys):
 
 def test_hardware_without_tables_falls_back_with_one_line(capsys, monkeypatch):
     monkeypatch.setattr(cost_sources, "_SAID", set())
+    monkeypatch.setattr("costmodel.measured.available", lambda: True)  # no table is read
     code, row, err = _cost(capsys, "--hardware", "mi355x", "--cost-source", "auto")
     assert code == 0
     lines = err.strip().splitlines()
@@ -127,6 +128,7 @@ def _one_call(cluster) -> tuple[Request, ClusterRuntime]:
 
 def test_a_replay_on_uncovered_hardware_is_the_roofline_s(capsys, monkeypatch):
     monkeypatch.setattr(cost_sources, "_SAID", set())
+    monkeypatch.setattr("costmodel.measured.available", lambda: True)  # no table is read
     req, rt = _one_call(_mixed_cluster("h800", "measured"))
     assert type(rt.pricers["mixed"]) is StepPricer
     assert rt.service["cost_source"]["pools"]["mixed"]["source"] == "roofline"
@@ -236,3 +238,21 @@ def test_cost_agrees_with_the_tables_own_composition(capsys, model, path, hw, sy
         assert row["step_time_s"] != row["roofline_step_time_s"]
     assert prefill["sources"]["attention_prefill"].startswith(f"measured:{system}/trtllm/")
     assert decode["sources"]["logits_gemm"].endswith(":gemm")
+
+
+def test_an_attention_ffn_split_falls_back_with_one_line(capsys, monkeypatch):
+    monkeypatch.setattr(cost_sources, "_SAID", set())
+    monkeypatch.setattr("costmodel.measured.available", lambda: True)  # no table is read
+    code, row, err = _cost(capsys, "--tp", "1", "--af-experts-hardware", "h200",
+                           "--af-experts-ep", "8", "--cost-source", "auto")
+    assert code == 0 and len(err.strip().splitlines()) == 1
+    assert row["fell_back"] == {"all terms": "attention-FFN split layouts"}
+
+
+def test_auto_without_the_extra_is_the_roofline_said_in_one_line(capsys, monkeypatch):
+    monkeypatch.setattr(cost_sources, "_SAID", set())
+    monkeypatch.setattr("costmodel.measured.available", lambda: False)
+    code, row, err = _cost(capsys, "--cost-source", "auto")
+    assert code == 0 and row["cost_source"] == "roofline"
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "not installed" in lines[0]
