@@ -11,8 +11,8 @@ linear interpolation:
   `KNOTS_PER_OCTAVE` knots an octave up to `MAX_TOKENS`;
 - the attention kernel over (sequences, tokens per sequence) of one rank: a
   grid of sequence knots by length knots (the tables' own axes are powers of two),
-  cut where a rank would hold more than `MAX_RANK_KV_TOKENS` tokens (more than
-  any GPU's memory holds: never priced).
+  cut where a rank would hold more KV tokens than its GPUs' whole memory
+  (`rank_kv_limit`, at least `MAX_RANK_KV_TOKENS`): a step there cannot run.
 
 Between knots the tables themselves are linear in the varying quantity (GEMM over
 m, MoE over tokens, collectives over bytes, decode attention over KV length), so
@@ -40,6 +40,12 @@ MAX_TOKENS = 2 ** 24
 MAX_SEQUENCES = 2 ** 12
 MAX_LENGTH = 2 ** 20
 MAX_RANK_KV_TOKENS = 2 ** 22
+
+
+def rank_kv_limit(hbm_bytes: float, kv_bytes_per_token_per_gpu: float) -> float:
+    """KV tokens one attention rank could hold if its GPUs held nothing else, with a
+    quarter to spare, and at least `MAX_RANK_KV_TOKENS`: the attention grid's reach."""
+    return max(float(MAX_RANK_KV_TOKENS), 1.25 * hbm_bytes / kv_bytes_per_token_per_gpu)
 
 
 def _knots(exact: int, per_octave: int, top: int) -> np.ndarray:
@@ -90,7 +96,7 @@ class Curve:
 
 class Grid2:
     """Attention time over (sequences, tokens per sequence) on one rank: bilinear
-    between knots; NaN past `MAX_RANK_KV_TOKENS` (a query there raises)."""
+    between knots; NaN past the rank's KV limit (a query there raises)."""
 
     def __init__(self, seqs: np.ndarray, lengths: np.ndarray, values: np.ndarray):
         self.seqs, self.lengths, self.values = seqs, lengths, values
@@ -162,7 +168,8 @@ def _sum(step: StepTerms, kind: Kind, leave_out=()) -> np.ndarray:
     return np.sum(parts, axis=0) if parts else np.zeros(len(TOKEN_KNOTS))
 
 
-def phase_curves(terms, attention, layers: int, phase: Phase) -> PhaseCurves | dict[str, NotCovered]:
+def phase_curves(terms, attention, layers: int, phase: Phase,
+                 kv_limit: float = MAX_RANK_KV_TOKENS) -> PhaseCurves | dict[str, NotCovered]:
     """Evaluate `terms(shape)` (a `compose` term builder's result, every term but the
     attention kernel) on the knots and `attention(batch, lengths)` on the grid; the curves,
     or what the tables do not cover."""
@@ -174,7 +181,7 @@ def phase_curves(terms, attention, layers: int, phase: Phase) -> PhaseCurves | d
     # at the prompt's length (0: no attention).
     lengths = LENGTH_KNOTS[1:]
     b, s = np.meshgrid(SEQUENCE_KNOTS, lengths, indexing="ij")
-    live = b * s <= MAX_RANK_KV_TOKENS
+    live = b * s <= kv_limit
     # One knot past the cut along each axis, so that a query just under it interpolates
     # between four priced corners.
     live[:, 1:] |= live[:, :-1]

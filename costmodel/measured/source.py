@@ -25,9 +25,9 @@ from costmodel.errors import CostModelError
 from costmodel.measured.catalog import Engine, default_version
 from costmodel.measured.compose import Dtypes, Phase
 from costmodel.measured.compose import Layout as TableLayout
-from costmodel.measured.prices import PhaseCurves, phase_curves
+from costmodel.measured.prices import PhaseCurves, phase_curves, rank_kv_limit
 from costmodel.model_spec import AttentionKind
-from costmodel.precision import Precision
+from costmodel.precision import BYTES_PER_ELEMENT, Precision
 
 
 class CostSourceKind(Enum):
@@ -144,6 +144,9 @@ def price_layout(model, hardware, layout, engine: str, load) -> MeasuredLayout |
     terms_of, attention_of = ((gqa_terms, gqa_attention) if kind == "gqa"
                               else (mla_moe_terms, mla_attention))
     layers = model.n_full_layers + model.n_sliding_layers
+    kv_per_gpu = (model.kv_bytes_per_token(BYTES_PER_ELEMENT[layout.kv])
+                  / model.kv_tp_split(layout.tp))
+    kv_limit = rank_kv_limit(hardware.hbm_bytes, kv_per_gpu)
     curves, sources, missing = {}, {}, {}
     for phase in Phase:
         def terms(shape, phase=phase):
@@ -154,7 +157,7 @@ def price_layout(model, hardware, layout, engine: str, load) -> MeasuredLayout |
         def attention(batch, lengths, phase=phase):
             return attention_of(tables, model, tl, dt, phase, batch, lengths)
 
-        got = phase_curves(terms, attention, layers, phase)
+        got = phase_curves(terms, attention, layers, phase, kv_limit)
         if isinstance(got, dict):
             missing.update({k: str(v) for k, v in got.items()})
         else:

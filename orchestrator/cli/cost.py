@@ -224,6 +224,7 @@ def _priced_by(args: argparse.Namespace, model, hw, layout, phase, new_tokens: i
     `sources` names what priced each term, `fell_back` what the tables lack."""
     from costmodel.configs import Phase
     from costmodel.engines import DEFAULT_ENGINE
+    from costmodel.measured.prices import OutOfRange
     from workers.cost_sources import Pricers
     from workers.measured_pricing import MeasuredPricer
 
@@ -240,11 +241,16 @@ def _priced_by(args: argparse.Namespace, model, hw, layout, phase, new_tokens: i
             out["fell_back"] = fell_back
         return out
     sequences = args.batch * pricer.attention_ranks  # --batch is per attention rank
-    if phase is Phase.DECODE:
-        step_s = float(pricer.decode_step_times_s(sequences, [float(args.context)])[0])
-        tpot_s = step_s / pricer.roofline.tokens_per_decode_step
-    else:
-        step_s = tpot_s = pricer.fill_once_s(phase, sequences, new_tokens, args.context)
+    try:
+        if phase is Phase.DECODE:
+            step_s = float(pricer.decode_step_times_s(sequences, [float(args.context)])[0])
+            tpot_s = step_s / pricer.roofline.tokens_per_decode_step
+        else:
+            step_s = tpot_s = pricer.fill_once_s(phase, sequences, new_tokens, args.context)
+    except OutOfRange as exc:  # more KV on a rank than its GPUs hold: no table goes there
+        sys.stderr.write(f"warning: beyond the measured grid ({exc}); the roofline prices "
+                         f"this step\n")
+        return {**out, "sources": {"step": "roofline"}, "fell_back": {"all terms": str(exc)}}
     prices = pricer.prices
     drop = "attention_decode" if phase is not Phase.DECODE else "attention_prefill"
     sources = {k: v for k, v in prices.sources.items()

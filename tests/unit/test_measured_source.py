@@ -256,3 +256,16 @@ def test_auto_without_the_extra_is_the_roofline_said_in_one_line(capsys, monkeyp
     assert code == 0 and row["cost_source"] == "roofline"
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "not installed" in lines[0]
+
+
+@pytest.mark.slow
+@measured
+def test_a_step_beyond_any_gpus_memory_is_the_roofline_s_said_in_one_line(capsys):
+    """4,000 sequences of 100k tokens on one H100 rank: no table goes there."""
+    code = main(["cost", "--model", "llama-3.1-70b", "--hardware", "h100", "--phase", "decode",
+                 "--batch", "4000", "--context", "100000", "--tp", "8", "--engine", "trtllm",
+                 "--cost-source", "measured", "--json"])
+    out = capsys.readouterr()
+    row = json.loads(out.out)
+    assert code == 0 and row["sources"] == {"step": "roofline"} and "all terms" in row["fell_back"]
+    assert sum("beyond the measured grid" in line for line in out.err.splitlines()) == 1
