@@ -105,16 +105,16 @@ def _dtypes(model, layout) -> Dtypes | str:
 
 def precheck(model, hardware, layout, engine: str) -> Uncovered | None:
     """What rules the layout out before any table is read (None: nothing)."""
-    reasons = {}
+    whole = []  # what rules out every term
     if hardware.name not in SYSTEMS:
-        reasons["all terms"] = (f"no tables for hardware {hardware.name!r} (measured: "
-                                f"{', '.join(SYSTEMS)})")
+        whole.append(f"no tables for hardware {hardware.name!r} (measured: {', '.join(SYSTEMS)})")
     if engine not in {e.value for e in Engine}:
-        reasons["all terms"] = f"no tables for engine {engine!r}"
+        whole.append(f"no tables for engine {engine!r}")
     if composition(model) is None:
-        reasons["all terms"] = f"no measured composition for model {model.name!r}"
+        whole.append(f"no measured composition for model {model.name!r}")
     if getattr(layout, "experts_hardware", None) is not None:
-        reasons["all terms"] = "attention-FFN split layouts"
+        whole.append("attention-FFN split layouts")
+    reasons = {"all terms": "; ".join(whole)} if whole else {}
     if layout.pp != 1:
         reasons["pipeline"] = f"pp={layout.pp}: the composition has no pipeline stages"
     dt = _dtypes(model, layout)
