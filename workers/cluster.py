@@ -172,6 +172,9 @@ class ClusterSpec:
     # on this cluster's traffic (None: the model's, costmodel.mtp.model_acceptance).
     engine: str | None = None
     mtp_acceptance: tuple[float, ...] | None = None
+    # What prices the steps: "roofline", "measured" or "auto"
+    # (costmodel.measured.source.CostSourceKind; None: the default, the roofline).
+    cost_source: str | None = None
 
     @property
     def gpus(self) -> int:

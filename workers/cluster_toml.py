@@ -236,8 +236,8 @@ def _optional_table(data: dict[str, Any], key: str, where: str) -> _Table:
     return _Table(raw, f"{where}: {key}")
 
 
-_TOP_FIELDS = ("name", "description", "engine", "mtp_acceptance", "pfs", "kv", "racks",
-               "nodes", "pools")
+_TOP_FIELDS = ("name", "description", "engine", "mtp_acceptance", "cost_source", "pfs", "kv",
+               "racks", "nodes", "pools")
 
 
 def cluster_from_dict(data: dict[str, Any], where: str) -> ClusterSpec:
@@ -291,15 +291,17 @@ def cluster_from_dict(data: dict[str, Any], where: str) -> ClusterSpec:
     asked = sum(p.gpus for p in pools) + sum(e.gpus for e in experts)
     if asked > total_free:
         raise ClusterError(f"{where}: pools ask for {asked} GPUs, nodes have {total_free}")
-    engine, acceptance = _service(data, where)
+    engine, acceptance, cost_source = _service(data, where)
     return ClusterSpec(top.text("name"), str(data.get("description", "")), racks,
                        tuple(nodes_list), pools, pfs, tuple(experts), _kv(data, where),
-                       engine=engine, mtp_acceptance=acceptance)
+                       engine=engine, mtp_acceptance=acceptance, cost_source=cost_source)
 
 
-def _service(data: dict[str, Any], where: str) -> tuple[str | None, tuple[float, ...] | None]:
-    """The optional top-level `engine` and `mtp_acceptance`."""
+def _service(data: dict[str, Any], where: str
+             ) -> tuple[str | None, tuple[float, ...] | None, str | None]:
+    """The optional top-level `engine`, `mtp_acceptance` and `cost_source`."""
     from costmodel.engines import load_engine
+    from costmodel.measured.source import CostSourceKind
     from costmodel.mtp import check_acceptance
 
     engine = data.get("engine")
@@ -311,14 +313,19 @@ def _service(data: dict[str, Any], where: str) -> tuple[str | None, tuple[float,
         acceptance = data.get("mtp_acceptance")
         if acceptance is not None:
             acceptance = check_acceptance(acceptance, "mtp_acceptance")
+        cost_source = data.get("cost_source")
+        if cost_source is not None:
+            cost_source = CostSourceKind.parse(str(cost_source)).value
     except CostModelError as exc:
         raise ClusterError(f"{where}: {exc}") from None
-    return engine, acceptance
+    return engine, acceptance, cost_source
 
 
 def with_service(spec: ClusterSpec, engine: str | None = None,
-                 mtp_acceptance: tuple[float, ...] | None = None) -> ClusterSpec:
-    """`spec` with the engine and the MTP acceptance given (None: as the cluster says)."""
+                 mtp_acceptance: tuple[float, ...] | None = None,
+                 cost_source: str | None = None) -> ClusterSpec:
+    """`spec` with the engine, the MTP acceptance and the cost source given (None: as the
+    cluster says)."""
     if engine is not None:
         from costmodel.engines import load_engine
 
@@ -326,6 +333,10 @@ def with_service(spec: ClusterSpec, engine: str | None = None,
         spec = replace(spec, engine=engine)
     if mtp_acceptance is not None:
         spec = replace(spec, mtp_acceptance=tuple(mtp_acceptance))
+    if cost_source is not None:
+        from costmodel.measured.source import CostSourceKind
+
+        spec = replace(spec, cost_source=CostSourceKind.parse(cost_source, "--cost-source").value)
     return spec
 
 

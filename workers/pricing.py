@@ -248,5 +248,25 @@ class StepPricer:
                                         lay.attention_per_expert)
         return step, tpot
 
+    def decode_draft_s(self, sequences: int, contexts, mx=max, mn=min):
+        """The MTP draft passes of a decode step of `sequences` at `contexts` (a float, or
+        an array with `np.maximum`, `np.minimum`), their host gaps included; 0.0 without
+        MTP. Another source prices the main pass and asks the roofline for these."""
+        return self._tail(Phase.DECODE, sequences, 1).draft_s(contexts, mx, mn)
+
+    def batch_draft_s(self, rank_decodes: int, decodes: int, mean_context: float) -> float:
+        """The draft passes of a batch step's `decodes` (`rank_decodes` on the busiest
+        attention rank) at their mean context; 0.0 without MTP or decodes."""
+        if not self.layout.mtp or not decodes:
+            return 0.0
+        group = None if self.attention_ranks == 1 else float(decodes)
+        return self._batch_tail.draft_tail(float(rank_decodes if group else decodes),
+                                           group).draft_s(mean_context)
+
+    @property
+    def tokens_per_decode_step(self) -> float:
+        """Tokens a sequence gains per decode step on average (1 without MTP)."""
+        return self._pricing.accepted
+
     def kv_bytes(self, tokens: float) -> float:
         return tokens * self.kv_bytes_per_token + self.state_bytes_per_sequence

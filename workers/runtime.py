@@ -12,13 +12,14 @@ from storage.store import BlobStore
 from storage.tiers import Location, Tier
 from workers.cluster import BoundCluster, ClusterError, WorkerSpec
 from workers.cluster_toml import MIXED
+from workers.cost_source import CostSource
+from workers.cost_sources import Pricers
 from workers.decode import DecodeWorker
 from workers.events import EventLog
 from workers.fill import FillWorker
 from workers.kv_links import KvLinks
 from workers.kv_policy import DEFAULT_KV_POLICY, KVPolicy, resident_bytes
 from workers.mixed import MixedWorker
-from workers.pricing import StepPricer
 from workers.ready import ReadyBuffer
 from workers.request import Request
 from workers.state import WorkerState
@@ -75,21 +76,28 @@ class ClusterRuntime:
         # its own, compactly).
         self.done: list[Request] = []
         self._on_done = on_done
-        pricers: dict[str, StepPricer] = {}
+        # Each pool's prices: the roofline, or the measured tables where the cluster's
+        # cost source asks for them and they cover the pool (workers.cost_sources).
+        self.cost_sources = Pricers(cluster.model, eff, self.service["engine"],
+                                    cluster.spec.cost_source)
+        pricers: dict[str, CostSource] = {}
         self.fill_workers: dict[str, FillWorker] = {}
         self.decode_workers: dict[str, DecodeWorker] = {}
         for w in cluster.workers:
-            pricer = pricers.setdefault(w.pool, StepPricer(cluster.model, w.hardware, w.layout,
-                                                           eff))
-            worker = self._make_worker(w, pricer)
+            if w.pool not in pricers:
+                pricers[w.pool] = self.cost_sources.pricer(w.pool, w.hardware, w.layout)
+            worker = self._make_worker(w, pricers[w.pool])
             workers = self.decode_workers if w.phase in DECODING else self.fill_workers
             workers[w.name] = worker
+        self.cost_sources.warn()
+        if cluster.spec.cost_source is not None:  # the default records nothing new
+            self.service["cost_source"] = self.cost_sources.record()
         self.pricers = pricers
         self.eff, self.jump = eff, jump
         self._tasks: list[asyncio.Task] = []
         self._task_of: dict[str, asyncio.Task] = {}
 
-    def _make_worker(self, spec: WorkerSpec, pricer: StepPricer) -> FillWorker | DecodeWorker:
+    def _make_worker(self, spec: WorkerSpec, pricer: CostSource) -> FillWorker | DecodeWorker:
         worker = self._new_worker(spec, pricer)
         worker.kv_policy = self.kv_policy
         if isinstance(worker, DecodeWorker):  # mixed workers too
@@ -102,7 +110,7 @@ class ClusterRuntime:
             worker.direct_handoff = self.links.handoff == "direct"
         return worker
 
-    def _new_worker(self, spec: WorkerSpec, pricer: StepPricer) -> FillWorker | DecodeWorker:
+    def _new_worker(self, spec: WorkerSpec, pricer: CostSource) -> FillWorker | DecodeWorker:
         args = (spec, pricer, self.store, self.ready, self.log, self._finished)
         if spec.phase is MIXED:
             if self.executor is not None:
@@ -170,8 +178,8 @@ class ClusterRuntime:
     def add_worker(self, spec: WorkerSpec, hbm_holder: str | None = None) -> asyncio.Task:
         """Start a worker for `spec` on the running loop. `hbm_holder` names the store
         location of its HBM when its GPUs served under another name before."""
-        pricer = self.pricers.get(spec.pool) or StepPricer(self.cluster.model, spec.hardware,
-                                                           spec.layout, self.eff)
+        pricer = self.pricers.get(spec.pool) or self.cost_sources.pricer(
+            spec.pool, spec.hardware, spec.layout)
         self.pricers.setdefault(spec.pool, pricer)
         self.links.add_worker(spec, hbm_holder)
         worker = self._make_worker(spec, pricer)

@@ -111,8 +111,13 @@ class Grid3:
         shape = c0.shape
         coords = np.stack([c0.ravel(), c1.ravel(), c2.ravel()], axis=1)
         out = self._fast(coords)
-        for i in np.flatnonzero(np.isnan(out)):
-            out[i] = self._point(coords[i], sol)
+        todo = np.flatnonzero(np.isnan(out))
+        for i in todo:
+            value = self._nested(coords[i], 0, (), sol)
+            out[i] = value if value is not None and np.isfinite(value) else np.nan
+        held = todo[np.isnan(out[todo])]
+        if held.size:
+            out[held] = self._hold(coords[held], sol)
         return out.reshape(shape)
 
     def _fast(self, coords: np.ndarray) -> np.ndarray:
@@ -159,10 +164,6 @@ class Grid3:
         out[ok] = self.values[pos[0][ok], pos[1][ok], pos[2][ok]]
         return out
 
-    def _point(self, c: np.ndarray, sol: SolFn) -> float:
-        value = self._nested(c, 0, (), sol)
-        return value if value is not None and np.isfinite(value) else self._hold(c, sol)
-
     def _nested(self, c, depth, fixed, sol):
         """Scalar nested bracket-and-blend; None when out of range or unmeasured."""
         if depth == 3:
@@ -192,24 +193,50 @@ class Grid3:
             return (np.sqrt(lo) + (np.sqrt(hi) - np.sqrt(lo)) * w) ** 2
         return lo + (hi - lo) * w
 
-    def _hold(self, c: np.ndarray, sol: SolFn) -> float:
-        """Past the frontier: util from the nearest measured points (tapered Shepard)."""
+    def _hold(self, coords: np.ndarray, sol: SolFn, chunk: int = 512) -> np.ndarray:
+        """Past the frontier: util from the nearest measured points (tapered Shepard),
+        for an (n, 3) array of queries at once."""
         grids = np.meshgrid(*self.axes, indexing="ij")
         have = ~np.isnan(self.values)
         pts = np.stack([g[have] for g in grids], axis=1)
         lat = self.values[have]
         if not len(lat):
-            return float("nan")
-        d = np.sqrt(((np.log2(np.maximum(pts, 1e-12)) - np.log2(np.maximum(c, 1e-12))) ** 2).sum(axis=1))
-        order = np.argsort(d, kind="stable")
-        pick = order[: self.nn_leaves]
-        radius = d[order[self.nn_leaves]] if len(order) > self.nn_leaves else np.inf
-        dp = d[pick]
-        if np.isinf(radius):
-            w = 1.0 / (dp**2 + 1e-12)
-        else:
-            w = (np.maximum(radius - dp, 0.0) / (radius * dp + 1e-12)) ** 2
-        if w.sum() <= 0:
-            w = np.ones_like(w)
-        util = sol(pts[pick, 0], pts[pick, 1], pts[pick, 2]) / lat[pick]
-        return float(sol(*c) / (np.sum(w * util) / np.sum(w)))
+            return np.full(len(coords), np.nan)
+        log_pts = np.log2(np.maximum(pts, 1e-12))
+        util_pts = sol(pts[:, 0], pts[:, 1], pts[:, 2]) / lat
+        k = self.nn_leaves
+        out = np.empty(len(coords))
+        for start in range(0, len(coords), chunk):
+            c = coords[start:start + chunk]
+            d = np.sqrt(((log_pts[None, :, :] - np.log2(np.maximum(c, 1e-12))[:, None, :]) ** 2)
+                        .sum(axis=2))
+            order = _nearest(d, k + 1)
+            pick = order[:, :k]
+            dp = np.take_along_axis(d, pick, axis=1)
+            if len(lat) > k:
+                radius = np.take_along_axis(d, order[:, k:k + 1], axis=1)
+                w = (np.maximum(radius - dp, 0.0) / (radius * dp + 1e-12)) ** 2
+            else:
+                w = 1.0 / (dp**2 + 1e-12)
+            w = np.where(w.sum(axis=1, keepdims=True) <= 0, 1.0, w)
+            util = util_pts[pick]
+            out[start:start + chunk] = sol(c[:, 0], c[:, 1], c[:, 2]) / (
+                np.sum(w * util, axis=1) / np.sum(w, axis=1))
+        return out
+
+
+def _nearest(d: np.ndarray, n: int) -> np.ndarray:
+    """Per row, the indices of the `n` smallest distances in a stable argsort's order (ties
+    by index), without sorting whole rows: `np.argsort(d, axis=1, kind="stable")[:, :n]`."""
+    if d.shape[1] <= n:
+        return np.argsort(d, axis=1, kind="stable")
+    nth = np.partition(d, n - 1, axis=1)[:, n - 1:n]
+    tied = (d <= nth).sum(axis=1) > n  # more candidates than places: a tie at the edge
+    part = np.argpartition(d, n - 1, axis=1)[:, :n]
+    # Sort each row's candidates by (distance, index): the stable order.
+    keys = np.take_along_axis(d, part, axis=1)
+    rows = np.lexsort((part, keys), axis=1)
+    out = np.take_along_axis(part, rows, axis=1)
+    if tied.any():
+        out[tied] = np.argsort(d[tied], axis=1, kind="stable")[:, :n]
+    return out

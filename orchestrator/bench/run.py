@@ -44,6 +44,7 @@ class BenchShared:
     load: BenchLoad
     engine: str | None  # None: each cluster's, else costmodel.engines.DEFAULT_ENGINE
     mtp_acceptance: tuple[float, ...] | None = None  # None: the cluster's, else the model's
+    cost_source: str | None = None  # None: the cluster's, else the roofline
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,8 @@ def run_point(shared: BenchShared, task: BenchTask) -> dict:
     decode_target = next(p.batch.target_batch for p in task.cluster.pools
                          if p.phase.name in ("DECODE", "MIXED"))
     router = BalancedRouter()
-    cluster = with_service(task.cluster, shared.engine, shared.mtp_acceptance)
+    cluster = with_service(task.cluster, shared.engine, shared.mtp_acceptance,
+                           shared.cost_source)
     orch = Orchestrator(cluster.bind(shared.model), load.sessions(task.concurrency),
                         make_policy(ADMISSION, control, decode_target), control, LoadOptions(),
                         load.seed, listeners=[router], router=router,

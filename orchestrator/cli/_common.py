@@ -166,3 +166,13 @@ def add_service_options(p: argparse.ArgumentParser) -> None:
                    help="MTP acceptance by draft position on this traffic, not increasing "
                         "(default: the cluster file's, else the model file's, else "
                         "DeepSeek-V3's; docs/costmodel.md)")
+
+
+def add_cost_source_option(p: argparse.ArgumentParser) -> None:
+    """`--cost-source`: what prices the steps (costmodel.measured.source)."""
+    p.add_argument("--cost-source", choices=("roofline", "measured", "auto"),
+                   help="what prices the steps: the roofline; measured kernel tables "
+                        "(the 'measured' extra) where they cover the hardware, engine and "
+                        "layout, the roofline elsewhere; or auto (measured if the extra is "
+                        "installed) (default: the cluster file's cost_source, else "
+                        "roofline; docs/measured-tables.md)")

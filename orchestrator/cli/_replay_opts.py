@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from orchestrator.cli._common import (
     UserError,
+    add_cost_source_option,
     add_service_options,
     non_negative_int,
     positive_float,
@@ -39,6 +40,7 @@ class CliRunSettings(RunSettings):
     # --engine and --mtp-acceptance (None: as the cluster says, workers.cluster_toml).
     engine: str | None = None
     mtp_acceptance: tuple[float, ...] | None = None
+    cost_source: str | None = None  # --cost-source (None: as the cluster says)
 
 
 def add_trace_args(p: argparse.ArgumentParser) -> None:
@@ -81,6 +83,7 @@ def add_run_options(p: argparse.ArgumentParser, controller: bool = True) -> None
                    help="MTP drafts per decode step for every decode pool; 0: MTP off "
                         "(default: each pool's mtp, else the model's shipped head)")
     add_service_options(p)
+    add_cost_source_option(p)
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--clock", choices=("virtual", "live"), default="virtual",
                    help="virtual time (default) or live time scaled by --speed")
@@ -205,6 +208,7 @@ def settings_from_args(args: argparse.Namespace, controller: str | None = None) 
     return CliRunSettings(model=args.model, cluster=args.cluster, mtp=getattr(args, "mtp", None),
                           engine=getattr(args, "engine", None),
                           mtp_acceptance=getattr(args, "mtp_acceptance", None),
+                          cost_source=getattr(args, "cost_source", None),
                           reallocator=getattr(args, "reallocator", "hysteresis"),
                           router=getattr(args, "router", "prefix-affinity"),
                           controller=controller or args.controller, seed=args.seed, load=load,

@@ -39,12 +39,15 @@ def prepare_or_fail(paths, trace_format: str, settings: RunSettings) -> Prepared
 
         prepared = replace(prepared, cluster=with_decode_mtp(prepared.cluster, mtp))
     engine, probs = getattr(settings, "engine", None), getattr(settings, "mtp_acceptance", None)
-    if engine is not None or probs is not None:  # --engine, --mtp-acceptance
+    source = getattr(settings, "cost_source", None)
+    if engine is not None or probs is not None or source is not None:
+        # --engine, --mtp-acceptance, --cost-source
         from dataclasses import replace
 
         from workers.cluster_toml import with_service
 
-        prepared = replace(prepared, cluster=with_service(prepared.cluster, engine, probs))
+        prepared = replace(prepared, cluster=with_service(prepared.cluster, engine, probs,
+                                                          source))
     return prepared
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from orchestrator.cli._common import (
     UserError,
+    add_cost_source_option,
     add_service_options,
     non_negative_int,
     positive_int,
@@ -64,6 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                        "model's shipped format, else fp8)")
     p.add_argument("--kv-precision", default="bf16", help="KV cache: bf16 or fp8 (default bf16)")
     add_service_options(p)
+    add_cost_source_option(p)
     p.add_argument("--mtp", type=non_negative_int, metavar="K",
                    help="MTP drafts per decode step (default: off and, where the model ships "
                         "a head, on with its drafts; both searched)")
@@ -163,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
     except BenchError as exc:
         raise UserError(str(exc)) from None
     shared = BenchShared(model=model, load=load, engine=args.engine,
-                         mtp_acceptance=args.mtp_acceptance)
+                         mtp_acceptance=args.mtp_acceptance, cost_source=args.cost_source)
     with points_progress(len(plan.tasks), False if args.no_progress else None) as advance:
         points = run_points(shared, plan.tasks, args.workers, advance)
     from orchestrator.bench.frontier import bench_json

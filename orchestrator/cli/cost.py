@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from orchestrator.cli._common import (
+    add_cost_source_option,
     add_service_options,
     non_negative_int,
     positive_int,
@@ -83,6 +84,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="link between the instances; auto: scale-up when both hardware are "
                     "the same and all GPUs fit one scale-up domain (default auto)")
     add_service_options(p)
+    add_cost_source_option(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run)
 
@@ -177,6 +179,7 @@ def _run_split(args: argparse.Namespace, model, hw, layout) -> int:
     row["fits"] = bool(row["fits"])
     row |= _capacity(model, hw, layout, args.context,
                      weight_bytes=row["attention_weight_bytes_per_gpu"])
+    row |= _priced_by(args, model, hw, split, None, 1, row)  # the tables have no split
     head = {"model": model.name, "hardware": hw.name, "phase": "decode", "batch": args.batch,
             "context": args.context, "tp": args.tp, "ep": args.ep, "mtp": layout.mtp,
             "precision": layout.weights.name.lower(),
@@ -214,6 +217,55 @@ def _service_head(args: argparse.Namespace, model) -> dict:
             "mtp_acceptance": list(eff.mtp_acceptance)}
 
 
+def _priced_by(args: argparse.Namespace, model, hw, layout, phase, new_tokens: int,
+               row: dict) -> dict:
+    """The cost source's figures: under the measured tables (where they cover the
+    layout) the step time, TPOT and tokens/s from them, the roofline's step kept beside;
+    `sources` names what priced each term, `fell_back` what the tables lack."""
+    from costmodel.configs import Phase
+    from costmodel.engines import DEFAULT_ENGINE
+    from costmodel.measured.prices import OutOfRange
+    from workers.cost_sources import Pricers
+    from workers.measured_pricing import MeasuredPricer
+
+    engine = args.engine or DEFAULT_ENGINE
+    pricers = Pricers(model, _service(args, model), engine, args.cost_source)
+    label = f"{hw.name} PP{layout.pp} TP{layout.tp} EP{layout.ep}"
+    pricer = pricers.pricer(label, hw, layout)
+    pricers.warn()
+    out = {"cost_source": pricers.kind.value}
+    if not isinstance(pricer, MeasuredPricer):
+        out["sources"] = {"step": "roofline"}
+        fell_back = pricers.pools[label].get("fell_back")
+        if fell_back:
+            out["fell_back"] = fell_back
+        return out
+    sequences = args.batch * pricer.attention_ranks  # --batch is per attention rank
+    try:
+        if phase is Phase.DECODE:
+            step_s = float(pricer.decode_step_times_s(sequences, [float(args.context)])[0])
+            tpot_s = step_s / pricer.roofline.tokens_per_decode_step
+        else:
+            step_s = tpot_s = pricer.fill_once_s(phase, sequences, new_tokens, args.context)
+    except OutOfRange as exc:  # more KV on a rank than its GPUs hold: no table goes there
+        sys.stderr.write(f"warning: beyond the measured grid ({exc}); the roofline prices "
+                         f"this step\n")
+        return {**out, "sources": {"step": "roofline"}, "fell_back": {"all terms": str(exc)}}
+    prices = pricer.prices
+    drop = "attention_decode" if phase is not Phase.DECODE else "attention_prefill"
+    sources = {k: v for k, v in prices.sources.items()
+               if k != drop and not (phase is Phase.DECODE and k == "attention_extras")}
+    if phase is Phase.DECODE and layout.mtp:
+        sources["mtp_draft"] = "roofline"
+    sources["engine_overhead"] = f"engines.toml:{engine}"
+    sources["hbm_traffic_energy"] = "roofline"
+    scale = row["step_time_s"] / step_s
+    return {**out, "roofline_step_time_s": row["step_time_s"], "step_time_s": step_s,
+            "tpot_s": tpot_s, "tokens_per_s_per_gpu": row["tokens_per_s_per_gpu"] * scale,
+            "tables": prices.tables, "engine_version": prices.version,
+            "table_versions": dict(prices.versions), "sources": sources}
+
+
 def _layout(args: argparse.Namespace, model):
     from costmodel.layout import Layout
     from costmodel.mtp import default_mtp
@@ -248,6 +300,7 @@ def run(args: argparse.Namespace) -> int:
     row["bound"] = Bound(int(row["bound"])).name.lower()
     row["fits"] = bool(row["fits"])
     row |= _capacity(model, hw, layout, args.context)
+    row |= _priced_by(args, model, hw, layout, phase, new_tokens, row)
     if not row["fits"]:
         _warn_unfit(row["hbm_bytes_per_gpu"], hw,
                     f"{row['weight_bytes_per_gpu'] / 1e9:.1f} GB of it weights", args)
