@@ -25,6 +25,11 @@ from orchestrator.run.sampler import worker_hbm_per_gpu
 from storage.tiers import Tier
 from workers.request import LatencyPart
 
+_VLLM_GAUGES = ("vllm:num_requests_waiting", "vllm:num_requests_running",
+                "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+_VLLM_DONE = ("vllm:time_to_first_token_seconds", "vllm:prompt_tokens_total",
+              "vllm:inter_token_latency_seconds", "vllm:generation_tokens_total")
+
 
 def _tier(t: Tier) -> str:
     return t.name.lower()
@@ -48,31 +53,55 @@ class MetricsListener:
         self._obs, self._period_s = None, 0.0  # the last sample and the period it ended
         self._started = False
         self._children: dict[tuple, object] = {}  # labels() costs microseconds: look up once
-        self._values: dict[tuple, object] = {}  # a gauge child's value object, by _c's key
+        # A gauge child's value object and its family, by _c's key.
+        self._values: dict[tuple, tuple[object, object]] = {}
+        # The families written since the recorder last took them (`changed`): it reads
+        # those only, the rest are as it last found them. Every write to the registry
+        # goes through a method that notes its family here.
+        self.touched: set[object] = set()
 
     # -- helpers -----------------------------------------------------------------------
+    def changed(self) -> set[object]:
+        """The families (metric objects) written since the last call, which may have
+        moved; the recorder's `changed` (OpenMetricsRecorder)."""
+        touched, self.touched = self.touched, set()
+        return touched
+
     def _c(self, name: str, *labels: str):
+        """A child; a new one touches its family (a series came)."""
         key = (name, *labels)
         child = self._children.get(key)
         if child is None:
-            child = self._children[key] = self.m[PREFIX + name].labels(*self.base, *labels)
+            family = self.m[PREFIX + name]
+            self.touched.add(family)
+            child = self._children[key] = family.labels(*self.base, *labels)
         return child
+
+    def _w(self, name: str, *labels: str):
+        """A child the caller writes to: its family is touched."""
+        self.touched.add(self.m[PREFIX + name])
+        return self._c(name, *labels)
 
     def _set(self, value: float, name: str, *labels: str) -> None:
         """Set a gauge, as `Gauge.set` does but without its checks and lock: a reading
-        sets about a hundred of them. Only this thread writes; a scrape reads one float."""
+        sets about a hundred of them. Only this thread writes; a scrape reads one float.
+        Its family is touched only when the value moved."""
         key = (name, *labels)
-        v = self._values.get(key)
-        if v is None:
-            v = self._values[key] = self._c(name, *labels)._value
-        v._value = float(value)
+        got = self._values.get(key)
+        if got is None:
+            got = self._values[key] = (self._c(name, *labels)._value, self.m[PREFIX + name])
+        v, family = got
+        value = float(value)
+        if v._value != value:
+            v._value = value
+            self.touched.add(family)
 
-    def _inc_to(self, key: object, counter, total: float) -> None:
-        """Increase `counter` so that it has grown by `total` since the run began (as
+    def _inc_to(self, key: object, total: float, name: str, *labels: str) -> None:
+        """Increase a counter so that it has grown by `total` since the run began (as
         `Counter.inc` does but without its checks and lock, as `_set`)."""
         delta = total - self._last.get(key, 0.0)
         if delta > 0:
-            counter._value._value += delta
+            self._w(name, *labels)._value._value += delta
             self._last[key] = total
 
     def _start(self, orch) -> None:
@@ -138,9 +167,9 @@ class MetricsListener:
         self._set(obs.ready_depth, "ready_buffer_requests")
         self._set(obs.backlog, "backlog_requests")
         c = orch.counters
-        self._inc_to("admitted", self._c("admitted_requests_total"), c["admitted"])
-        self._inc_to("submitted", self._c("requests_submitted_total"), c["submitted"])
-        self._inc_to("rejected", self._c("requests_rejected_total"), c["rejected"])
+        self._inc_to("admitted", c["admitted"], "admitted_requests_total")
+        self._inc_to("submitted", c["submitted"], "requests_submitted_total")
+        self._inc_to("rejected", c["rejected"], "requests_rejected_total")
         workers = self._workers(orch)
         states = [w.state() for w in workers]  # one snapshot each for pools, workers, energy
         self._pools(orch, obs, workers, states)
@@ -158,41 +187,41 @@ class MetricsListener:
         if not self._started:
             self._start(orch)
         self.observations += 1
-        self._c("requests_completed_total").inc()
-        self._c("input_tokens_total").inc(req.input_tokens)
-        self._c("output_tokens_total").inc(req.output_tokens)
+        self._w("requests_completed_total").inc()
+        self._w("input_tokens_total").inc(req.input_tokens)
+        self._w("output_tokens_total").inc(req.output_tokens)
         if req.ttft_s is not None:
-            self._c("request_ttft_seconds").observe(req.ttft_s)
+            self._w("request_ttft_seconds").observe(req.ttft_s)
         tpot_s = req.tpot_s  # the call's mean gap between tokens, as the client sees it
         if tpot_s is not None:
-            self._c("request_itl_seconds").observe(tpot_s)
-            self._c("request_tpot_seconds").observe(tpot_s)  # the alias
-        self._c("request_e2e_seconds").observe(now_s - req.arrival_s)
+            self._w("request_itl_seconds").observe(tpot_s)
+            self._w("request_tpot_seconds").observe(tpot_s)  # the alias
+        self._w("request_e2e_seconds").observe(now_s - req.arrival_s)
         for part in LatencyPart:
-            self._c("request_latency_part_seconds", part.key).observe(req.parts_s[part])
+            self._w("request_latency_part_seconds", part.key).observe(req.parts_s[part])
         if req.preemptions:
-            self._c("requests_preempted_total").inc(req.preemptions)
+            self._w("requests_preempted_total").inc(req.preemptions)
         if req.recomputed_tokens:
-            self._c("recomputed_tokens_total").inc(req.recomputed_tokens)
+            self._w("recomputed_tokens_total").inc(req.recomputed_tokens)
         if self.m.compat is Compat.VLLM:
             self._vllm_done(orch, req)
 
     def on_decision(self, orch, decision, now_s: float) -> None:
         """A decision on the last sample: counted, and the sample's starvation judged on
         what it left queued (the summary's condition, docs/metrics.md)."""
-        self._c("admission_decisions_total", decision.reason.value)._value._value += 1
+        self._w("admission_decisions_total", decision.reason.value)._value._value += 1
         obs, held = self._obs, orch.series.held[-1]
         starved = obs.decode_running < 0.5 * obs.decode_slots and held + obs.ready_depth > 0
         self._set(held, "admission_held_requests")
         self._set(1 if starved else 0, "decode_starved")
         if starved and self._period_s > 0:
-            self._c("decode_starved_seconds_total")._value._value += self._period_s
+            self._w("decode_starved_seconds_total")._value._value += self._period_s
 
     def on_skip(self, orch, first_s: float, last_s: float, ticks: int) -> None:
         """`ticks` idle samples skipped: gauges keep their values; the decisions the
         policy made over them count under the reason of the last one."""
         self._last_time_s = last_s
-        self._c("admission_decisions_total", orch.decisions[-1][1]).inc(ticks)
+        self._w("admission_decisions_total", orch.decisions[-1][1]).inc(ticks)
 
     def on_reallocation(self, orch, decision, now_s: float) -> None:
         self._reconfigurations(orch)
@@ -236,16 +265,18 @@ class MetricsListener:
                 self.m["vllm:num_requests_running"].labels(*v).set(s.running)
                 self.m["vllm:kv_cache_usage_perc"].labels(*v).set(usage)
                 self.m["vllm:gpu_cache_usage_perc"].labels(*v).set(usage)
+                self.touched.update(self.m[n] for n in _VLLM_GAUGES)
         # A worker that moved pools serves under a new name: drop the old one's gauges.
         for labels in self._gauged - now:
             for name in ("worker_batch_requests", "worker_queue_requests",
                          "worker_hbm_per_gpu_bytes"):
+                self.touched.add(self.m[PREFIX + name])
                 self.m[PREFIX + name].remove(*self.base, *labels)
                 self._children.pop((name, *labels), None)
                 self._values.pop((name, *labels), None)
             if vllm:
-                for name in ("vllm:num_requests_waiting", "vllm:num_requests_running",
-                             "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"):
+                for name in _VLLM_GAUGES:
+                    self.touched.add(self.m[name])
                     self.m[name].remove(model, *self.base, *labels)
         self._gauged = now
 
@@ -254,12 +285,11 @@ class MetricsListener:
         utilisation over the last period."""
         links = orch.runtime.links
         counters = orch.runtime.store.counters
-        self._inc_to("local_hits", self._c("kv_local_hit_tokens_total"),
-                     counters.local_hit_tokens)
-        self._inc_to("recomputed_prefix", self._c("kv_recomputed_prefix_tokens_total"),
-                     counters.recomputed_tokens)
+        self._inc_to("local_hits", counters.local_hit_tokens, "kv_local_hit_tokens_total")
+        self._inc_to("recomputed_prefix", counters.recomputed_tokens,
+                     "kv_recomputed_prefix_tokens_total")
         for path, n in links.bytes_by_path.items():
-            self._inc_to(("path", path), self._c("kv_path_bytes_total", path), n)
+            self._inc_to(("path", path), n, "kv_path_bytes_total", path)
         for name, carried in links.carried_bytes(now_s).items():
             before = self._last.get(("link", name), 0.0)
             self._last[("link", name)] = carried
@@ -271,13 +301,13 @@ class MetricsListener:
         store = orch.runtime.store
         counters = store.counters
         for (src, dst), moved in counters.moved_bytes.items():
-            self._inc_to(("moved", src, dst),
-                         self._c("kv_moved_bytes_total", _tier(src), _tier(dst)), moved)
+            self._inc_to(("moved", src, dst), moved, "kv_moved_bytes_total", _tier(src),
+                         _tier(dst))
         for tier in Tier:
-            self._inc_to(("hit", tier), self._c("kv_lookup_tokens_total", _tier(tier), "hit"),
-                         counters.hit_tokens[tier])
-            self._inc_to(("miss", tier), self._c("kv_lookup_tokens_total", _tier(tier), "miss"),
-                         counters.miss_tokens[tier])
+            self._inc_to(("hit", tier), counters.hit_tokens[tier], "kv_lookup_tokens_total",
+                         _tier(tier), "hit")
+            self._inc_to(("miss", tier), counters.miss_tokens[tier], "kv_lookup_tokens_total",
+                         _tier(tier), "miss")
         resident = dict.fromkeys(Tier, 0)
         for location, kv_bytes in store.placement.used_bytes.items():
             resident[location.tier] += kv_bytes
@@ -293,17 +323,18 @@ class MetricsListener:
             power = w.spec.layout.instance_gpus * w.spec.hardware.tdp_w
             energy += power * (idle * now_s + (1 - idle) * s.busy_s)
         energy += orch.reconfigurer.idle_energy_j(now_s, idle)
-        self._inc_to("energy", self._c("energy_joules_total"), energy)
+        self._inc_to("energy", energy, "energy_joules_total")
 
     def _reconfigurations(self, orch) -> None:
         log = orch.reconfigurer.log
         done = int(self._last.get("reconf", 0))
         for _t, _worker, src, dst in log[done:]:
-            self._c("reconfigurations_total", src, dst).inc()
+            self._w("reconfigurations_total", src, dst).inc()
         self._last["reconf"] = len(log)
 
     def _vllm_done(self, orch, req) -> None:
         model = orch.cluster.model.name
+        self.touched.update(self.m[n] for n in _VLLM_DONE)
         if req.fill_worker is not None and req.fill_worker in self._seen:
             labels = (model, *self.base, *self._seen[req.fill_worker], req.fill_worker)
             if req.ttft_s is not None:

@@ -175,7 +175,7 @@ class OpenMetricsRecorder:
                  spill_dir: Path | None = None, heartbeat_s: float = HEARTBEAT_S,
                  rate_heartbeat_s: float = RATE_HEARTBEAT_S,
                  drop_labels: frozenset[str] = frozenset(), before_read=None,
-                 observations=None) -> None:
+                 observations=None, changed=None) -> None:
         if not interval_s > 0:
             raise ValueError(f"metrics interval must be > 0 s, got {interval_s!r}")
         if not 0 < rate_heartbeat_s <= heartbeat_s:
@@ -192,6 +192,10 @@ class OpenMetricsRecorder:
         # while it stands still the histograms are not read again. None: read them always.
         self.observations = observations
         self._observed = None
+        # The families written since the last reading (MetricsListener.changed), when
+        # one writer feeds the registry and says so: the others are not read again.
+        # None: read every family.
+        self.changed = changed
         self.spill_parent = spill_dir  # None: the system's temporary directory
         self._spill: Path | None = None
         self._families: list[_Family] = []
@@ -287,7 +291,12 @@ class OpenMetricsRecorder:
         observed = self.observations() if self.observations is not None else None
         still = observed is not None and observed == self._observed
         self._observed = observed
+        changed = self.changed() if self.changed is not None else None
         for fam in self._families_now():
+            if (changed is not None and not keep_all and fam.keys is not None
+                    and fam.wrapper not in changed):
+                fam.lazy_s = seen_s  # not written since the last reading
+                continue
             series = fam.series
             histogram = fam.histogram
             keys, children = fam.children()
