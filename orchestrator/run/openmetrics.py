@@ -50,7 +50,7 @@ import math
 import shutil
 import tempfile
 from array import array
-from itertools import accumulate, chain
+from itertools import accumulate, chain, islice
 from operator import attrgetter, itemgetter
 from pathlib import Path
 
@@ -421,9 +421,12 @@ class OpenMetricsRecorder:
                     at = busy[j]
             return at
 
+        # No heartbeat can fall less than the shorter of the two after a point: most
+        # points (a series changing reading after reading) look none up.
+        soonest = (min(hb, busy_hb) if busy_hb else hb) - 2 * _EPS_S
         last = None
         for t_s, values in chain(self._records(s), [(s.seen_s, None)]):
-            if last is not None and hb:
+            if last is not None and hb and t_s - last[0] >= soonest:
                 at = beat(last[0])
                 while at < t_s if values is not None else at <= t_s:
                     yield at, last[1]
@@ -452,7 +455,14 @@ class OpenMetricsRecorder:
             yield f"# HELP {fam.name} {_escape_help(fam.help)}\n# TYPE {fam.name} {fam.kind}\n"
             for s in kept:
                 text.clear()  # values repeat within a series: memory stays flat
-                keep = s.informing() if fam.histogram else [0]
+                if not fam.histogram:  # one line a point, 4,096 points a piece
+                    prefix = s.prefixes[0]
+                    points = self._points(s)
+                    while piece := list(islice(points, 4096)):
+                        yield "".join([f"{prefix}{text.get(v) or shown(v)} "
+                                       f"{start_unix_s + t_s:.3f}\n" for t_s, (v,) in piece])
+                    continue
+                keep = s.informing()
                 prefixes = [s.prefixes[i] for i in keep]
                 pick = itemgetter(*keep) if len(keep) > 1 else None  # a tuple of those values
                 out: list[str] = []
