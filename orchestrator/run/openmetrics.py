@@ -67,7 +67,7 @@ HEARTBEAT_S = 285.0
 # (https://grafana.com/docs/grafana/latest/datasources/prometheus/template-variables/).
 RATE_HEARTBEAT_S = 30.0
 # Values held in memory across all series before they go to the spill files.
-SPILL_VALUES = 400_000
+SPILL_VALUES = 1_600_000  # 12.8 MB of doubles
 # gzip's fastest level: ~20x smaller (the text repeats its names and labels on every line)
 # for a small share of the time taken to write the text.
 GZIP_LEVEL = 1
@@ -107,7 +107,9 @@ class _Series:
         self.prefixes = prefixes  # "name{labels} " of each value: buckets, count, sum
         self.values: tuple[float, ...] | None = None
         self.kept_s = self.seen_s = -math.inf
-        self.buffer: list[tuple[float, tuple[float, ...] | None]] = []
+        # Records not spilled yet, as doubles: per record a flag (1: a point, 0: the
+        # series left the registry), its time, its values (0s after a flag of 0).
+        self.buffer = array("d")
         self.path: Path | None = None
 
     def informing(self) -> list[int]:
@@ -198,6 +200,7 @@ class OpenMetricsRecorder:
         self.changed = changed
         self.spill_parent = spill_dir  # None: the system's temporary directory
         self._spill: Path | None = None
+        self._spill_files = 0
         self._families: list[_Family] = []
         self._collectors = 0  # collectors of the registry the families were taken from
         self._next_s = 0.0
@@ -330,7 +333,9 @@ class OpenMetricsRecorder:
                     # back after an absence: its last point before it left, and no
                     # heartbeats over the absence
                     self._keep(s, s.values, s.seen_s)
-                    s.buffer.append((s.seen_s, None))
+                    s.buffer.append(0.0)
+                    s.buffer.append(s.seen_s)
+                    s.buffer.extend([0.0] * len(s.prefixes))
                 if values != s.values:
                     if s.seen_s > s.kept_s:
                         self._keep(s, s.values, s.seen_s)  # the last point before the change
@@ -341,7 +346,10 @@ class OpenMetricsRecorder:
 
     def _keep(self, s: _Series, values: tuple, t_s: float) -> None:
         s.values, s.kept_s = values, t_s
-        s.buffer.append((t_s, values))
+        buffer = s.buffer
+        buffer.append(1.0)
+        buffer.append(t_s)
+        buffer.extend(values)
         self._held += len(values) + 1
         self.points += 1
 
@@ -359,50 +367,38 @@ class OpenMetricsRecorder:
 
     # -- spilling and writing ----------------------------------------------------------
     def _spill_all(self) -> None:
-        """Move the points held in memory to the series' spill files, as doubles: per
-        record a flag (1: a point, 0: the series left the registry), its time, its values
-        (as many as the series has; 0 after a flag of 0)."""
+        """Move the records held in memory to the series' spill files, as they are held
+        (`_Series.buffer`)."""
         if self._spill is None:
             if self.spill_parent is not None:
                 Path(self.spill_parent).mkdir(parents=True, exist_ok=True)
             self._spill = Path(tempfile.mkdtemp(prefix=".metrics-om-", dir=self.spill_parent))
-        n = 0
         for fam in self._families:
             for s in fam.series.values():
-                if s.path is None:
-                    s.path = self._spill / f"{n}.f64"
-                n += 1
+                if s.path is None:  # numbered as they come: a series' file is its own
+                    s.path = self._spill / f"{self._spill_files}.f64"
+                    self._spill_files += 1
                 if s.buffer:
-                    gone = (0.0,) * len(s.prefixes)
-                    doubles = array("d")
-                    for t_s, values in s.buffer:
-                        if values is None:
-                            doubles.append(0.0)
-                            doubles.append(t_s)
-                            doubles.extend(gone)
-                        else:
-                            doubles.append(1.0)
-                            doubles.append(t_s)
-                            doubles.extend(values)
                     with s.path.open("ab") as f:
-                        doubles.tofile(f)
-                    s.buffer.clear()
+                        s.buffer.tofile(f)
+                    del s.buffer[:]
         self._held = 0
 
     @staticmethod
     def _records(s: _Series):
         """(time_s, values or None) of every point kept, in order: spilled, then memory's."""
-        if s.path is not None and s.path.exists():
-            width = 2 + len(s.prefixes)
-            with s.path.open("rb") as f:
-                while True:
-                    doubles = array("d", f.read(8 * width * 4096))  # 4,096 records at a time
-                    if not doubles:
-                        break
-                    for k in range(0, len(doubles), width):
-                        yield (doubles[k + 1], tuple(doubles[k + 2:k + width])
-                               if doubles[k] else None)
-        yield from s.buffer
+        width = 2 + len(s.prefixes)
+
+        def chunks():
+            if s.path is not None and s.path.exists():
+                with s.path.open("rb") as f:
+                    while doubles := array("d", f.read(8 * width * 4096)):  # 4,096 records
+                        yield doubles
+            yield s.buffer
+
+        for doubles in chunks():
+            for k in range(0, len(doubles), width):
+                yield (doubles[k + 1], tuple(doubles[k + 2:k + width]) if doubles[k] else None)
 
     def _points(self, s: _Series):
         """(time_s, values) of every point to write: those kept, and between them the
