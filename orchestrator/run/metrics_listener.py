@@ -11,6 +11,7 @@ only; time comes in as `now_s`.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 
 from orchestrator.control.policies.base import AdmissionReason
@@ -25,6 +26,9 @@ from orchestrator.run.sampler import worker_hbm_per_gpu
 from storage.tiers import Tier
 from workers.request import LatencyPart
 
+_POOL_GAUGES = ("pool_queue_requests", "pool_running_requests", "pool_slots_requests",
+                "pool_occupancy_ratio", "pool_workers", "pool_gpus")
+_WORKER_GAUGES = ("worker_batch_requests", "worker_queue_requests", "worker_hbm_per_gpu_bytes")
 _VLLM_GAUGES = ("vllm:num_requests_waiting", "vllm:num_requests_running",
                 "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 _VLLM_DONE = ("vllm:time_to_first_token_seconds", "vllm:prompt_tokens_total",
@@ -55,6 +59,8 @@ class MetricsListener:
         self._children: dict[tuple, object] = {}  # labels() costs microseconds: look up once
         # A gauge child's value object and its family, by _c's key.
         self._values: dict[tuple, tuple[object, object]] = {}
+        self._rows: dict[tuple, list[tuple]] = {}  # gauges set together (`_row`)
+        self._carried: dict[str, float] = {}  # each link's bytes at the last reading
         # The families written since the recorder last took them (`changed`): it reads
         # those only, the rest are as it last found them. Every write to the registry
         # goes through a method that notes its family here.
@@ -95,6 +101,38 @@ class MetricsListener:
         if v._value != value:
             v._value = value
             self.touched.add(family)
+
+    def _row(self, names: tuple[str, ...], labels: tuple[str, ...]) -> list[tuple]:
+        """The value objects and families of gauges `names` under `labels`, for `_put`."""
+        row = self._rows.get((names, labels))
+        if row is None:
+            row = self._rows[names, labels] = [
+                (self._c(name, *labels)._value, self.m[PREFIX + name]) for name in names]
+        return row
+
+    def _put(self, row: list[tuple], numbers) -> None:
+        """Set a row of gauges (`_row`) to `numbers`, as `_set` each."""
+        touched = self.touched
+        for (v, family), value in zip(row, numbers, strict=True):
+            value = float(value)
+            if v._value != value:
+                v._value = value
+                touched.add(family)
+
+    def _add(self, amount: float, name: str, *labels: str) -> None:
+        """Increase a counter by `amount` >= 0 (as `Counter.inc`, without its checks and
+        lock, as `_set`)."""
+        self._w(name, *labels)._value._value += amount
+
+    def _observe(self, value: float, name: str, *labels: str) -> None:
+        """Observe `value` in a histogram, as `Histogram.observe` does (the sum, and the
+        first bucket whose bound is >= value; none for NaN) but finding the bucket by
+        bisection, not a walk over ~150 bounds, and without the locks (as `_set`)."""
+        child = self._w(name, *labels)
+        child._sum._value += value
+        bounds = child._upper_bounds
+        if value <= bounds[-1]:
+            child._buckets[bisect.bisect_left(bounds, value)]._value += 1
 
     def _inc_to(self, key: object, total: float, name: str, *labels: str) -> None:
         """Increase a counter so that it has grown by `total` since the run began (as
@@ -187,22 +225,22 @@ class MetricsListener:
         if not self._started:
             self._start(orch)
         self.observations += 1
-        self._w("requests_completed_total").inc()
-        self._w("input_tokens_total").inc(req.input_tokens)
-        self._w("output_tokens_total").inc(req.output_tokens)
+        self._add(1, "requests_completed_total")
+        self._add(req.input_tokens, "input_tokens_total")
+        self._add(req.output_tokens, "output_tokens_total")
         if req.ttft_s is not None:
-            self._w("request_ttft_seconds").observe(req.ttft_s)
+            self._observe(req.ttft_s, "request_ttft_seconds")
         tpot_s = req.tpot_s  # the call's mean gap between tokens, as the client sees it
         if tpot_s is not None:
-            self._w("request_itl_seconds").observe(tpot_s)
-            self._w("request_tpot_seconds").observe(tpot_s)  # the alias
-        self._w("request_e2e_seconds").observe(now_s - req.arrival_s)
+            self._observe(tpot_s, "request_itl_seconds")
+            self._observe(tpot_s, "request_tpot_seconds")  # the alias
+        self._observe(now_s - req.arrival_s, "request_e2e_seconds")
         for part in LatencyPart:
-            self._w("request_latency_part_seconds", part.key).observe(req.parts_s[part])
+            self._observe(req.parts_s[part], "request_latency_part_seconds", part.key)
         if req.preemptions:
-            self._w("requests_preempted_total").inc(req.preemptions)
+            self._add(req.preemptions, "requests_preempted_total")
         if req.recomputed_tokens:
-            self._w("recomputed_tokens_total").inc(req.recomputed_tokens)
+            self._add(req.recomputed_tokens, "recomputed_tokens_total")
         if self.m.compat is Compat.VLLM:
             self._vllm_done(orch, req)
 
@@ -238,12 +276,9 @@ class MetricsListener:
         for p in obs.pools:
             labels = (p.name, p.phase)
             slots = slots_of.get(p.name, 0)
-            self._set(p.queue_depth, "pool_queue_requests", *labels)
-            self._set(p.running, "pool_running_requests", *labels)
-            self._set(slots, "pool_slots_requests", *labels)
-            self._set(p.running / slots if slots else 0.0, "pool_occupancy_ratio", *labels)
-            self._set(p.workers, "pool_workers", *labels)
-            self._set(gpus.get(p.name, 0), "pool_gpus", *labels)
+            self._put(self._row(_POOL_GAUGES, labels),
+                      (p.queue_depth, p.running, slots, p.running / slots if slots else 0.0,
+                       p.workers, gpus.get(p.name, 0)))
 
     def _per_worker(self, orch, workers, states) -> None:
         used = orch.runtime.store.placement.used_bytes
@@ -255,9 +290,7 @@ class MetricsListener:
             labels = (s.pool, s.phase, s.name)
             now.add(labels)
             hbm = worker_hbm_per_gpu(w, orch.weights_per_gpu[w.spec.pool], used.get(w.hbm, 0))
-            self._set(s.running, "worker_batch_requests", *labels)
-            self._set(s.queue_depth, "worker_queue_requests", *labels)
-            self._set(hbm, "worker_hbm_per_gpu_bytes", *labels)
+            self._put(self._row(_WORKER_GAUGES, labels), (s.running, s.queue_depth, hbm))
             if vllm:
                 v = (model, *self.base, *labels)
                 usage = s.kv_resident_bytes / s.kv_capacity_bytes if s.kv_capacity_bytes else 0.0
@@ -268,8 +301,8 @@ class MetricsListener:
                 self.touched.update(self.m[n] for n in _VLLM_GAUGES)
         # A worker that moved pools serves under a new name: drop the old one's gauges.
         for labels in self._gauged - now:
-            for name in ("worker_batch_requests", "worker_queue_requests",
-                         "worker_hbm_per_gpu_bytes"):
+            self._rows.pop((_WORKER_GAUGES, labels), None)
+            for name in _WORKER_GAUGES:
                 self.touched.add(self.m[PREFIX + name])
                 self.m[PREFIX + name].remove(*self.base, *labels)
                 self._children.pop((name, *labels), None)
@@ -290,12 +323,15 @@ class MetricsListener:
                      "kv_recomputed_prefix_tokens_total")
         for path, n in links.bytes_by_path.items():
             self._inc_to(("path", path), n, "kv_path_bytes_total", path)
+        carried_before = self._carried
         for name, carried in links.carried_bytes(now_s).items():
-            before = self._last.get(("link", name), 0.0)
-            self._last[("link", name)] = carried
-            if period_s > 0:
+            before = carried_before.get(name, 0.0)
+            carried_before[name] = carried
+            if period_s > 0 and carried != before:
                 self._set((carried - before) / (links.bandwidth(name) * period_s),
                           "kv_link_utilisation_ratio", name)
+            elif period_s > 0:
+                self._set(0.0, "kv_link_utilisation_ratio", name)
 
     def _storage(self, orch) -> None:
         store = orch.runtime.store
