@@ -61,6 +61,8 @@ class MetricsListener:
         self._values: dict[tuple, tuple[object, object]] = {}
         self._rows: dict[tuple, list[tuple]] = {}  # gauges set together (`_row`)
         self._carried: dict[str, float] = {}  # each link's bytes at the last reading
+        self._store_sums: tuple | None = None  # the store's totals summed, last reading
+        self._path_sum: float | None = None  # the links' bytes by path summed, likewise
         # The families written since the recorder last took them (`changed`): it reads
         # those only, the rest are as it last found them. Every write to the registry
         # goes through a method that notes its family here.
@@ -321,8 +323,11 @@ class MetricsListener:
         self._inc_to("local_hits", counters.local_hit_tokens, "kv_local_hit_tokens_total")
         self._inc_to("recomputed_prefix", counters.recomputed_tokens,
                      "kv_recomputed_prefix_tokens_total")
-        for path, n in links.bytes_by_path.items():
-            self._inc_to(("path", path), n, "kv_path_bytes_total", path)
+        by_path = links.bytes_by_path
+        if sum(by_path.values()) != self._path_sum:  # totals only grow, as _storage's
+            self._path_sum = sum(by_path.values())
+            for path, n in by_path.items():
+                self._inc_to(("path", path), n, "kv_path_bytes_total", path)
         carried_before = self._carried
         for name, carried in links.carried_bytes(now_s).items():
             before = carried_before.get(name, 0.0)
@@ -336,6 +341,19 @@ class MetricsListener:
     def _storage(self, orch) -> None:
         store = orch.runtime.store
         counters = store.counters
+        # Totals only grow: while their sums stand still, none of them moved.
+        sums = (sum(counters.moved_bytes.values()), sum(counters.hit_tokens.values()),
+                sum(counters.miss_tokens.values()))
+        if sums != self._store_sums:
+            self._store_sums = sums
+            self._store_counters(counters)
+        resident = dict.fromkeys(Tier, 0)
+        for location, kv_bytes in store.placement.used_bytes.items():
+            resident[location.tier] += kv_bytes
+        for tier, kv_bytes in resident.items():
+            self._set(kv_bytes, "kv_resident_bytes", _tier(tier))
+
+    def _store_counters(self, counters) -> None:
         for (src, dst), moved in counters.moved_bytes.items():
             self._inc_to(("moved", src, dst), moved, "kv_moved_bytes_total", _tier(src),
                          _tier(dst))
@@ -344,11 +362,6 @@ class MetricsListener:
                          _tier(tier), "hit")
             self._inc_to(("miss", tier), counters.miss_tokens[tier], "kv_lookup_tokens_total",
                          _tier(tier), "miss")
-        resident = dict.fromkeys(Tier, 0)
-        for location, kv_bytes in store.placement.used_bytes.items():
-            resident[location.tier] += kv_bytes
-        for tier, kv_bytes in resident.items():
-            self._set(kv_bytes, "kv_resident_bytes", _tier(tier))
 
     def _energy(self, orch, now_s: float, workers, states) -> None:
         """As the summary counts it: each worker's GPUs at TDP x (idle share + busy share x

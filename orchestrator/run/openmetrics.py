@@ -313,6 +313,18 @@ class OpenMetricsRecorder:
                 fam.lazy_s = seen_s  # nothing new: the same series, the same values
                 continue
             fam.seen()
+            if not histogram and not keep_all and keys == fam.keys:
+                # The same series: only those whose value moved take points; the others
+                # are seen until now (`lazy_s`), as an unchanged family's.
+                was, fam.flat = fam.flat, flat
+                for i in [i for i, (v, w) in enumerate(zip(flat, was, strict=True)) if v != w]:
+                    s = series[keys[i]]
+                    if s.seen_s > s.kept_s:
+                        self._keep(s, s.values, s.seen_s)  # the last point before the change
+                    self._keep(s, (flat[i],), at_s)
+                    s.seen_s = seen_s
+                fam.lazy_s = seen_s
+                continue
             fam.keys, fam.flat = keys, flat
             for labels, child in zip(keys, children, strict=True):
                 if histogram and still and labels in series:  # unchanged since last read
