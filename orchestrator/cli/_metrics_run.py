@@ -254,6 +254,7 @@ class MetricsHub:
         recorder.observations = lambda: listener.observations
         if self.port is None:  # the listener is the registry's one writer
             recorder.changed = listener.changed
+            recorder.observed = listener.take_observed
         return [listener, recorder], recorder
 
     def write(self, recorder: OpenMetricsRecorder | None, path: Path,

@@ -67,8 +67,18 @@ class MetricsListener:
         # those only, the rest are as it last found them. Every write to the registry
         # goes through a method that notes its family here.
         self.touched: set[object] = set()
+        # Histogram child -> buckets observed in (`_observe`), kept only for a recorder
+        # that takes them (`take_observed`); None: not kept.
+        self.observed: dict[object, list[int]] | None = None
 
     # -- helpers -----------------------------------------------------------------------
+    def take_observed(self) -> dict[object, list[int]]:
+        """The buckets each histogram child counted an observation in since the last call,
+        by position; the recorder's `observed` (OpenMetricsRecorder). The log starts at
+        the first call (the recorder's first reading reads every histogram in full)."""
+        observed, self.observed = self.observed, {}
+        return observed or {}
+
     def changed(self) -> set[object]:
         """The families (metric objects) written since the last call, which may have
         moved; the recorder's `changed` (OpenMetricsRecorder)."""
@@ -130,11 +140,17 @@ class MetricsListener:
         """Observe `value` in a histogram, as `Histogram.observe` does (the sum, and the
         first bucket whose bound is >= value; none for NaN) but finding the bucket by
         bisection, not a walk over ~150 bounds, and without the locks (as `_set`)."""
-        child = self._w(name, *labels)
+        self._observe_in(self._w(name, *labels), value)
+
+    def _observe_in(self, child, value: float) -> None:
+        """`_observe` on a histogram child (its family touched by the caller)."""
         child._sum._value += value
         bounds = child._upper_bounds
         if value <= bounds[-1]:
-            child._buckets[bisect.bisect_left(bounds, value)]._value += 1
+            i = bisect.bisect_left(bounds, value)
+            child._buckets[i]._value += 1
+            if self.observed is not None:
+                self.observed.setdefault(child, []).append(i)
 
     def _inc_to(self, key: object, total: float, name: str, *labels: str) -> None:
         """Increase a counter so that it has grown by `total` since the run began (as
@@ -387,11 +403,13 @@ class MetricsListener:
         if req.fill_worker is not None and req.fill_worker in self._seen:
             labels = (model, *self.base, *self._seen[req.fill_worker], req.fill_worker)
             if req.ttft_s is not None:
-                self.m["vllm:time_to_first_token_seconds"].labels(*labels).observe(req.ttft_s)
+                self._observe_in(self.m["vllm:time_to_first_token_seconds"].labels(*labels),
+                                 req.ttft_s)
             self.m["vllm:prompt_tokens_total"].labels(*labels).inc(req.input_tokens)
         worker = req.decode_worker or req.fill_worker
         if worker is not None and worker in self._seen:
             labels = (model, *self.base, *self._seen[worker], worker)
             if req.tpot_s is not None:
-                self.m["vllm:inter_token_latency_seconds"].labels(*labels).observe(req.tpot_s)
+                self._observe_in(self.m["vllm:inter_token_latency_seconds"].labels(*labels),
+                                 req.tpot_s)
             self.m["vllm:generation_tokens_total"].labels(*labels).inc(req.output_tokens)

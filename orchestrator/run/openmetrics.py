@@ -198,6 +198,10 @@ class OpenMetricsRecorder:
         # one writer feeds the registry and says so: the others are not read again.
         # None: read every family.
         self.changed = changed
+        # With `changed`: the buckets each histogram child counted observations in since
+        # the last reading (MetricsListener.take_observed), from which a histogram's
+        # cumulative counts follow without reading its ~150 buckets. None: read them.
+        self.observed = None
         self.spill_parent = spill_dir  # None: the system's temporary directory
         self._spill: Path | None = None
         self._spill_files = 0
@@ -295,6 +299,7 @@ class OpenMetricsRecorder:
         still = observed is not None and observed == self._observed
         self._observed = observed
         changed = self.changed() if self.changed is not None else None
+        buckets = self.observed() if self.observed is not None else None
         for fam in self._families_now():
             if (changed is not None and not keep_all and fam.keys is not None
                     and fam.wrapper not in changed):
@@ -330,12 +335,18 @@ class OpenMetricsRecorder:
                 if histogram and still and labels in series:  # unchanged since last read
                     series[labels].seen_s = seen_s
                     continue
-                if histogram:
+                s = series.get(labels)
+                if histogram and buckets is not None and s is not None:
+                    # The counts so far, one more in each bucket from an observation's up.
+                    counts = list(s.values[:-2])
+                    for i in buckets.get(child, ()):
+                        counts[i:] = [c + 1 for c in counts[i:]]
+                    values = (*counts, counts[-1], child._sum._value)
+                elif histogram:
                     counts = tuple(accumulate(map(_VALUE, child._buckets)))
                     values = (*counts, counts[-1], child._sum._value)
                 else:
                     values = (child._value._value,)
-                s = series.get(labels)
                 if s is None:
                     s = series[labels] = _Series(
                         0.0 if histogram else self.heartbeat_s,

@@ -263,9 +263,10 @@ def test_a_listener_reading_only_at_the_readings_writes_what_one_reading_every_s
 
 def test_a_recorder_reading_only_the_families_the_listener_wrote_writes_the_same_file(
         tmp_path):
-    """With the listener's change feed (`changed`) the recorder reads only the families
-    written since its last reading: the same file as reading every family, vLLM's
-    families included; and the feed is what it reads (a family written behind the
+    """With the listener's change feed (`changed`, and `take_observed` for the histograms'
+    buckets) the recorder reads only the families written since its last reading: the
+    same file as reading every family, vLLM's families included; and the feed is what it
+    reads (a family written behind the
     listener's back is not seen until the listener writes it)."""
     settings = RunSettings(load=LoadOptions(max_sessions=3, think_scale=0.2))
     prepared = prepare([sample_path()], "auto", settings)
@@ -277,7 +278,7 @@ def test_a_recorder_reading_only_the_families_the_listener_wrote_writes_the_same
                                    readings=recorder)
         recorder.before_read = listener.refresh
         if fed:
-            recorder.changed = listener.changed
+            recorder.changed, recorder.observed = listener.changed, listener.take_observed
         result, _ = run_replay(prepared, settings, listeners=[listener, recorder])
         recorder.finish(result.simulated_s)
         recorder.write(tmp_path / f"{fed}.om", 1_700_000_000.0)
