@@ -177,7 +177,7 @@ class OpenMetricsRecorder:
                  spill_dir: Path | None = None, heartbeat_s: float = HEARTBEAT_S,
                  rate_heartbeat_s: float = RATE_HEARTBEAT_S,
                  drop_labels: frozenset[str] = frozenset(), before_read=None,
-                 observations=None, changed=None) -> None:
+                 observations=None, changed=None, observed=None) -> None:
         if not interval_s > 0:
             raise ValueError(f"metrics interval must be > 0 s, got {interval_s!r}")
         if not 0 < rate_heartbeat_s <= heartbeat_s:
@@ -201,7 +201,7 @@ class OpenMetricsRecorder:
         # With `changed`: the buckets each histogram child counted observations in since
         # the last reading (MetricsListener.take_observed), from which a histogram's
         # cumulative counts follow without reading its ~150 buckets. None: read them.
-        self.observed = None
+        self.observed = observed
         self.spill_parent = spill_dir  # None: the system's temporary directory
         self._spill: Path | None = None
         self._spill_files = 0
