@@ -252,6 +252,9 @@ class MetricsHub:
             return [listener], None
         recorder.before_read = listener.refresh
         recorder.observations = lambda: listener.observations
+        if self.port is None:  # the listener is the registry's one writer
+            recorder.changed = listener.changed
+            recorder.observed = listener.take_observed
         return [listener, recorder], recorder
 
     def write(self, recorder: OpenMetricsRecorder | None, path: Path,

@@ -11,6 +11,7 @@ only; time comes in as `now_s`.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 
 from orchestrator.control.policies.base import AdmissionReason
@@ -24,6 +25,14 @@ from orchestrator.run.metrics import (
 from orchestrator.run.sampler import worker_hbm_per_gpu
 from storage.tiers import Tier
 from workers.request import LatencyPart
+
+_POOL_GAUGES = ("pool_queue_requests", "pool_running_requests", "pool_slots_requests",
+                "pool_occupancy_ratio", "pool_workers", "pool_gpus")
+_WORKER_GAUGES = ("worker_batch_requests", "worker_queue_requests", "worker_hbm_per_gpu_bytes")
+_VLLM_GAUGES = ("vllm:num_requests_waiting", "vllm:num_requests_running",
+                "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+_VLLM_DONE = ("vllm:time_to_first_token_seconds", "vllm:prompt_tokens_total",
+              "vllm:inter_token_latency_seconds", "vllm:generation_tokens_total")
 
 
 def _tier(t: Tier) -> str:
@@ -48,31 +57,107 @@ class MetricsListener:
         self._obs, self._period_s = None, 0.0  # the last sample and the period it ended
         self._started = False
         self._children: dict[tuple, object] = {}  # labels() costs microseconds: look up once
-        self._values: dict[tuple, object] = {}  # a gauge child's value object, by _c's key
+        # A gauge child's value object and its family, by _c's key.
+        self._values: dict[tuple, tuple[object, object]] = {}
+        self._rows: dict[tuple, list[tuple]] = {}  # gauges set together (`_row`)
+        self._carried: dict[str, float] = {}  # each link's bytes at the last reading
+        self._store_sums: tuple | None = None  # the store's totals summed, last reading
+        self._path_sum: float | None = None  # the links' bytes by path summed, likewise
+        # The families written since the recorder last took them (`changed`): it reads
+        # those only, the rest are as it last found them. Every write to the registry
+        # goes through a method that notes its family here.
+        self.touched: set[object] = set()
+        # Histogram child -> buckets observed in (`_observe`), kept only for a recorder
+        # that takes them (`take_observed`); None: not kept.
+        self.observed: dict[object, list[int]] | None = None
 
     # -- helpers -----------------------------------------------------------------------
+    def take_observed(self) -> dict[object, list[int]]:
+        """The buckets each histogram child counted an observation in since the last call,
+        by position; the recorder's `observed` (OpenMetricsRecorder). The log starts at
+        the first call (the recorder's first reading reads every histogram in full)."""
+        observed, self.observed = self.observed, {}
+        return observed or {}
+
+    def changed(self) -> set[object]:
+        """The families (metric objects) written since the last call, which may have
+        moved; the recorder's `changed` (OpenMetricsRecorder)."""
+        touched, self.touched = self.touched, set()
+        return touched
+
     def _c(self, name: str, *labels: str):
+        """A child; a new one touches its family (a series came)."""
         key = (name, *labels)
         child = self._children.get(key)
         if child is None:
-            child = self._children[key] = self.m[PREFIX + name].labels(*self.base, *labels)
+            family = self.m[PREFIX + name]
+            self.touched.add(family)
+            child = self._children[key] = family.labels(*self.base, *labels)
         return child
+
+    def _w(self, name: str, *labels: str):
+        """A child the caller writes to: its family is touched."""
+        self.touched.add(self.m[PREFIX + name])
+        return self._c(name, *labels)
 
     def _set(self, value: float, name: str, *labels: str) -> None:
         """Set a gauge, as `Gauge.set` does but without its checks and lock: a reading
-        sets about a hundred of them. Only this thread writes; a scrape reads one float."""
+        sets about a hundred of them. Only this thread writes; a scrape reads one float.
+        Its family is touched only when the value moved."""
         key = (name, *labels)
-        v = self._values.get(key)
-        if v is None:
-            v = self._values[key] = self._c(name, *labels)._value
-        v._value = float(value)
+        got = self._values.get(key)
+        if got is None:
+            got = self._values[key] = (self._c(name, *labels)._value, self.m[PREFIX + name])
+        v, family = got
+        value = float(value)
+        if v._value != value:
+            v._value = value
+            self.touched.add(family)
 
-    def _inc_to(self, key: object, counter, total: float) -> None:
-        """Increase `counter` so that it has grown by `total` since the run began (as
+    def _row(self, names: tuple[str, ...], labels: tuple[str, ...]) -> list[tuple]:
+        """The value objects and families of gauges `names` under `labels`, for `_put`."""
+        row = self._rows.get((names, labels))
+        if row is None:
+            row = self._rows[names, labels] = [
+                (self._c(name, *labels)._value, self.m[PREFIX + name]) for name in names]
+        return row
+
+    def _put(self, row: list[tuple], numbers) -> None:
+        """Set a row of gauges (`_row`) to `numbers`, as `_set` each."""
+        touched = self.touched
+        for (v, family), value in zip(row, numbers, strict=True):
+            value = float(value)
+            if v._value != value:
+                v._value = value
+                touched.add(family)
+
+    def _add(self, amount: float, name: str, *labels: str) -> None:
+        """Increase a counter by `amount` >= 0 (as `Counter.inc`, without its checks and
+        lock, as `_set`)."""
+        self._w(name, *labels)._value._value += amount
+
+    def _observe(self, value: float, name: str, *labels: str) -> None:
+        """Observe `value` in a histogram, as `Histogram.observe` does (the sum, and the
+        first bucket whose bound is >= value; none for NaN) but finding the bucket by
+        bisection, not a walk over ~150 bounds, and without the locks (as `_set`)."""
+        self._observe_in(self._w(name, *labels), value)
+
+    def _observe_in(self, child, value: float) -> None:
+        """`_observe` on a histogram child (its family touched by the caller)."""
+        child._sum._value += value
+        bounds = child._upper_bounds
+        if value <= bounds[-1]:
+            i = bisect.bisect_left(bounds, value)
+            child._buckets[i]._value += 1
+            if self.observed is not None:
+                self.observed.setdefault(child, []).append(i)
+
+    def _inc_to(self, key: object, total: float, name: str, *labels: str) -> None:
+        """Increase a counter so that it has grown by `total` since the run began (as
         `Counter.inc` does but without its checks and lock, as `_set`)."""
         delta = total - self._last.get(key, 0.0)
         if delta > 0:
-            counter._value._value += delta
+            self._w(name, *labels)._value._value += delta
             self._last[key] = total
 
     def _start(self, orch) -> None:
@@ -138,9 +223,9 @@ class MetricsListener:
         self._set(obs.ready_depth, "ready_buffer_requests")
         self._set(obs.backlog, "backlog_requests")
         c = orch.counters
-        self._inc_to("admitted", self._c("admitted_requests_total"), c["admitted"])
-        self._inc_to("submitted", self._c("requests_submitted_total"), c["submitted"])
-        self._inc_to("rejected", self._c("requests_rejected_total"), c["rejected"])
+        self._inc_to("admitted", c["admitted"], "admitted_requests_total")
+        self._inc_to("submitted", c["submitted"], "requests_submitted_total")
+        self._inc_to("rejected", c["rejected"], "requests_rejected_total")
         workers = self._workers(orch)
         states = [w.state() for w in workers]  # one snapshot each for pools, workers, energy
         self._pools(orch, obs, workers, states)
@@ -158,41 +243,41 @@ class MetricsListener:
         if not self._started:
             self._start(orch)
         self.observations += 1
-        self._c("requests_completed_total").inc()
-        self._c("input_tokens_total").inc(req.input_tokens)
-        self._c("output_tokens_total").inc(req.output_tokens)
+        self._add(1, "requests_completed_total")
+        self._add(req.input_tokens, "input_tokens_total")
+        self._add(req.output_tokens, "output_tokens_total")
         if req.ttft_s is not None:
-            self._c("request_ttft_seconds").observe(req.ttft_s)
+            self._observe(req.ttft_s, "request_ttft_seconds")
         tpot_s = req.tpot_s  # the call's mean gap between tokens, as the client sees it
         if tpot_s is not None:
-            self._c("request_itl_seconds").observe(tpot_s)
-            self._c("request_tpot_seconds").observe(tpot_s)  # the alias
-        self._c("request_e2e_seconds").observe(now_s - req.arrival_s)
+            self._observe(tpot_s, "request_itl_seconds")
+            self._observe(tpot_s, "request_tpot_seconds")  # the alias
+        self._observe(now_s - req.arrival_s, "request_e2e_seconds")
         for part in LatencyPart:
-            self._c("request_latency_part_seconds", part.key).observe(req.parts_s[part])
+            self._observe(req.parts_s[part], "request_latency_part_seconds", part.key)
         if req.preemptions:
-            self._c("requests_preempted_total").inc(req.preemptions)
+            self._add(req.preemptions, "requests_preempted_total")
         if req.recomputed_tokens:
-            self._c("recomputed_tokens_total").inc(req.recomputed_tokens)
+            self._add(req.recomputed_tokens, "recomputed_tokens_total")
         if self.m.compat is Compat.VLLM:
             self._vllm_done(orch, req)
 
     def on_decision(self, orch, decision, now_s: float) -> None:
         """A decision on the last sample: counted, and the sample's starvation judged on
         what it left queued (the summary's condition, docs/metrics.md)."""
-        self._c("admission_decisions_total", decision.reason.value)._value._value += 1
+        self._w("admission_decisions_total", decision.reason.value)._value._value += 1
         obs, held = self._obs, orch.series.held[-1]
         starved = obs.decode_running < 0.5 * obs.decode_slots and held + obs.ready_depth > 0
         self._set(held, "admission_held_requests")
         self._set(1 if starved else 0, "decode_starved")
         if starved and self._period_s > 0:
-            self._c("decode_starved_seconds_total")._value._value += self._period_s
+            self._w("decode_starved_seconds_total")._value._value += self._period_s
 
     def on_skip(self, orch, first_s: float, last_s: float, ticks: int) -> None:
         """`ticks` idle samples skipped: gauges keep their values; the decisions the
         policy made over them count under the reason of the last one."""
         self._last_time_s = last_s
-        self._c("admission_decisions_total", orch.decisions[-1][1]).inc(ticks)
+        self._w("admission_decisions_total", orch.decisions[-1][1]).inc(ticks)
 
     def on_reallocation(self, orch, decision, now_s: float) -> None:
         self._reconfigurations(orch)
@@ -209,12 +294,9 @@ class MetricsListener:
         for p in obs.pools:
             labels = (p.name, p.phase)
             slots = slots_of.get(p.name, 0)
-            self._set(p.queue_depth, "pool_queue_requests", *labels)
-            self._set(p.running, "pool_running_requests", *labels)
-            self._set(slots, "pool_slots_requests", *labels)
-            self._set(p.running / slots if slots else 0.0, "pool_occupancy_ratio", *labels)
-            self._set(p.workers, "pool_workers", *labels)
-            self._set(gpus.get(p.name, 0), "pool_gpus", *labels)
+            self._put(self._row(_POOL_GAUGES, labels),
+                      (p.queue_depth, p.running, slots, p.running / slots if slots else 0.0,
+                       p.workers, gpus.get(p.name, 0)))
 
     def _per_worker(self, orch, workers, states) -> None:
         used = orch.runtime.store.placement.used_bytes
@@ -226,9 +308,7 @@ class MetricsListener:
             labels = (s.pool, s.phase, s.name)
             now.add(labels)
             hbm = worker_hbm_per_gpu(w, orch.weights_per_gpu[w.spec.pool], used.get(w.hbm, 0))
-            self._set(s.running, "worker_batch_requests", *labels)
-            self._set(s.queue_depth, "worker_queue_requests", *labels)
-            self._set(hbm, "worker_hbm_per_gpu_bytes", *labels)
+            self._put(self._row(_WORKER_GAUGES, labels), (s.running, s.queue_depth, hbm))
             if vllm:
                 v = (model, *self.base, *labels)
                 usage = s.kv_resident_bytes / s.kv_capacity_bytes if s.kv_capacity_bytes else 0.0
@@ -236,16 +316,18 @@ class MetricsListener:
                 self.m["vllm:num_requests_running"].labels(*v).set(s.running)
                 self.m["vllm:kv_cache_usage_perc"].labels(*v).set(usage)
                 self.m["vllm:gpu_cache_usage_perc"].labels(*v).set(usage)
+                self.touched.update(self.m[n] for n in _VLLM_GAUGES)
         # A worker that moved pools serves under a new name: drop the old one's gauges.
         for labels in self._gauged - now:
-            for name in ("worker_batch_requests", "worker_queue_requests",
-                         "worker_hbm_per_gpu_bytes"):
+            self._rows.pop((_WORKER_GAUGES, labels), None)
+            for name in _WORKER_GAUGES:
+                self.touched.add(self.m[PREFIX + name])
                 self.m[PREFIX + name].remove(*self.base, *labels)
                 self._children.pop((name, *labels), None)
                 self._values.pop((name, *labels), None)
             if vllm:
-                for name in ("vllm:num_requests_waiting", "vllm:num_requests_running",
-                             "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"):
+                for name in _VLLM_GAUGES:
+                    self.touched.add(self.m[name])
                     self.m[name].remove(model, *self.base, *labels)
         self._gauged = now
 
@@ -254,35 +336,48 @@ class MetricsListener:
         utilisation over the last period."""
         links = orch.runtime.links
         counters = orch.runtime.store.counters
-        self._inc_to("local_hits", self._c("kv_local_hit_tokens_total"),
-                     counters.local_hit_tokens)
-        self._inc_to("recomputed_prefix", self._c("kv_recomputed_prefix_tokens_total"),
-                     counters.recomputed_tokens)
-        for path, n in links.bytes_by_path.items():
-            self._inc_to(("path", path), self._c("kv_path_bytes_total", path), n)
+        self._inc_to("local_hits", counters.local_hit_tokens, "kv_local_hit_tokens_total")
+        self._inc_to("recomputed_prefix", counters.recomputed_tokens,
+                     "kv_recomputed_prefix_tokens_total")
+        by_path = links.bytes_by_path
+        if sum(by_path.values()) != self._path_sum:  # totals only grow, as _storage's
+            self._path_sum = sum(by_path.values())
+            for path, n in by_path.items():
+                self._inc_to(("path", path), n, "kv_path_bytes_total", path)
+        carried_before = self._carried
         for name, carried in links.carried_bytes(now_s).items():
-            before = self._last.get(("link", name), 0.0)
-            self._last[("link", name)] = carried
-            if period_s > 0:
+            before = carried_before.get(name, 0.0)
+            carried_before[name] = carried
+            if period_s > 0 and carried != before:
                 self._set((carried - before) / (links.bandwidth(name) * period_s),
                           "kv_link_utilisation_ratio", name)
+            elif period_s > 0:
+                self._set(0.0, "kv_link_utilisation_ratio", name)
 
     def _storage(self, orch) -> None:
         store = orch.runtime.store
         counters = store.counters
-        for (src, dst), moved in counters.moved_bytes.items():
-            self._inc_to(("moved", src, dst),
-                         self._c("kv_moved_bytes_total", _tier(src), _tier(dst)), moved)
-        for tier in Tier:
-            self._inc_to(("hit", tier), self._c("kv_lookup_tokens_total", _tier(tier), "hit"),
-                         counters.hit_tokens[tier])
-            self._inc_to(("miss", tier), self._c("kv_lookup_tokens_total", _tier(tier), "miss"),
-                         counters.miss_tokens[tier])
+        # Totals only grow: while their sums stand still, none of them moved.
+        sums = (sum(counters.moved_bytes.values()), sum(counters.hit_tokens.values()),
+                sum(counters.miss_tokens.values()))
+        if sums != self._store_sums:
+            self._store_sums = sums
+            self._store_counters(counters)
         resident = dict.fromkeys(Tier, 0)
         for location, kv_bytes in store.placement.used_bytes.items():
             resident[location.tier] += kv_bytes
         for tier, kv_bytes in resident.items():
             self._set(kv_bytes, "kv_resident_bytes", _tier(tier))
+
+    def _store_counters(self, counters) -> None:
+        for (src, dst), moved in counters.moved_bytes.items():
+            self._inc_to(("moved", src, dst), moved, "kv_moved_bytes_total", _tier(src),
+                         _tier(dst))
+        for tier in Tier:
+            self._inc_to(("hit", tier), counters.hit_tokens[tier], "kv_lookup_tokens_total",
+                         _tier(tier), "hit")
+            self._inc_to(("miss", tier), counters.miss_tokens[tier], "kv_lookup_tokens_total",
+                         _tier(tier), "miss")
 
     def _energy(self, orch, now_s: float, workers, states) -> None:
         """As the summary counts it: each worker's GPUs at TDP x (idle share + busy share x
@@ -293,25 +388,28 @@ class MetricsListener:
             power = w.spec.layout.instance_gpus * w.spec.hardware.tdp_w
             energy += power * (idle * now_s + (1 - idle) * s.busy_s)
         energy += orch.reconfigurer.idle_energy_j(now_s, idle)
-        self._inc_to("energy", self._c("energy_joules_total"), energy)
+        self._inc_to("energy", energy, "energy_joules_total")
 
     def _reconfigurations(self, orch) -> None:
         log = orch.reconfigurer.log
         done = int(self._last.get("reconf", 0))
         for _t, _worker, src, dst in log[done:]:
-            self._c("reconfigurations_total", src, dst).inc()
+            self._w("reconfigurations_total", src, dst).inc()
         self._last["reconf"] = len(log)
 
     def _vllm_done(self, orch, req) -> None:
         model = orch.cluster.model.name
+        self.touched.update(self.m[n] for n in _VLLM_DONE)
         if req.fill_worker is not None and req.fill_worker in self._seen:
             labels = (model, *self.base, *self._seen[req.fill_worker], req.fill_worker)
             if req.ttft_s is not None:
-                self.m["vllm:time_to_first_token_seconds"].labels(*labels).observe(req.ttft_s)
+                self._observe_in(self.m["vllm:time_to_first_token_seconds"].labels(*labels),
+                                 req.ttft_s)
             self.m["vllm:prompt_tokens_total"].labels(*labels).inc(req.input_tokens)
         worker = req.decode_worker or req.fill_worker
         if worker is not None and worker in self._seen:
             labels = (model, *self.base, *self._seen[worker], worker)
             if req.tpot_s is not None:
-                self.m["vllm:inter_token_latency_seconds"].labels(*labels).observe(req.tpot_s)
+                self._observe_in(self.m["vllm:inter_token_latency_seconds"].labels(*labels),
+                                 req.tpot_s)
             self.m["vllm:generation_tokens_total"].labels(*labels).inc(req.output_tokens)

@@ -50,7 +50,7 @@ import math
 import shutil
 import tempfile
 from array import array
-from itertools import accumulate, chain
+from itertools import accumulate, chain, islice
 from operator import attrgetter, itemgetter
 from pathlib import Path
 
@@ -67,7 +67,7 @@ HEARTBEAT_S = 285.0
 # (https://grafana.com/docs/grafana/latest/datasources/prometheus/template-variables/).
 RATE_HEARTBEAT_S = 30.0
 # Values held in memory across all series before they go to the spill files.
-SPILL_VALUES = 400_000
+SPILL_VALUES = 1_600_000  # 12.8 MB of doubles
 # gzip's fastest level: ~20x smaller (the text repeats its names and labels on every line)
 # for a small share of the time taken to write the text.
 GZIP_LEVEL = 1
@@ -107,7 +107,9 @@ class _Series:
         self.prefixes = prefixes  # "name{labels} " of each value: buckets, count, sum
         self.values: tuple[float, ...] | None = None
         self.kept_s = self.seen_s = -math.inf
-        self.buffer: list[tuple[float, tuple[float, ...] | None]] = []
+        # Records not spilled yet, as doubles: per record a flag (1: a point, 0: the
+        # series left the registry), its time, its values (0s after a flag of 0).
+        self.buffer = array("d")
         self.path: Path | None = None
 
     def informing(self) -> list[int]:
@@ -175,7 +177,7 @@ class OpenMetricsRecorder:
                  spill_dir: Path | None = None, heartbeat_s: float = HEARTBEAT_S,
                  rate_heartbeat_s: float = RATE_HEARTBEAT_S,
                  drop_labels: frozenset[str] = frozenset(), before_read=None,
-                 observations=None) -> None:
+                 observations=None, changed=None, observed=None) -> None:
         if not interval_s > 0:
             raise ValueError(f"metrics interval must be > 0 s, got {interval_s!r}")
         if not 0 < rate_heartbeat_s <= heartbeat_s:
@@ -192,8 +194,17 @@ class OpenMetricsRecorder:
         # while it stands still the histograms are not read again. None: read them always.
         self.observations = observations
         self._observed = None
+        # The families written since the last reading (MetricsListener.changed), when
+        # one writer feeds the registry and says so: the others are not read again.
+        # None: read every family.
+        self.changed = changed
+        # With `changed`: the buckets each histogram child counted observations in since
+        # the last reading (MetricsListener.take_observed), from which a histogram's
+        # cumulative counts follow without reading its ~150 buckets. None: read them.
+        self.observed = observed
         self.spill_parent = spill_dir  # None: the system's temporary directory
         self._spill: Path | None = None
+        self._spill_files = 0
         self._families: list[_Family] = []
         self._collectors = 0  # collectors of the registry the families were taken from
         self._next_s = 0.0
@@ -287,7 +298,13 @@ class OpenMetricsRecorder:
         observed = self.observations() if self.observations is not None else None
         still = observed is not None and observed == self._observed
         self._observed = observed
+        changed = self.changed() if self.changed is not None else None
+        buckets = self.observed() if self.observed is not None else None
         for fam in self._families_now():
+            if (changed is not None and not keep_all and fam.keys is not None
+                    and fam.wrapper not in changed):
+                fam.lazy_s = seen_s  # not written since the last reading
+                continue
             series = fam.series
             histogram = fam.histogram
             keys, children = fam.children()
@@ -301,17 +318,35 @@ class OpenMetricsRecorder:
                 fam.lazy_s = seen_s  # nothing new: the same series, the same values
                 continue
             fam.seen()
+            if not histogram and not keep_all and keys == fam.keys:
+                # The same series: only those whose value moved take points; the others
+                # are seen until now (`lazy_s`), as an unchanged family's.
+                was, fam.flat = fam.flat, flat
+                for i in [i for i, (v, w) in enumerate(zip(flat, was, strict=True)) if v != w]:
+                    s = series[keys[i]]
+                    if s.seen_s > s.kept_s:
+                        self._keep(s, s.values, s.seen_s)  # the last point before the change
+                    self._keep(s, (flat[i],), at_s)
+                    s.seen_s = seen_s
+                fam.lazy_s = seen_s
+                continue
             fam.keys, fam.flat = keys, flat
             for labels, child in zip(keys, children, strict=True):
                 if histogram and still and labels in series:  # unchanged since last read
                     series[labels].seen_s = seen_s
                     continue
-                if histogram:
+                s = series.get(labels)
+                if histogram and buckets is not None and s is not None:
+                    # The counts so far, one more in each bucket from an observation's up.
+                    counts = list(s.values[:-2])
+                    for i in buckets.get(child, ()):
+                        counts[i:] = [c + 1 for c in counts[i:]]
+                    values = (*counts, counts[-1], child._sum._value)
+                elif histogram:
                     counts = tuple(accumulate(map(_VALUE, child._buckets)))
                     values = (*counts, counts[-1], child._sum._value)
                 else:
                     values = (child._value._value,)
-                s = series.get(labels)
                 if s is None:
                     s = series[labels] = _Series(
                         0.0 if histogram else self.heartbeat_s,
@@ -321,7 +356,9 @@ class OpenMetricsRecorder:
                     # back after an absence: its last point before it left, and no
                     # heartbeats over the absence
                     self._keep(s, s.values, s.seen_s)
-                    s.buffer.append((s.seen_s, None))
+                    s.buffer.append(0.0)
+                    s.buffer.append(s.seen_s)
+                    s.buffer.extend([0.0] * len(s.prefixes))
                 if values != s.values:
                     if s.seen_s > s.kept_s:
                         self._keep(s, s.values, s.seen_s)  # the last point before the change
@@ -332,7 +369,10 @@ class OpenMetricsRecorder:
 
     def _keep(self, s: _Series, values: tuple, t_s: float) -> None:
         s.values, s.kept_s = values, t_s
-        s.buffer.append((t_s, values))
+        buffer = s.buffer
+        buffer.append(1.0)
+        buffer.append(t_s)
+        buffer.extend(values)
         self._held += len(values) + 1
         self.points += 1
 
@@ -350,50 +390,38 @@ class OpenMetricsRecorder:
 
     # -- spilling and writing ----------------------------------------------------------
     def _spill_all(self) -> None:
-        """Move the points held in memory to the series' spill files, as doubles: per
-        record a flag (1: a point, 0: the series left the registry), its time, its values
-        (as many as the series has; 0 after a flag of 0)."""
+        """Move the records held in memory to the series' spill files, as they are held
+        (`_Series.buffer`)."""
         if self._spill is None:
             if self.spill_parent is not None:
                 Path(self.spill_parent).mkdir(parents=True, exist_ok=True)
             self._spill = Path(tempfile.mkdtemp(prefix=".metrics-om-", dir=self.spill_parent))
-        n = 0
         for fam in self._families:
             for s in fam.series.values():
-                if s.path is None:
-                    s.path = self._spill / f"{n}.f64"
-                n += 1
+                if s.path is None:  # numbered as they come: a series' file is its own
+                    s.path = self._spill / f"{self._spill_files}.f64"
+                    self._spill_files += 1
                 if s.buffer:
-                    gone = (0.0,) * len(s.prefixes)
-                    doubles = array("d")
-                    for t_s, values in s.buffer:
-                        if values is None:
-                            doubles.append(0.0)
-                            doubles.append(t_s)
-                            doubles.extend(gone)
-                        else:
-                            doubles.append(1.0)
-                            doubles.append(t_s)
-                            doubles.extend(values)
                     with s.path.open("ab") as f:
-                        doubles.tofile(f)
-                    s.buffer.clear()
+                        s.buffer.tofile(f)
+                    del s.buffer[:]
         self._held = 0
 
     @staticmethod
     def _records(s: _Series):
         """(time_s, values or None) of every point kept, in order: spilled, then memory's."""
-        if s.path is not None and s.path.exists():
-            width = 2 + len(s.prefixes)
-            with s.path.open("rb") as f:
-                while True:
-                    doubles = array("d", f.read(8 * width * 4096))  # 4,096 records at a time
-                    if not doubles:
-                        break
-                    for k in range(0, len(doubles), width):
-                        yield (doubles[k + 1], tuple(doubles[k + 2:k + width])
-                               if doubles[k] else None)
-        yield from s.buffer
+        width = 2 + len(s.prefixes)
+
+        def chunks():
+            if s.path is not None and s.path.exists():
+                with s.path.open("rb") as f:
+                    while doubles := array("d", f.read(8 * width * 4096)):  # 4,096 records
+                        yield doubles
+            yield s.buffer
+
+        for doubles in chunks():
+            for k in range(0, len(doubles), width):
+                yield (doubles[k + 1], tuple(doubles[k + 2:k + width]) if doubles[k] else None)
 
     def _points(self, s: _Series):
         """(time_s, values) of every point to write: those kept, and between them the
@@ -412,9 +440,12 @@ class OpenMetricsRecorder:
                     at = busy[j]
             return at
 
+        # No heartbeat can fall less than the shorter of the two after a point: most
+        # points (a series changing reading after reading) look none up.
+        soonest = (min(hb, busy_hb) if busy_hb else hb) - 2 * _EPS_S
         last = None
         for t_s, values in chain(self._records(s), [(s.seen_s, None)]):
-            if last is not None and hb:
+            if last is not None and hb and t_s - last[0] >= soonest:
                 at = beat(last[0])
                 while at < t_s if values is not None else at <= t_s:
                     yield at, last[1]
@@ -443,7 +474,14 @@ class OpenMetricsRecorder:
             yield f"# HELP {fam.name} {_escape_help(fam.help)}\n# TYPE {fam.name} {fam.kind}\n"
             for s in kept:
                 text.clear()  # values repeat within a series: memory stays flat
-                keep = s.informing() if fam.histogram else [0]
+                if not fam.histogram:  # one line a point, 4,096 points a piece
+                    prefix = s.prefixes[0]
+                    points = self._points(s)
+                    while piece := list(islice(points, 4096)):
+                        yield "".join([f"{prefix}{text.get(v) or shown(v)} "
+                                       f"{start_unix_s + t_s:.3f}\n" for t_s, (v,) in piece])
+                    continue
+                keep = s.informing()
                 prefixes = [s.prefixes[i] for i in keep]
                 pick = itemgetter(*keep) if len(keep) > 1 else None  # a tuple of those values
                 out: list[str] = []

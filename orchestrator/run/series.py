@@ -214,7 +214,11 @@ class Series:
 
     def tail(self, name: str, samples: int) -> np.ndarray:
         """The last `samples` samples of `name`, expanded from the records they need."""
-        need, i = 0, len(self.ticks)
+        ticks = self.ticks
+        if samples > 0 and len(ticks) >= samples and sum(ticks[-samples:]) == samples:
+            # The last `samples` records are one sample each (no skipped span among them).
+            return np.asarray(getattr(self, name)[-samples:], dtype=np.float64)
+        need, i = 0, len(ticks)
         while i > 0 and need < samples:
             i -= 1
             need += self.ticks[i]

@@ -261,6 +261,46 @@ def test_a_listener_reading_only_at_the_readings_writes_what_one_reading_every_s
     assert texts[0] == texts[1]
 
 
+def test_a_recorder_reading_only_the_families_the_listener_wrote_writes_the_same_file(
+        tmp_path):
+    """With the listener's change feed (`changed`, and `take_observed` for the histograms'
+    buckets) the recorder reads only the families written since its last reading: the
+    same file as reading every family, vLLM's families included; and the feed is what it
+    reads (a family written behind the
+    listener's back is not seen until the listener writes it)."""
+    settings = RunSettings(load=LoadOptions(max_sessions=3, think_scale=0.2))
+    prepared = prepare([sample_path()], "auto", settings)
+    texts, recorders = [], []
+    for fed in (False, True):
+        registry = CollectorRegistry()
+        recorder = OpenMetricsRecorder(registry, 5.0)
+        listener = MetricsListener(Metrics(registry, Compat.VLLM), "r", "buffered",
+                                   readings=recorder)
+        recorder.before_read = listener.refresh
+        if fed:
+            recorder.changed, recorder.observed = listener.changed, listener.take_observed
+        result, _ = run_replay(prepared, settings, listeners=[listener, recorder])
+        recorder.finish(result.simulated_s)
+        recorder.write(tmp_path / f"{fed}.om", 1_700_000_000.0)
+        texts.append((tmp_path / f"{fed}.om").read_text())
+        recorders.append(recorder)
+    assert texts[0] == texts[1]
+    assert "vllm:num_requests_running" in texts[1]
+    # The feed decides: a gauge moved without the listener is not read.
+    recorder = recorders[1]
+    gauge = listener.m["tokenfactory_admission_queue_requests"]
+    gauge.labels("r", "buffered").set(1234.0)
+    recorder.scrape(result.simulated_s + 10.0)
+    recorder.changed = lambda: {gauge}
+    recorder.scrape(result.simulated_s + 20.0)
+    recorder.finish(result.simulated_s + 20.0)
+    recorder.write(tmp_path / "after.om", 1_700_000_000.0)
+    lines = [line for line in (tmp_path / "after.om").read_text().splitlines()
+             if line.startswith("tokenfactory_admission_queue_requests{") and " 1234.0 " in line]
+    stamps = [round(float(line.split()[-1]) - 1_700_000_000.0, 3) for line in lines]
+    assert stamps[0] == round(result.simulated_s + 20.0, 3)
+
+
 def test_the_metrics_file_leaves_out_the_live_process_collector(tmp_path):
     # Issue 35's tour: `replay --clock live --out DIR` crashed with a TypeError on the
     # live collector the run's registry holds for /metrics.

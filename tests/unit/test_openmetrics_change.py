@@ -196,6 +196,35 @@ def test_spilled_points_give_the_same_file_and_are_removed(tmp_path, monkeypatch
     assert whole.endswith("# EOF\n")
 
 
+def _pools_over_time(rec, plant) -> None:
+    """A pool's gauge that appears after the first spill, ahead of series spilled before
+    it (a new label set of the first family)."""
+    for t in range(0, 40):
+        plant.gauge.labels("decode").set(t % 4)
+        plant.counter.inc(t % 3)
+        if t >= 20:
+            plant.gauge.labels("prefill").set(100 + t % 5)
+        rec.on_sample(None, None, float(t))
+    rec.finish(39.0)
+
+
+def test_a_series_that_comes_after_a_spill_keeps_its_own_spill_file(tmp_path, monkeypatch):
+    # Spill files were numbered by the series' position at the spill: a series coming
+    # later took a number already given, and two series wrote into one file.
+    monkeypatch.setattr(om, "SPILL_VALUES", 1)
+    plant = Plant()
+    rec = OpenMetricsRecorder(plant.registry, 1.0, spill_dir=tmp_path / "spill")
+    _pools_over_time(rec, plant)
+    spilled = render(rec, tmp_path, "spilled.om")
+    monkeypatch.setattr(om, "SPILL_VALUES", 10**9)
+    plant2 = Plant()
+    mem = OpenMetricsRecorder(plant2.registry, 1.0)
+    _pools_over_time(mem, plant2)
+    assert spilled == render(mem, tmp_path, "memory.om")
+    assert [v for _, v in points(spilled, 't_queue_requests{pool="prefill"}')][:2] == [
+        "100.0", "101.0"]
+
+
 def test_bad_cadences_are_refused():
     with pytest.raises(ValueError, match="interval"):
         OpenMetricsRecorder(CollectorRegistry(), 0.0)
