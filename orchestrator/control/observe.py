@@ -59,7 +59,8 @@ class Observation:
     # What binds where decode's slots do not (docs/control.md, "Admission on the resource
     # that binds"), scraped as the rest and as late (the fill pools' backlogs and counters
     # are in `pools`). Last, with defaults, for the same reason.
-    # The busiest KV link's bytes over the last fast-loop period, over its bandwidth.
+    # The busiest KV link's bytes over its bandwidth, between the last two samples at which
+    # the links' byte counters had moved (they move when a copy starts or ends).
     kv_link_utilisation: float = 0.0
     # The orchestrator's model again: the new tokens of a typical call's fill.
     predicted_fill_tokens_per_call: float = 0.0

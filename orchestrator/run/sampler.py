@@ -38,7 +38,8 @@ class Sampler:
         self._looked: tuple[list, list, Observation] | None = None
         # The links' bytes carried at the last look, by link, and its time (`_links_busiest`).
         self._carried: dict[str, float] = {}
-        self._carried_s = 0.0
+        self._carried_s = 0.0  # the look that read them
+        self._carried_at = 0.0  # the fabric's time then (its last event)
         self._link_utilisation = 0.0  # the last look's, for `look_still`
 
     def states(self) -> tuple[list[WorkerState], list[WorkerState]]:
@@ -209,27 +210,24 @@ class Sampler:
         return out
 
     def _links_busiest(self, now_s: float) -> float:
-        """The busiest link's bytes carried since the last look over its bandwidth and the
-        time between (its mean utilisation over the period). Read from the fabric's
-        counters, as a NIC's byte counters are scraped; nothing moved and nothing in flight
-        since the last look reads 0 without walking the links."""
+        """The busiest link's bytes carried since the last look at which the fabric had
+        moved on, counted up to its last event (as byte counters a scrape reads: they move
+        when a copy starts or ends), over its bandwidth and the time between those looks.
+        With no fabric event since the last look, the last figure: a cluster restamped
+        (nothing ran) reads what looking at it would."""
         fabric = self.runtime.links.fabric
+        if fabric.now_s <= self._carried_at:
+            return self._link_utilisation
         span_s = now_s - self._carried_s
         if span_s <= 0:
             return self._link_utilisation
-        if not fabric.in_flight() and fabric.now_s <= self._carried_s:
-            self._carried_s = now_s
-            return 0.0
-        ahead_s = max(now_s - fabric.now_s, 0.0)
         carried, busiest = self._carried, 0.0
         for link in fabric.links():
             name = link.name
             moved = fabric.carried_bytes(name)
-            if ahead_s and name in fabric.loads:
-                moved += fabric.loads[name] * ahead_s
             busiest = max(busiest, (moved - carried.get(name, 0.0)) / (link.bytes_per_s * span_s))
             carried[name] = moved
-        self._carried_s = now_s
+        self._carried_s, self._carried_at = now_s, fabric.now_s
         return busiest
 
     def idle_pools(self, pools: tuple) -> tuple:
