@@ -1,10 +1,10 @@
 """`binding`: `buffered`, admitting on whichever resource binds: decode, a fill pool or a link.
 
 `buffered` steers the calls admitted and not yet decoding against a target made of
-decode's service rate; where a fill pool binds instead (the rack-scale preset at
-recorded think times: cold prefixes of ~100k tokens on its one prefill worker,
-docs/control.md), that target is far above what the pool clears, calls queue at its
-workers, routed before their prefix's worker is free, and the decode loop never closes.
+decode's service rate; where a fill pool binds instead (the midfill pool at every point
+measured, on the rack-scale preset and on its 32-slot variant: docs/control.md), that
+target is far above what the pool clears, calls queue at its workers, routed before
+their prefix's worker is free, and the decode loop never closes.
 `binding` keeps `buffered`'s decode loop and adds, per fill pool, the same law on what
 binds there, admitting each period at the lowest of their rates:
 
@@ -23,8 +23,8 @@ binds there, admitting each period at the lowest of their rates:
   worker (calls go to their prefix's worker) while others idle is not relieved by
   holding calls back.
 
-and, when the busiest KV link carried at least `LINK_TARGET` of its bandwidth over the
-last period (`kv_link_utilisation`), no more than its own recent admission rate scaled
+and, when the busiest KV link carried at least `LINK_TARGET` of its bandwidth between
+the last two samples at which its byte counters moved (`kv_link_utilisation`), no more than its own recent admission rate scaled
 down to that target. Every fact is in the observation, as late as the rest (no oracle).
 """
 
@@ -145,8 +145,8 @@ class BindingAdmission(BufferedAdmission):
         return lowest
 
     def link_rate(self, obs: Observation) -> float:
-        """Where the busiest KV link ran at `LINK_TARGET` or more over the period: its
-        recent admission rate scaled by target / utilisation; else inf (no bound)."""
+        """Where the busiest KV link ran at `LINK_TARGET` or more (`kv_link_utilisation`):
+        its recent admission rate scaled by target / utilisation; else inf (no bound)."""
         u = obs.kv_link_utilisation
         return self._admit_rate * LINK_TARGET / u if u >= LINK_TARGET else math.inf
 
@@ -166,7 +166,8 @@ class BindingAdmission(BufferedAdmission):
         if step < decode_step:
             reason = (AdmissionReason.KV_LINK if link_step < fill_step
                       else AdmissionReason.FILL_BACKLOG)
-            return AdmissionDecision(decision.admit, reason, decision.decode_target_batch,
+            return AdmissionDecision(admit=decision.admit, reason=reason,
+                                     decode_target_batch=decision.decode_target_batch,
                                      background_limit=decision.background_limit)
         return decision
 
