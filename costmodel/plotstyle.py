@@ -34,12 +34,13 @@ OKABE_ITO = (BLACK, ORANGE, SKY_BLUE, BLUISH_GREEN, YELLOW, BLUE, VERMILLION, RE
 
 # The built-in admission controllers (orchestrator.control.policies): red for the essay's
 # anti-pattern, blue for its remedy, green for its predictive variant, orange for today's
-# engines, reddish purple for the delay-compensated controller.
+# engines, reddish purple for the delay-compensated controller, sky blue for buffered's
+# variant on the binding resource.
 CONTROLLER_COLOURS = {"retire": VERMILLION, "buffered": BLUE, "predictive": BLUISH_GREEN,
-                      "local": ORANGE, "smith": REDDISH_PURPLE}
+                      "local": ORANGE, "smith": REDDISH_PURPLE, "binding": SKY_BLUE}
 # What other names take, in order: the palette less the built-ins' colours; yellow last
 # (faint on white).
-OTHER_COLOURS = (SKY_BLUE, BLACK, YELLOW)
+OTHER_COLOURS = (BLACK, YELLOW)
 # Neutral grey for what is not a series (dominated points, bands, reference lines).
 GREY = "#999999"
 

@@ -54,7 +54,7 @@ FIGURES = (
                                           "predicted (dashed)"),
 )
 COLOURS = {"retire": "tab:red", "buffered": "tab:blue", "local": "tab:green",
-           "predictive": "tab:purple"}
+           "predictive": "tab:purple", "smith": "tab:brown", "binding": "tab:cyan"}
 
 
 def number(text: str | None) -> float:

@@ -23,6 +23,12 @@ class PoolObservation:
     running: int  # requests in a batch
     slots: int  # decode: sequences the workers aim to run together; fills: 0
     busy_fraction: float  # share of the last period the workers spent in steps
+    # Fill pools (0 for decode), last and with defaults as Observation's own additions:
+    # tokens still to compute for the calls queued or running at the pool's workers, and
+    # its serving workers' tokens computed and seconds in steps (counters).
+    backlog_tokens: int = 0
+    tokens_total: int = 0
+    busy_s_total: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -50,11 +56,25 @@ class Observation:
     # Last, with a default, so that observations built by keyword or position before it
     # existed still build.
     decode_draining: int = 0
+    # What binds where decode's slots do not (docs/control.md, "Admission on the resource
+    # that binds"), scraped as the rest and as late (the fill pools' backlogs and counters
+    # are in `pools`). Last, with defaults, for the same reason.
+    # The busiest KV link's bytes over its bandwidth, between the last two samples at which
+    # the links' byte counters had moved (they move when a copy starts or ends).
+    kv_link_utilisation: float = 0.0
+    # The orchestrator's model again: the new tokens of a typical call's fill.
+    predicted_fill_tokens_per_call: float = 0.0
 
     @property
     def backlog(self) -> int:
         """Admitted work not yet decoding: the upstream buffer a controller steers."""
         return self.fill_queue + self.fill_running + self.ready_depth + self.decode_loading
+
+    @property
+    def fill_backlog_tokens(self) -> int:
+        """Tokens the fill pools have still to compute for the calls queued or running
+        at them."""
+        return sum(p.backlog_tokens for p in self.pools)
 
     @property
     def decode_occupancy(self) -> float:

@@ -36,6 +36,11 @@ class Sampler:
         self._pools: dict[str, tuple[tuple, PoolObservation]] = {}
         # The last look: its fill and decode states (the very objects) and observation.
         self._looked: tuple[list, list, Observation] | None = None
+        # The links' bytes carried at the last look, by link, and its time (`_links_busiest`).
+        self._carried: dict[str, float] = {}
+        self._carried_s = 0.0  # the look that read them
+        self._carried_at = 0.0  # the fabric's time then (its last event)
+        self._link_utilisation = 0.0  # the last look's, for `look_still`
 
     def states(self) -> tuple[list[WorkerState], list[WorkerState]]:
         rt = self.runtime
@@ -56,6 +61,7 @@ class Sampler:
                        then.decode_draining)
         else:
             figures = self._walk(fill_states, decode_states, self._busy_last)
+        self._link_utilisation = self._links_busiest(now_s)
         interactive = sum(p.interactive for p in queue) if queue else 0
         obs = self._observation(now_s, counters, len(queue), interactive, figures,
                                 fill_states, decode_states)
@@ -114,7 +120,9 @@ class Sampler:
             completed_total=counters["completed"], rejected_total=counters["rejected"],
             predicted_decode_calls_per_s=self.predictor.decode_calls_per_s(decode_states),
             predicted_fill_latency_s=self.predictor.fill_latency_s(fill_states),
-            pools=pools, decode_draining=decode_draining)
+            pools=pools, decode_draining=decode_draining,
+            kv_link_utilisation=self._link_utilisation,
+            predicted_fill_tokens_per_call=self.predictor.new_tokens)
 
     def _walk(self, fill_states: list, decode_states: list,
               busy_last: dict[str, float] | None) -> tuple:
@@ -126,7 +134,10 @@ class Sampler:
         up to 2 while a lost worker drains). Each worker's busy share is its busy time since `busy_last`'s (a worker's
         busy_s at the last look, by name; brought up to date) over the period, at most
         1.0; None: no busy time."""
-        # One pass over the workers: per pool [phase, workers, queued, running, slots, busy, n].
+        # One pass over the workers: per pool [phase, workers, queued, running, slots, busy, n,
+        # backlog tokens, tokens done, busy seconds] (the last three: fill pools' serving
+        # workers).
+        backlogs = self.fill_backlog_tokens()
         pools: dict[str, list] = {}
         fill_queue = fill_running = 0
         decode_loading = decode_running = decode_slots = decode_draining = 0
@@ -146,12 +157,17 @@ class Sampler:
                     fill_running += running
                 p = pools.get(st.pool)
                 if p is None:
-                    p = pools[st.pool] = [st.phase, 0, 0, 0, 0, 0.0, 0]
+                    p = pools[st.pool] = [st.phase, 0, 0, 0, 0, 0.0, 0, 0, 0, 0.0]
                 p[1] += accepting
                 p[2] += queued
                 p[3] += running
                 if accepting and st.phase == "decode":
                     p[4] += st.target_batch
+                elif not decode:
+                    p[7] += backlogs.get(st.name, 0)
+                    if accepting:
+                        p[8] += st.tokens_done
+                        p[9] += st.busy_s
                 if busy_last is None:
                     p[5] += 0.0
                 else:
@@ -164,13 +180,64 @@ class Sampler:
         return (fill_queue, fill_running, decode_loading, decode_running, decode_slots,
                 pool_obs, decode_draining)
 
+    def fill_backlog_tokens(self) -> dict[str, int]:
+        """Tokens each fill worker (by name) has still to compute for the calls queued or
+        running at it: a call whose prefix was fetched, its input less that prefix less the
+        tokens put in steps that ended (its step's chunk running counts); else its input
+        less what its own session computed before (what the orchestrator expects to find
+        cached). Steps in flight are where the call ledger finds them
+        (orchestrator.run.ledger: `_steps`, `loading_step`)."""
+        out: dict[str, int] = {}
+        for w in self.runtime.fill_workers.values():
+            fills = getattr(w, "fills", None)  # (a worker in another process has none here)
+            if fills is None:
+                continue
+            total = 0
+            fetched, planned = fills.fetched, fills.planned
+            for req in fills.queue:
+                if req.call_id in fetched:
+                    total += max(1, req.input_tokens - req.prefix_tokens) - planned.get(
+                        req.call_id, 0)
+                else:
+                    total += max(1, req.input_tokens - req.own_cached_tokens)
+            steps = [*getattr(w, "_steps", {}).values(), getattr(w, "loading_step", ())]
+            for step in steps:
+                for c in getattr(step, "chunks", ()):
+                    req = c.request
+                    total += (max(1, req.input_tokens - req.prefix_tokens)
+                              - planned.get(req.call_id, 0) + c.tokens)
+            out[w.name] = total
+        return out
+
+    def _links_busiest(self, now_s: float) -> float:
+        """The busiest link's bytes carried since the last look at which the fabric had
+        moved on, counted up to its last event (as byte counters a scrape reads: they move
+        when a copy starts or ends), over its bandwidth and the time between those looks.
+        With no fabric event since the last look, the last figure: a cluster restamped
+        (nothing ran) reads what looking at it would."""
+        fabric = self.runtime.links.fabric
+        if fabric.now_s <= self._carried_at:
+            return self._link_utilisation
+        span_s = now_s - self._carried_s
+        if span_s <= 0:
+            return self._link_utilisation
+        carried, busiest = self._carried, 0.0
+        for link in fabric.links():
+            name = link.name
+            moved = fabric.carried_bytes(name)
+            busiest = max(busiest, (moved - carried.get(name, 0.0)) / (link.bytes_per_s * span_s))
+            carried[name] = moved
+        self._carried_s, self._carried_at = now_s, fabric.now_s
+        return busiest
+
     def idle_pools(self, pools: tuple) -> tuple:
         """`pools` with no busy time in the period (`_pool`'s figures with a busy sum of
         0.0 over one worker: 0.0, as over any number), the same tuple when none had."""
         if not any(p.busy_fraction for p in pools):
             return pools
         return tuple([self._pool(p.name, [p.phase, p.workers, p.queue_depth, p.running,
-                                          p.slots, 0.0, 1])
+                                          p.slots, 0.0, 1, p.backlog_tokens, p.tokens_total,
+                                          p.busy_s_total])
                       for p in pools])
 
     def idle(self, obs: Observation, time_s: float) -> Observation:
@@ -179,13 +246,15 @@ class Sampler:
 
     def _pool(self, name: str, p: list) -> PoolObservation:
         """The pool's observation from its figures ([phase, workers, queued, running, slots,
-        busy sum, workers counted]), the last one again when they repeat."""
-        figures = (p[0], p[1], p[2], p[3], p[4], p[5] / p[6])
+        busy sum, workers counted, backlog tokens, tokens done, busy seconds]), the last
+        one again when they repeat."""
+        figures = (p[0], p[1], p[2], p[3], p[4], p[5] / p[6], p[7], p[8], p[9])
         last = self._pools.get(name)
         if last is None or last[0] != figures:
             last = self._pools[name] = (figures, PoolObservation(
                 name=name, phase=figures[0], workers=figures[1], queue_depth=figures[2],
-                running=figures[3], slots=figures[4], busy_fraction=figures[5]))
+                running=figures[3], slots=figures[4], busy_fraction=figures[5],
+                backlog_tokens=figures[6], tokens_total=figures[7], busy_s_total=figures[8]))
         return last[1]
 
 

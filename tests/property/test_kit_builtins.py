@@ -35,7 +35,7 @@ from orchestrator.run.summary import oscillation, starvation
 EXAMPLES = 4  # scenarios per scope (the kit's own default is 25 per property)
 MAX_INDEX, MAX_FRACTION = 0.25, 0.05  # the kit's defaults
 ADMIT_ALL = f"{__name__}:AdmitAll"
-CONTROLLERS = ("retire", "buffered", "predictive", "local", ADMIT_ALL)
+CONTROLLERS = ("retire", "buffered", "predictive", "local", "binding", ADMIT_ALL)
 
 
 class AdmitAll:
@@ -108,6 +108,10 @@ KNOWN_FAILURES: dict[tuple[str, OverloadScope, str], str] = {
     ("local", FILL, "starvation"): "0.772 (buffered 0.615), the same cause; window "
                                    "throughput within 25% of admit-all's",
     ("local", LULLS, "oscillation"): "0.433 (admit-all 0.430: the lull's dip)",
+    ("binding", FILL, "oscillation"): "2.027 (admit-all 1.851: the traffic's)",
+    ("binding", FILL, "starvation"): "0.613: calls held at admission while the fill pool is "
+                                     "saturated, as its fill loop means to (buffered 0.457)",
+    ("binding", LULLS, "oscillation"): "0.346 (admit-all 0.430: the lull's dip)",
     (ADMIT_ALL, FILL, "oscillation"): "1.851: 16-token outputs leave decode idle in 72% "
                                        "of samples",
     (ADMIT_ALL, LULLS, "oscillation"): "0.430: the lull's dip itself",

@@ -64,7 +64,7 @@ def test_a_users_policy_loads_by_import_path(user_module):
         ("mypolicies:NOT_CALLABLE", "int is not callable"),
         ("mypolicies:NoDecide", "NoDecide has no decide(observation, now_s) method"),
         ("mypolicies:Exploding", "constructing it raised RuntimeError: boom"),
-        ("pid", "unknown controller 'pid'; known: buffered, local, predictive, retire"),
+        ("pid", "unknown controller 'pid'; known: binding, buffered, local, predictive, retire"),
     ],
 )
 def test_loading_errors_name_the_policy(user_module, spec, message):

@@ -11,6 +11,7 @@ from orchestrator.control.policies.base import (
     AdmissionReason,
     PluginError,
 )
+from orchestrator.control.policies.binding import BindingAdmission
 from orchestrator.control.policies.buffered import BufferedAdmission
 from orchestrator.control.policies.local import LocalAdmission
 from orchestrator.control.policies.predictive import PredictiveAdmission
@@ -28,6 +29,6 @@ def make_policy(name: str, config: ControlConfig, base_target_batch: int = 4) ->
 UnknownPolicyError = PluginError
 
 
-__all__ = ["AdmissionDecision", "AdmissionPolicy", "AdmissionReason", "BufferedAdmission",
-           "LocalAdmission", "PluginError", "PredictiveAdmission", "RetireAdmission", "SmithAdmission",
-           "make_policy"]
+__all__ = ["AdmissionDecision", "AdmissionPolicy", "AdmissionReason", "BindingAdmission",
+           "BufferedAdmission", "LocalAdmission", "PluginError", "PredictiveAdmission",
+           "RetireAdmission", "SmithAdmission", "make_policy"]

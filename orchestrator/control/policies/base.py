@@ -50,6 +50,8 @@ class AdmissionReason(Enum):
     PREDICTED_MISS = "predicted_miss"  # calls predicted to miss their target are refused
     RESERVED = "reserved"  # as many as decode slots can be reserved for (local)
     PREDICTED_ROOM = "predicted_room"  # the room the predicted present leaves (smith)
+    FILL_BACKLOG = "fill_backlog"  # at the fill pools' rate, on their backlog in tokens (binding)
+    KV_LINK = "kv_link"  # held to what the busiest KV link carries (binding)
     HOLD = "hold"  # nothing to admit
 
 
