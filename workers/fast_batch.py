@@ -33,8 +33,11 @@ from workers.fast_pricing import Pricing, Shape, kernel_terms, network_s
 from workers.pairwise import pairwise_sum
 from workers.step_tail import StepTail
 
-# Steps of at most this many requests are priced request by request in Python floats;
-# bigger ones as arrays (a request costs ~1 us in the loop, an array operation ~1 us).
+# Steps of at most this many requests per attention rank are priced request by request
+# in Python floats; bigger ones as arrays (a request costs ~1 us in the loop, an array
+# operation ~1 us, and the array path makes a few per rank: DeepSeek-V3 on 72 GB200,
+# DEP72 at 512 users, ~7 requests a rank, took 3.6 s of CPU a point on arrays and 2.1 s
+# in the loop).
 SCALAR_REQUESTS = 32
 
 
@@ -67,9 +70,10 @@ class BatchTail:
         return kernel_terms(lt, shape), network_s(lt, shape)
 
     def step_s(self, new_tokens, cached_tokens, decoding) -> float:
-        """A step of requests given as sequences of numbers (and flags): a few request by
-        request in Python floats, more as arrays (`step_arrays_s`), the same doubles."""
-        if len(cached_tokens) > SCALAR_REQUESTS:
+        """A step of requests given as sequences of numbers (and flags): a few a rank
+        request by request in Python floats, more as arrays (`step_arrays_s`), the same
+        doubles."""
+        if len(cached_tokens) > SCALAR_REQUESTS * self.ranks:
             return self.step_arrays_s(np.array(new_tokens, dtype=np.float64),
                                       np.array(cached_tokens, dtype=np.float64),
                                       np.array(decoding, dtype=bool))

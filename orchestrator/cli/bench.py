@@ -24,6 +24,9 @@ from orchestrator.cli._common import (
 )
 
 ENGINES = ("trtllm", "sglang", "vllm")  # costmodel/data/engines.toml's
+# Users of one point at most: a point replays every user's calls in one process (a
+# million users of 6 calls is hours of CPU), and numpy draws the lengths in one array.
+MAX_CONCURRENCY = 1_000_000
 
 
 def _range_ratio(text: str) -> float:
@@ -82,7 +85,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, metavar="DIR",
                    help="write points.csv, frontier.csv, frontier.png and bench.json into "
                         "this new directory")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar on stderr (there is none with --json, or when stderr "
+                        "is not a terminal)")
     p.set_defaults(run=run)
 
 
@@ -93,9 +98,9 @@ def concurrencies(text: str) -> list[int]:
             value = int(item.strip())
         except ValueError:
             value = 0
-        if value < 1:
-            raise UserError(f"--concurrency {text}: expected integers >= 1, comma-separated "
-                            f"({item.strip()!r} is not)")
+        if not 1 <= value <= MAX_CONCURRENCY:
+            raise UserError(f"--concurrency {text}: expected integers in [1, "
+                            f"{MAX_CONCURRENCY:,}], comma-separated ({item.strip()!r} is not)")
         values.append(value)
     return list(dict.fromkeys(values))
 
@@ -166,7 +171,10 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     shared = BenchShared(model=model, load=load, engine=args.engine,
                          mtp_acceptance=args.mtp_acceptance, cost_source=args.cost_source)
-    with points_progress(len(plan.tasks), False if args.no_progress else None) as advance:
+    # A bar on a terminal's stderr unless asked not to; none with --json, whose reader is
+    # a program.
+    quiet = args.no_progress or args.json
+    with points_progress(len(plan.tasks), False if quiet else None) as advance:
         points = run_points(shared, plan.tasks, args.workers, advance)
     from orchestrator.bench.frontier import bench_json
 

@@ -2,6 +2,7 @@
 exit status 2, nothing on stdout and nothing written; and a cluster file run as given."""
 
 import json
+import sys
 
 import pytest
 
@@ -24,6 +25,7 @@ def argv(**changes):
     ({"concurrency": "0"}, "--concurrency 0"),
     ({"concurrency": "4,0,8"}, "--concurrency 4,0,8"),
     ({"concurrency": "four"}, "--concurrency four"),
+    ({"concurrency": "99999999999999999999"}, "expected integers in [1, 1,000,000]"),
     ({"isl": "200000"}, "--isl 200000: beyond llama-3.1-70b's context window of 131,072"),
     ({"isl": "131000", "osl": "1000"}, "--osl 1000: with --isl 131000"),
     ({"range_ratio": "0"}, "--range-ratio: expected a number in (0, 1], got '0'"),
@@ -80,6 +82,28 @@ def test_the_progress_bar_counts_points_on_a_terminal():
     assert "bench" in text and "3/3" in text and "points" in text
     with points_progress(3, False) as advance:  # hidden: a no-op
         advance()
+
+
+@pytest.mark.parametrize("extra, shown", [((), True), (("--json",), False),
+                                           (("--no-progress",), False)])
+def test_the_bar_is_off_with_json_or_no_progress(extra, shown, capsys, monkeypatch):
+    import orchestrator.bench.run as bench_run
+
+    monkeypatch.setattr("sys.stderr.isatty", lambda: True)
+    asked = []
+    real = bench_run.points_progress
+
+    def spy(total, enabled, console=None):
+        asked.append(enabled)
+        return real(total, False)
+
+    monkeypatch.setattr(bench_run, "points_progress", spy)
+    cluster = str(ROOT / "examples" / "clusters" / "hgx-h100-llama70b.toml")
+    code, _, err = run_cli([*argv(hardware=None, gpus=None, concurrency="1"), "--cluster",
+                            cluster, *extra], capsys)
+    assert code == 0, err
+    show = sys.stderr.isatty() if asked[0] is None else asked[0]
+    assert show is shown
 
 
 @pytest.mark.slow  # two worker processes start (~3 s)
