@@ -36,7 +36,7 @@ from costmodel.kernels import Kernels, Shape
 from costmodel.model_spec import ModelSpec
 from costmodel.mtp import expected_tokens_per_step
 from costmodel.precision import Precision
-from costmodel.terms import ACT_BYTES, fixed_latency, network, overlapped
+from costmodel.terms import ACT_BYTES, fixed_latency, network, overlapped, request_terms
 
 
 @dataclass(frozen=True)
@@ -54,16 +54,8 @@ def request_attention_terms(m: ModelSpec, v, q_tok, cached, ctx_flops, mn=np.min
     after the step, each over the stage's layers (sliding ones up to their window). `v`:
     the layout's quantities, a `Shape` of one configuration or the workers' float copy
     of it (`workers.fast_pricing.LayoutTerms`)."""
-    # Causal attention: a query sees the cache plus, on average, half its own chunk.
-    ctx_mean = cached + (q_tok + 1.0) / 2.0
-    ctx_end = cached + q_tok
-    if m.n_sliding_layers:
-        ctx_mean = v.n_full * ctx_mean + v.n_slide * mn(ctx_mean, v.window)
-        ctx_end = v.n_full * ctx_end + v.n_slide * mn(ctx_end, v.window)
-    else:  # the sliding term is +0.0 beside a value >= 0: it would change nothing
-        ctx_mean = v.n_full * ctx_mean
-        ctx_end = v.n_full * ctx_end
-    return q_tok * ctx_flops * ctx_mean, v.kv_layer * ctx_end
+    return request_terms(q_tok, cached, ctx_flops, v.n_full, v.n_slide, v.window, v.kv_layer,
+                         m.n_sliding_layers > 0, mn)
 
 
 def _first(x) -> float:

@@ -15,6 +15,14 @@ whether numpy or Python performs them: both paths give the same doubles
 A kernel group's time is the longer of its compute and its memory time (roofline);
 `overlapped` adds a pass's groups, network and fixed latencies under the overlap rule
 (`Efficiency.overlap`).
+
+The terms at a context (`attention_ctx_flops`, `attention_bytes`, `attention_s` and its
+two sides, `overlap_stage`) run at every step of a worker's decode run. Compiled
+(`costmodel/terms.pxd`), each is built twice from this one source: on C doubles for a
+`FloatWork` and a float context, and on Python objects for arrays. Their `min` and `max`
+are then the builtins called by name when `mn`/`mx` are the builtins (the compiled
+build makes those a comparison of two doubles that picks the operand the builtin picks),
+and `mn(...)`/`mx(...)` otherwise (`np.minimum`, `np.maximum` over arrays).
 """
 
 from __future__ import annotations
@@ -127,6 +135,20 @@ def attention_work(m: ModelSpec, lay, b, eff: Efficiency, ops: Ops = NUMPY_OPS) 
         sliding=m.n_sliding_layers > 0, linear=m.n_linear_layers > 0)
 
 
+class FloatWork:
+    """An `AttentionWork` of one configuration's Python floats, as a class whose fields
+    the compiled build holds as C doubles (`costmodel/terms.pxd`): what a worker's
+    pricing passes to the terms at a context at every step of a run."""
+
+    __slots__ = ("a_ctx", "act_bytes", "half", "hbm_bw", "kv_seq", "lin_flops", "linear",
+                 "n_full", "n_slide", "peak_attn", "peak_dense", "proj_flops", "q_tok",
+                 "sliding", "state", "tp", "w_bytes", "window")
+
+    def __init__(self, work: AttentionWork):
+        for name in AttentionWork._fields:
+            setattr(self, name, getattr(work, name))
+
+
 def attention_ctx_flops(w, context, mn=min):
     """The attention group's FLOPs beside its projections at `context`: scores and values
     over the context (sliding layers up to their window), and the linear layers'. A
@@ -135,7 +157,11 @@ def attention_ctx_flops(w, context, mn=min):
     ctx_mean = context + w.half
     by_layer = w.n_full * ctx_mean
     if w.sliding:
-        by_layer = by_layer + w.n_slide * mn(ctx_mean, w.window)
+        if mn is min:  # noqa: SIM108 (a conditional expression would box the doubles)
+            in_window = min(ctx_mean, w.window)
+        else:
+            in_window = mn(ctx_mean, w.window)
+        by_layer = by_layer + w.n_slide * in_window
     flops = w.a_ctx * by_layer / w.tp
     return flops + w.lin_flops if w.linear else flops
 
@@ -147,7 +173,11 @@ def attention_bytes(w, context, mn=min):
     ctx_end = context + w.q_tok
     by_layer = w.n_full * ctx_end
     if w.sliding:
-        by_layer = by_layer + w.n_slide * mn(ctx_end, w.window)
+        if mn is min:  # noqa: SIM108 (a conditional expression would box the doubles)
+            in_window = min(ctx_end, w.window)
+        else:
+            in_window = mn(ctx_end, w.window)
+        by_layer = by_layer + w.n_slide * in_window
     kv_read = w.kv_seq * by_layer
     if w.linear:
         kv_read = kv_read + w.state
@@ -158,8 +188,11 @@ def attention_bytes(w, context, mn=min):
 def attention_s(w, context, mx=max, mn=min):
     """The attention group's roofline time at `context` (a float, or an array with
     np.maximum and np.minimum)."""
-    return mx(w.proj_flops / w.peak_dense + attention_ctx_flops(w, context, mn) / w.peak_attn,
-              attention_bytes(w, context, mn) / w.hbm_bw)
+    compute = w.proj_flops / w.peak_dense + attention_ctx_flops(w, context, mn) / w.peak_attn
+    memory = attention_bytes(w, context, mn) / w.hbm_bw
+    if mx is max:
+        return max(compute, memory)
+    return mx(compute, memory)
 
 
 def attention_compute_s(w, context, mn=min):
@@ -170,6 +203,29 @@ def attention_compute_s(w, context, mn=min):
 def attention_memory_s(w, context, mn=min):
     """`attention_s`' memory side at `context`."""
     return attention_bytes(w, context, mn) / w.hbm_bw
+
+
+def request_terms(q_tok, cached, ctx_flops, n_full, n_slide, window, kv_layer, sliding,
+                  mn=min):
+    """Per request of a batch step (floats, or arrays of requests): the FLOPs of its
+    scores and values over its context (`ctx_flops` a (query, context) token pair) and
+    the KV bytes it reads after the step, each over the stage's layers (sliding ones up
+    to their window; `sliding`: the model has such layers, else their +0.0 terms are
+    left out). Summed over a rank's requests by `costmodel.batch`."""
+    # Causal attention: a query sees the cache plus, on average, half its own chunk.
+    ctx_mean = cached + (q_tok + 1.0) / 2.0
+    ctx_end = cached + q_tok
+    if sliding:
+        if mn is min:
+            mean_in, end_in = min(ctx_mean, window), min(ctx_end, window)
+        else:
+            mean_in, end_in = mn(ctx_mean, window), mn(ctx_end, window)
+        ctx_mean = n_full * ctx_mean + n_slide * mean_in
+        ctx_end = n_full * ctx_end + n_slide * end_in
+    else:
+        ctx_mean = n_full * ctx_mean
+        ctx_end = n_full * ctx_end
+    return q_tok * ctx_flops * ctx_mean, kv_layer * ctx_end
 
 
 def a2a_reach(m: ModelSpec, lay, ops: Ops = NUMPY_OPS):
@@ -238,7 +294,18 @@ def fixed_latency(m: ModelSpec, lay, eff: Efficiency, ops: Ops = NUMPY_OPS):
 def overlapped(t_cm, network_s, latency_s, eff: Efficiency, mn=min):
     """A pass through a stage: its kernel groups' time `t_cm`, the network and the fixed
     latencies, less the overlapped share of the shorter of compute and network."""
+    return overlap_stage(t_cm, network_s, latency_s, eff.overlap == OverlapMode.OVERLAP,
+                         eff.overlap_fraction, mn)
+
+
+def overlap_stage(t_cm, network_s, latency_s, overlap: bool, fraction: float, mn=min):
+    """`overlapped` with the overlap rule read from `Efficiency` (`overlap`: two-batch
+    overlap; `fraction`: its hidden share)."""
     stage_s = t_cm + network_s + latency_s
-    if eff.overlap == OverlapMode.OVERLAP:
-        stage_s = stage_s - eff.overlap_fraction * mn(t_cm, network_s)
+    if overlap:
+        if mn is min:  # noqa: SIM108 (a conditional expression would box the doubles)
+            hidden = min(t_cm, network_s)
+        else:
+            hidden = mn(t_cm, network_s)
+        stage_s = stage_s - fraction * hidden
     return stage_s

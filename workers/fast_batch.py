@@ -18,18 +18,13 @@ from functools import lru_cache
 
 import numpy as np
 
-from costmodel.batch import (
-    batch_attention_from_sums,
-    batch_attention_s,
-    placed,
-    request_attention_terms,
-)
+from costmodel.batch import batch_attention_from_sums, batch_attention_s, placed
 from costmodel.configs import Configs, Phase
 from costmodel.efficiency import Efficiency
 from costmodel.hardware import HardwareTable
 from costmodel.model import ModelSpec
-from costmodel.terms import overlapped
-from workers.fast_pricing import Pricing, Shape, kernel_terms, network_s
+from costmodel.terms import overlapped, request_terms
+from workers.fast_pricing import LayoutTerms, Pricing, Shape, kernel_terms, network_s
 from workers.pairwise import pairwise_sum
 from workers.step_tail import StepTail
 
@@ -39,6 +34,28 @@ from workers.step_tail import StepTail
 # DEP72 at 512 users, ~7 requests a rank, took 3.6 s of CPU a point on arrays and 2.1 s
 # in the loop).
 SCALAR_REQUESTS = 32
+
+
+def request_lists(lt: LayoutTerms, q_dec: float, new_tokens, cached_tokens, decoding,
+                  ctx_terms: list, kv_terms: list, q_tok: list, dec: list,
+                  flags: list) -> None:
+    """Appends each request's attention FLOPs and KV bytes (`costmodel.terms.request_terms`),
+    query tokens and decode flag, and each decoding request's context, as Python floats
+    (compiled: on C doubles, `workers/fast_batch.pxd`)."""
+    m = lt.m
+    f_dec, f_pre = m.attn_flops_per_ctx_token_decode, m.attn_flops_per_ctx_token_prefill
+    n_full, n_slide, window, kv_layer = lt.n_full, lt.n_slide, lt.window, lt.kv_layer
+    sliding = m.n_sliding_layers > 0
+    for t, c, d in zip(new_tokens, cached_tokens, decoding, strict=True):
+        q, cached = (q_dec if d else float(t)), float(c)
+        ctx, kv = request_terms(q, cached, f_dec if d else f_pre, n_full, n_slide, window,
+                                kv_layer, sliding, min)
+        ctx_terms.append(ctx)
+        kv_terms.append(kv)
+        q_tok.append(q)
+        flags.append(1 if d else 0)
+        if d:
+            dec.append(cached)
 
 
 class BatchTail:
@@ -79,18 +96,9 @@ class BatchTail:
                                       np.array(decoding, dtype=bool))
         lt = self.pricing.main
         m = lt.m
-        q_dec = 1.0 + self.lay.mtp
-        f_dec, f_pre = m.attn_flops_per_ctx_token_decode, m.attn_flops_per_ctx_token_prefill
         ctx_terms, kv_terms, q_tok, dec, flags = [], [], [], [], []
-        for t, c, d in zip(new_tokens, cached_tokens, decoding, strict=True):
-            q, c = (q_dec if d else float(t)), float(c)
-            ctx, kv = request_attention_terms(m, lt, q, c, f_dec if d else f_pre, min)
-            ctx_terms.append(ctx)
-            kv_terms.append(kv)
-            q_tok.append(q)
-            flags.append(1 if d else 0)
-            if d:
-                dec.append(c)
+        request_lists(lt, 1.0 + self.lay.mtp, new_tokens, cached_tokens, decoding,
+                      ctx_terms, kv_terms, q_tok, dec, flags)
         dec_mean = pairwise_sum(dec) / len(dec) if dec else 0.0
         all_decode = len(dec) == len(q_tok)
         ranks = self.ranks

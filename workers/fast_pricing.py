@@ -29,13 +29,14 @@ import numpy as np
 
 from costmodel.configs import Configs
 from costmodel.draft import draft_configs, head_and_projection, mtp_module
-from costmodel.efficiency import Efficiency
+from costmodel.efficiency import Efficiency, OverlapMode
 from costmodel.hardware import HardwareTable
 from costmodel.kernels import Shape as CoreShape
 from costmodel.model import ModelSpec
 from costmodel.mtp import expected_tokens_per_step
 from costmodel.terms import (
     FLOAT_OPS,
+    FloatWork,
     Ops,
     attention_compute_s,
     attention_memory_s,
@@ -44,7 +45,7 @@ from costmodel.terms import (
     fixed_latency,
     gemm,
     network,
-    overlapped,
+    overlap_stage,
     routed_experts,
 )
 
@@ -127,10 +128,11 @@ class AttentionTerms:
     """A stage's attention group for one pass (`costmodel.terms.attention_work`), its
     context left free, and whether its time is non-decreasing in context."""
 
-    __slots__ = ("monotone", "work", "work_arrays")
+    __slots__ = ("monotone", "named", "work", "work_arrays")
 
     def __init__(self, lt: LayoutTerms, s: Shape):
-        self.work = w = attention_work(lt.m, lt, s, lt.eff, lt.ops)
+        self.named = w = attention_work(lt.m, lt, s, lt.eff, lt.ops)
+        self.work = FloatWork(w)  # C doubles when compiled (costmodel/terms.pxd)
         self.work_arrays = None  # `work` as 0-d arrays, made at `time_array_s`'s first call
         # Every operation of the compute and memory sides is then an addition, a product
         # by a factor >= 0 or a division by a divisor > 0, each non-decreasing in its
@@ -159,8 +161,10 @@ class AttentionTerms:
         w = self.work
         first, last = float(contexts[0]), float(contexts[-1])
         if self.work_arrays is None:
-            self.work_arrays = w._replace(**{k: zero_dim(v) for k, v in w._asdict().items()
-                                             if type(v) is float})
+            named = self.named
+            self.work_arrays = named._replace(**{k: zero_dim(v) for k, v
+                                                 in named._asdict().items()
+                                                 if type(v) is float})
         wa = self.work_arrays
         if self.monotone and attention_compute_s(w, last) < attention_memory_s(w, first):
             return attention_memory_s(wa, contexts, np.minimum)
@@ -178,29 +182,34 @@ def zero_dim(value: float) -> np.ndarray:
 class PassTail:
     """One pass through a stage (the main pass, or one MTP draft pass): attention as
     a function of context, then the frozen kernel terms added in the core's order,
-    network, fixed latencies and the overlap rule (`costmodel.terms.overlapped`)."""
+    network, fixed latencies and the overlap rule (`costmodel.terms.overlapped`, read
+    once from the efficiency: `overlap_stage`)."""
 
-    __slots__ = ("after", "attn", "eff", "latency_s", "network_s")
+    __slots__ = ("after", "attn", "fraction", "latency_s", "network_s", "overlap")
 
     def __init__(self, attn: AttentionTerms, after: tuple[float, ...], network_s: float,
                  latency_s: float, eff: Efficiency):
         # The kernel terms that are exactly 0.0 (a dense model's experts) left out: each
         # would add +0.0 to a positive time, which leaves it as it is.
         self.attn, self.after = attn, tuple(term for term in after if term != 0.0)
-        self.network_s, self.latency_s, self.eff = network_s, latency_s, eff
+        self.network_s, self.latency_s = network_s, latency_s
+        self.overlap = eff.overlap == OverlapMode.OVERLAP
+        self.fraction = eff.overlap_fraction
 
     def time_s(self, context, mx=max, mn=min):
         t_cm = attention_s(self.attn.work, context, mx, mn)
         for term in self.after:
             t_cm = t_cm + term
-        return overlapped(t_cm, self.network_s, self.latency_s, self.eff, mn)
+        return overlap_stage(t_cm, self.network_s, self.latency_s, self.overlap,
+                             self.fraction, mn)
 
     def time_array_s(self, contexts: np.ndarray) -> np.ndarray:
         """`time_s(contexts, np.maximum, np.minimum)` (`AttentionTerms.time_array_s`)."""
         t_cm = self.attn.time_array_s(contexts)
         for term in self.after:
             t_cm = t_cm + term
-        return overlapped(t_cm, self.network_s, self.latency_s, self.eff, np.minimum)
+        return overlap_stage(t_cm, self.network_s, self.latency_s, self.overlap,
+                             self.fraction, np.minimum)
 
 
 class Pricing:
