@@ -1,7 +1,7 @@
 """Where a replay's time goes: cProfile of the development traces at real think times.
 
 Replays the first N weka-cc-dev sessions (default 30) at their real think times, 240
-sessions an hour, default model and cluster, under cProfile, and prints the wall time,
+sessions an hour (`--rate`), default model and cluster (`--cluster`), under cProfile, and prints the wall time,
 calls, fast-loop samples taken (by the loop awake, looking at the workers or restamping
 an unchanged cluster, or as the lead of an idle span) and skipped over idle spans,
 event-loop iterations, wall time per call and per sample taken, and the functions with
@@ -10,7 +10,12 @@ Python (TOKENFACTORY_PURE=1, unless the environment sets it): cProfile sees no f
 inside a compiled module, whose time it would give to the caller.
 
     python benchmarks/profile_replay.py [--sessions 30] [--controller buffered] [--top 25]
-                                        [--out FILE.prof]
+                                        [--out FILE.prof] [--cluster C] [--rate R]
+                                        [--repeat K]
+
+`--cluster`, `--rate` (sessions an hour) and `--repeat` profile another load, e.g. the
+essay's scale on a planned 16-rack cluster (benchmarks/bench_scale.py plans it):
+`--cluster big.toml --rate 10000 --repeat 50 --sessions 400`.
 """
 
 from __future__ import annotations
@@ -58,6 +63,9 @@ def main() -> int:
     ap.add_argument("--controller", default="buffered")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--out", type=Path, default=None, help="write the raw profile here")
+    ap.add_argument("--cluster", default="gb200-nvl72x2", help="cluster preset or TOML file")
+    ap.add_argument("--rate", type=float, default=240.0, help="sessions started an hour")
+    ap.add_argument("--repeat", type=int, default=1, help="the traces this many times over")
     args = ap.parse_args()
     missing = shared_missing(DEV_TRACES)
     if missing:
@@ -66,8 +74,8 @@ def main() -> int:
     from orchestrator.run.settings import RunSettings, prepare, run_replay
     from traces.replay import LoadOptions
 
-    settings = RunSettings(controller=args.controller, seed=1,
-                           load=LoadOptions(sessions_per_hour=240.0,
+    settings = RunSettings(controller=args.controller, seed=1, cluster=args.cluster,
+                           load=LoadOptions(sessions_per_hour=args.rate, repeat=args.repeat,
                                             max_sessions=args.sessions))
     prepared = prepare([DEV_TRACES], "weka", settings)
     ticks = TickCounter()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from heapq import heapify, heappop, heappush
 
 # Sharings kept (per sequence of paths in flight); the table starts over when full.
 SHARINGS_KEPT = 4096
@@ -304,7 +305,7 @@ class Fabric:
         flows = self._flows.values()
         crossing: dict[str, int] = {}  # flows in flight per busy link
         for flow in flows:
-            for name in flow.path:
+            for name in flow.route[0]:  # its path (`route` read directly: once per link)
                 crossing[name] = crossing.get(name, 0) + 1
         shared = [name for name, n in crossing.items() if n > 1]
         if len(shared) == 1:
@@ -317,7 +318,7 @@ class Fabric:
         loads: dict[str, float] = {}
         for flow in flows:
             rate = flow.rate_bytes_per_s
-            for name in flow.path:
+            for name in flow.route[0]:
                 loads[name] = loads.get(name, 0.0) + rate
         if len(self._sharings) >= SHARINGS_KEPT:
             self._sharings.clear()
@@ -367,33 +368,53 @@ class Fabric:
         A flow that shares none of its links runs at its narrowest link's rate, which
         is what the filling would give it (its links' spare stays whole until it is
         fixed), and fixing it changes no other flow's share: only the flows crossing a
-        shared link are filled; `crossing` counts the flows on each busy link."""
+        shared link are filled; `crossing` counts the flows on each busy link.
+
+        The links wait in a heap by (equal share, name), the smallest first (the first
+        name on a tie), as a minimum over them all would pick: an entry is pushed
+        whenever a link's share changes, and one whose link is fixed or whose share
+        moved since is passed over. Picking costs a logarithm of the busy links, not
+        their number: a cluster of 16 racks at 10,000 sessions an hour has hundreds of
+        flows in flight."""
+        flows = self._flows
         unfixed: dict[str, list[int]] = {}
-        for fid, flow in self._flows.items():
-            path = flow.path
+        for fid, flow in flows.items():
+            path = flow.route[0]
             for name in path:
                 if crossing[name] > 1:
                     break
             else:
-                flow.rate_bytes_per_s = flow.narrowest_bytes_per_s
+                flow.rate_bytes_per_s = flow.route[1]  # its narrowest link's bandwidth
                 continue
             for name in path:
                 unfixed.setdefault(name, []).append(fid)
         # Only the links some flow crosses (a cluster has hundreds, a few are busy).
         spare = {name: self._links[name].bytes_per_s for name in unfixed}
+        heap = [(spare[n] / len(fids), n) for n, fids in unfixed.items()]
+        heapify(heap)
         while unfixed:
-            # The smallest equal share, the first name on a tie (min over tuples, in C).
-            _, name = min([(spare[n] / len(fids), n) for n, fids in unfixed.items()])
-            share = max(0.0, spare[name] / len(unfixed[name]))
+            then, name = heappop(heap)
+            fids = unfixed.get(name)
+            if fids is None or spare[name] / len(fids) != then:
+                continue  # fixed, or its share moved (a later entry holds it)
+            share = max(0.0, spare[name] / len(fids))
+            moved: dict[str, None] = {}  # the links whose share this changes, in order
             # Each flow is on its links' lists once (a path holds a link once) and leaves
             # them all when fixed: every flow listed here is still unfixed.
-            for fid in unfixed[name]:
-                flow = self._flows[fid]
+            for fid in fids:
+                flow = flows[fid]
                 flow.rate_bytes_per_s = share
-                for other in flow.path:
+                for other in flow.route[0]:
                     spare[other] -= share
                     if other != name:
-                        unfixed[other].remove(fid)
-                        if not unfixed[other]:
+                        left = unfixed[other]
+                        left.remove(fid)
+                        if left:
+                            moved[other] = None
+                        else:
                             del unfixed[other]
             del unfixed[name]
+            for other in moved:
+                left = unfixed.get(other)
+                if left:
+                    heappush(heap, (spare[other] / len(left), other))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections import deque
 from collections.abc import Callable
 
 from storage.store import BlobStore
@@ -22,6 +21,7 @@ from workers.clock import sleep_on
 from workers.cluster import BatchPolicySpec, WorkerSpec
 from workers.cost_source import CostSource
 from workers.events import EventLog
+from workers.fill_queue import FillQueue
 from workers.kv_io import (
     FetchResult,
     Handoff,
@@ -63,7 +63,7 @@ class ChunkedFills:
         self.rack: Location | None = None
         self.promote_min_sessions = 0
         self.on_loaded: Callable[[], None] | None = None
-        self.queue: deque[Request] = deque()
+        self.queue = FillQueue()  # with the new tokens it holds (the router weighs them)
         self.fetched: dict[int, FetchResult] = {}
         self.planned: dict[int, int] = {}
         self.loaded_at: dict[int, float] = {}
@@ -80,11 +80,11 @@ class ChunkedFills:
         queue = self.queue
         if not queue:
             return []
-        if len(queue) > 1 and len(set(map(id, queue))) != len(queue):
+        if queue.has_repeats:
             # A lost step's requests were handed back to the queue's front (live mode).
-            unique = list(dict.fromkeys(self.queue))
-            self.queue.clear()
-            self.queue.extend(unique)
+            unique = list(dict.fromkeys(queue))
+            queue.clear()
+            queue.extend(unique)
         chunks: list[FillChunk] = []
         starting: list[Request] = []
         # The plan grows a request at a time, as `plan_fill_batch` over the requests so far
@@ -92,14 +92,16 @@ class ChunkedFills:
         budget = self.policy.max_batch_tokens if budget_tokens is None else budget_tokens
         ranks = self.ranks
         rank_budget = [budget // ranks] * ranks if ranks > 1 else None
-        for req in list(self.queue):
+        # Over the queue itself, not a copy of it: nothing here adds or removes a call,
+        # and a plan reaches a step's worth of calls into a queue of any length.
+        for req in queue:
             fresh = not self.planned.get(req.call_id, 0)
             if fresh and may_start is not None and not may_start(req, starting):
                 break
             if req.call_id not in self.fetched:
                 result = self._fetch(req, hbm, now_s)
                 self.planned.pop(req.call_id, None)  # a fresh start
-                req.prefix_tokens = result.prefix_tokens - result.recompute_tokens
+                queue.set_prefix(req, result.prefix_tokens - result.recompute_tokens)
                 if skip_loading and self.loaded_at[req.call_id] > now_s:
                     self._start(req, now_s)
             if skip_loading and self.loaded_at[req.call_id] > now_s + CLOCK_TICK_S:

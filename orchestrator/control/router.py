@@ -9,11 +9,15 @@ names break ties so routing is deterministic.
 When KV stays resident in HBM (`--kv-policy retain`, workers.kv_policy), each candidate
 says how many of the call's prefix tokens its HBM holds (`resident_tokens`, what a
 router learns from the workers' KV events) and the worker holding the most takes the
-call, unless its queue is out of balance with the shortest one, as SGLang's cache-aware
-router does (https://docs.sglang.ai/advanced_features/router.html: cache-aware routing
-with `balance_abs_threshold` and `balance_rel_threshold`); here a worker is out of
-balance when it has more than `BALANCE_ABS_TOKENS` queued tokens beyond the shortest
-queue and over `BALANCE_REL` times it. With nothing resident the rule above applies.
+call. Either way a worker whose queue is out of balance with the shortest one takes no
+call for its cache, as SGLang's cache-aware router does
+(https://docs.sglang.ai/advanced_features/router.html: cache-aware routing with
+`balance_abs_threshold` and `balance_rel_threshold`); here a worker is out of balance
+when it has more than `BALANCE_ABS_TOKENS` queued tokens beyond the shortest queue and
+over `BALANCE_REL` times it. Without that guard on host memory, a prefix every session
+shares (tool definitions) held in one node's DRAM sent every session's first call to
+that node's workers while the others idled (1,152 GPUs at 10,000 sessions an hour:
+one of 24 prefill workers queued 1,174 calls after 600 simulated seconds, 20 had none).
 """
 
 from __future__ import annotations
@@ -64,10 +68,12 @@ def choose_fill_worker(prefix_tokens: int, candidates: list[FillCandidate],
     if not open_:
         return None
     pool = mixed or wanted or open_
-    if resident and any(c.resident_tokens for c in pool):
+    residency = resident and any(c.resident_tokens for c in pool)
+    if residency or prefix_nodes:  # a cache to follow, within the balanced workers
         least = min(c.queued_tokens for c in pool)
         pool = [c for c in pool if c.queued_tokens - least <= BALANCE_ABS_TOKENS
                 or c.queued_tokens <= BALANCE_REL * least]
+    if residency:
         best = min(pool, key=lambda c: (-c.resident_tokens, c.node not in prefix_nodes,
                                         c.queued_tokens, c.name))
         return best.name

@@ -117,6 +117,7 @@ class Orchestrator:
         # RoutingPolicy); None: the built-ins.
         self._reallocator = reallocator
         self.router: RoutingPolicy = router or PrefixAffinityRouter()
+        self._kept_candidates: dict[str, tuple] = {}  # name -> (spec, candidate): `_candidates`
         self.block_tokens = _block_tokens(self.sessions)
         # The controller's model of the service: its own, learnt from completed calls,
         # pricing steps with its own copy of the cost core.
@@ -241,13 +242,20 @@ class Orchestrator:
         """The intake workers as the router sees them; `resident`: tokens of the call's
         prefix in each one's HBM, by name (retained KV)."""
         out = []
+        # Each worker's candidate of the last call routed, again while its figures hold:
+        # a profile of 1,152 GPUs (24 fill workers, thousands of calls queued) showed
+        # building them anew at every call at 3% of the run.
+        kept = self._kept_candidates
         for w in self.runtime.intake_workers():  # fill workers and mixed workers
-            queue = w.queue
-            queued = sum([r.input_tokens - r.prefix_tokens for r in queue]) if queue else 0
-            out.append(FillCandidate(
-                name=w.name, phase=w.spec.phase.name.lower(), node=w.spec.node,
-                queued_tokens=queued, accepting=w.accepting,
-                resident_tokens=resident.get(w.name, 0) if resident else 0))
+            queued, accepting = w.queue.queued_tokens, w.accepting
+            tokens = resident.get(w.name, 0) if resident else 0
+            last = kept.get(w.name)
+            if (last is None or last[0] is not w.spec or last[1].queued_tokens != queued
+                    or last[1].accepting != accepting or last[1].resident_tokens != tokens):
+                last = kept[w.name] = (w.spec, FillCandidate(
+                    name=w.name, phase=w.spec.phase.name.lower(), node=w.spec.node,
+                    queued_tokens=queued, accepting=accepting, resident_tokens=tokens))
+            out.append(last[1])
         return out
 
     def route(self, pending: Pending, now_s: float) -> bool:

@@ -21,10 +21,11 @@ def rule(prefix_tokens, candidates, prefix_nodes):
     want = "midfill" if prefix_tokens >= MIDFILL_MIN_PREFIX_TOKENS else "prefill"
     pool = ([c for c in open_ if c.phase == "mixed"] or [c for c in open_ if c.phase == want]
             or open_)
+    # Out of balance with the shortest queue: no call for its cache (HBM or host memory).
+    least = min(c.queued_tokens for c in pool)
+    pool = [c for c in pool if c.queued_tokens - least <= BALANCE_ABS_TOKENS
+            or c.queued_tokens <= BALANCE_REL * least]
     if any(c.resident_tokens for c in pool):
-        least = min(c.queued_tokens for c in pool)
-        pool = [c for c in pool if c.queued_tokens - least <= BALANCE_ABS_TOKENS
-                or c.queued_tokens <= BALANCE_REL * least]
         return min(pool, key=lambda c: (-c.resident_tokens, c.node not in prefix_nodes,
                                         c.queued_tokens, c.name)).name
     return min(pool, key=lambda c: (c.node not in prefix_nodes, c.queued_tokens, c.name)).name
@@ -46,6 +47,9 @@ candidate = st.builds(
 @example(50_000, [FillCandidate("a", "midfill", "n1", 0, True),
                   FillCandidate("b", "mixed", "n0", 9, True)], frozenset({"n1"}))
 @example(0, [FillCandidate("a", "prefill", "n0", 0, False)], frozenset())
+# The node holding the prefix in host memory, out of balance: the shortest queue wins.
+@example(0, [FillCandidate("a", "prefill", "n0", 100_000, True),
+             FillCandidate("b", "prefill", "n1", 0, True)], frozenset({"n0"}))
 def test_the_choice_is_the_rule(prefix_tokens, candidates, prefix_nodes):
     assert choose_fill_worker(prefix_tokens, candidates, prefix_nodes) == rule(
         prefix_tokens, candidates, prefix_nodes)

@@ -113,3 +113,14 @@ def test_router_prefers_midfill_for_long_prefixes_and_local_nodes():
     assert choose_fill_worker(50_000, cands, frozenset({"n1"})) == "midfill-1"
     closed = [FillCandidate(c.name, c.phase, c.node, 0, False) for c in cands]
     assert choose_fill_worker(100, closed, frozenset()) is None
+
+
+def test_router_leaves_a_local_node_whose_queue_is_out_of_balance():
+    # Host memory on n0 holds the prefix; its worker's queue is 40,000 tokens beyond the
+    # shortest (over BALANCE_ABS_TOKENS and over BALANCE_REL times it): the shortest wins.
+    cands = [FillCandidate("prefill-0", "prefill", "n0", 40_000, True),
+             FillCandidate("prefill-1", "prefill", "n1", 0, True)]
+    assert choose_fill_worker(100, cands, frozenset({"n0"})) == "prefill-1"
+    # Within balance (30,000 beyond), the node holding the prefix still takes the call.
+    near = [FillCandidate("prefill-0", "prefill", "n0", 30_000, True), cands[1]]
+    assert choose_fill_worker(100, near, frozenset({"n0"})) == "prefill-0"
