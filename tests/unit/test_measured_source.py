@@ -214,6 +214,9 @@ def _package(model_path, system, tp, dp, ep, dtypes, batch, isl):
     ("llama-3.1-70b", "meta-llama/Meta-Llama-3.1-70B", "h100", "h100_sxm", 4, 1, 2, 4096),
     ("deepseek-v3", "deepseek-ai/DeepSeek-V3", "h200", "h200_sxm", 8, 8, 2, 4096),
     ("deepseek-v3", "deepseek-ai/DeepSeek-V3", "b200", "b200_sxm", 1, 8, 1, 8192),
+    # GB200/GB300: groups of 8 on the rack read the 4-GPU (tray) curves, scaled.
+    ("deepseek-v3", "deepseek-ai/DeepSeek-V3", "gb200", "gb200", 8, 8, 2, 4096),
+    ("deepseek-v3", "deepseek-ai/DeepSeek-V3", "gb300", "gb300", 1, 8, 1, 8192),
 ])
 def test_cost_agrees_with_the_tables_own_composition(capsys, model, path, hw, system, tp, ep,
                                                      batch, isl):
