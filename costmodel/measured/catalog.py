@@ -65,6 +65,11 @@ class SystemSpec:
     inter_rack_bw_bytes_per_s: float | None
     nccl_version: str | None
 
+    @property
+    def nvlink_domain(self) -> int:
+        """GPUs one NVLink fabric joins: the rack on GB200/GB300 NVL72, else the node."""
+        return self.gpus_per_rack or self.gpus_per_node
+
     def p2p_bw_bytes_per_s(self, gpus: int) -> float:
         """Per-GPU link bandwidth of a group of ``gpus``, by the package's three tiers:
         within a node, within a rack (the NVLink domain), across racks."""
