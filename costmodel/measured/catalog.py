@@ -59,7 +59,25 @@ class SystemSpec:
     fp4_flops: float | None
     sm_version: int
     gpus_per_node: int
+    gpus_per_rack: int | None  # the NVLink domain of a rack-scale system (GB200/GB300 NVL72)
+    intra_node_bw_bytes_per_s: float
+    inter_node_bw_bytes_per_s: float
+    inter_rack_bw_bytes_per_s: float | None
     nccl_version: str | None
+
+    @property
+    def nvlink_domain(self) -> int:
+        """GPUs one NVLink fabric joins: the rack on GB200/GB300 NVL72, else the node."""
+        return self.gpus_per_rack or self.gpus_per_node
+
+    def p2p_bw_bytes_per_s(self, gpus: int) -> float:
+        """Per-GPU link bandwidth of a group of ``gpus``, by the package's three tiers:
+        within a node, within a rack (the NVLink domain), across racks."""
+        if gpus <= self.gpus_per_node:
+            return self.intra_node_bw_bytes_per_s
+        if self.gpus_per_rack is None or gpus <= self.gpus_per_rack:
+            return self.inter_node_bw_bytes_per_s
+        return self.inter_rack_bw_bytes_per_s or self.inter_node_bw_bytes_per_s
 
     def tc_flops(self, dtype: str) -> float:
         """Tensor-core peak for a table dtype name."""
@@ -94,6 +112,11 @@ def load_system(name: str) -> SystemSpec:
         fp4_flops=float(gpu["fp4_tc_flops"]) if gpu.get("fp4_tc_flops") else None,
         sm_version=int(gpu.get("sm_version", -1)),
         gpus_per_node=int(node.get("num_gpus_per_node", 8)),
+        gpus_per_rack=int(node["num_gpus_per_rack"]) if node.get("num_gpus_per_rack") else None,
+        intra_node_bw_bytes_per_s=float(node.get("intra_node_bw", 0.0)),
+        inter_node_bw_bytes_per_s=float(node.get("inter_node_bw", 0.0)),
+        inter_rack_bw_bytes_per_s=(float(node["inter_rack_bw"]) if node.get("inter_rack_bw")
+                                   else None),
         nccl_version=str(misc["nccl_version"]) if misc.get("nccl_version") else None,
     )
 

@@ -161,7 +161,9 @@ class _Builder:
         self.sources[term] = source if self.sources.get(term, source) == source else "mixed"
 
     def allreduce(self, elements, gpus: int) -> tuple[Priced, str]:
-        # On a 72-GPU NVLink domain the engine all-reduces over 5+ GPUs with NCCL.
+        # The package's rule: a system file giving 72 GPUs per node all-reduces over 5+
+        # GPUs with NCCL. Its GB200/GB300 files give 4 per node (a tray), so there the
+        # custom all-reduce is read at 4 GPUs and scaled past it (ops.custom_allreduce).
         if self.t.system.gpus_per_node == 72 and gpus > 4:
             return ops.nccl(self.t, "all_reduce", elements, gpus), "nccl"
         return ops.custom_allreduce(self.t, elements, gpus), "custom_allreduce"

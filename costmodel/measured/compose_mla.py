@@ -6,7 +6,9 @@ is "not covered"), and the MoE dispatch/combine follows TensorRT-LLM's
 non-wide-EP path: with attention TP a custom all-reduce over all GPUs on each
 side; with DP attention an all-gather of every rank's tokens before the experts
 and a reduce-scatter after (on SM100 the gathered activations are fp8, half the
-16-bit volume).
+16-bit volume). That gather is priced only within one NVLink domain (a node, or
+a GB200/GB300 rack): past it engines switch to a wide-EP all-to-all, whose
+tables are not read, so the exchange is "not covered" there.
 """
 
 from __future__ import annotations
@@ -39,6 +41,12 @@ def _dispatch(b: _Builder, layout: Layout, shape: StepShape, hidden: int, moe_dt
     if sm100 and b.t.system.gpus_per_node >= 72 and dp > 1 and layout.moe_tp == 1:
         return ops.NotCovered("trtllm_alltoall", "the NVL72 all-to-all table (not read)"), "-", Kind.GROUP
     if (sm100 and dp > 1) or (not sm100 and attn_tp == 1 and dp > 1):
+        if gpus > b.t.system.nvlink_domain:
+            # Beyond one NVLink domain engines run a wide-EP all-to-all (DeepEP, TensorRT-LLM
+            # wide-EP), not this all-gather (which the package would scale to the NIC).
+            return (ops.NotCovered("composition", f"MoE exchange over {gpus} GPUs across "
+                                   "nodes (a wide-EP all-to-all; those tables are not read)"),
+                    "-", Kind.GROUP)
         scale = 0.5 if sm100 and pre and moe_dtype.startswith("fp8") else 1.0
         op = "all_gather" if pre else "reduce_scatter"
         return ops.nccl(b.t, op, shape.group_tokens * hidden * scale, gpus), "nccl", Kind.GROUP

@@ -124,26 +124,47 @@ def moe(t: MeasuredTables, tokens, hidden: int, inter: int, topk: int, experts: 
                        lambda x: sol.moe(t.system, dtype, x, hidden, inter, topk, experts, tp, ep))
 
 
+def _beyond_measured(t: MeasuredTables, gpus: int, measured: int) -> float:
+    """The package's factor for a collective over more GPUs than were measured: the
+    ring's (n-1)/n volume over the measured group's, times the ratio of link bandwidths
+    (``get_p2p_bandwidth``: node, then rack-wide NVLink, then across racks)."""
+    s = t.system
+    return ((gpus - 1) / gpus * measured / max(measured - 1, 1)
+            * s.p2p_bw_bytes_per_s(measured) / s.p2p_bw_bytes_per_s(gpus))
+
+
 def custom_allreduce(t: MeasuredTables, elements, gpus: int) -> Priced:
-    """The engine's own all-reduce of ``elements`` 16-bit values over ``gpus`` GPUs."""
+    """The engine's own all-reduce of ``elements`` 16-bit values over ``gpus`` GPUs.
+
+    As the package does: the group is capped at the system's GPUs per node (4 on a
+    GB200/GB300 tray, which is what the package's system files say, so the rack's
+    8-GPU groups read the 4-GPU curve) and scaled by ``_beyond_measured`` past it."""
     elements = np.asarray(elements, dtype=float)
     if gpus <= 1:
         return np.zeros(elements.shape)
-    if t.custom_allreduce is None or (gpus,) not in t.custom_allreduce:
-        return NotCovered("custom_allreduce", f"gpus={gpus}")
-    c = t.custom_allreduce[(gpus,)]
-    return curve_query(c.x, c.latency_s, elements, lambda x: x)
+    measured = min(gpus, t.system.gpus_per_node)
+    if t.custom_allreduce is None or (measured,) not in t.custom_allreduce:
+        return NotCovered("custom_allreduce", f"gpus={measured}")
+    c = t.custom_allreduce[(measured,)]
+    out = curve_query(c.x, c.latency_s, elements, lambda x: x)
+    return out * _beyond_measured(t, gpus, measured) if gpus > measured else out
 
 
 def nccl(t: MeasuredTables, op: str, elements, gpus: int, dtype: str = "half") -> Priced:
-    """An NCCL collective (all_gather, reduce_scatter, all_reduce, alltoall)."""
+    """An NCCL collective (all_gather, reduce_scatter, all_reduce, alltoall).
+
+    As the package does: a group larger than any measured for ``(dtype, op)`` reads the
+    largest measured one, scaled by ``_beyond_measured``."""
     elements = np.asarray(elements, dtype=float)
     if gpus <= 1:
         return np.zeros(elements.shape)
-    if t.nccl is None or (dtype, op, gpus) not in t.nccl:
+    sizes = [] if t.nccl is None else [k[2] for k in t.nccl if k[:2] == (dtype, op)]
+    measured = min(gpus, max(sizes, default=gpus))
+    if (dtype, op, measured) not in (t.nccl or {}):
         return NotCovered("nccl", f"op={op},dtype={dtype},gpus={gpus}")
-    c = t.nccl[(dtype, op, gpus)]
-    return curve_query(c.x, c.latency_s, elements, lambda x: x)
+    c = t.nccl[(dtype, op, measured)]
+    out = curve_query(c.x, c.latency_s, elements, lambda x: x)
+    return out * _beyond_measured(t, gpus, measured) if gpus > measured else out
 
 
 def memory_op(t: MeasuredTables, nbytes) -> np.ndarray:

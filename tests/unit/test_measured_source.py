@@ -214,6 +214,9 @@ def _package(model_path, system, tp, dp, ep, dtypes, batch, isl):
     ("llama-3.1-70b", "meta-llama/Meta-Llama-3.1-70B", "h100", "h100_sxm", 4, 1, 2, 4096),
     ("deepseek-v3", "deepseek-ai/DeepSeek-V3", "h200", "h200_sxm", 8, 8, 2, 4096),
     ("deepseek-v3", "deepseek-ai/DeepSeek-V3", "b200", "b200_sxm", 1, 8, 1, 8192),
+    # GB200/GB300: groups of 8 on the rack read the 4-GPU (tray) curves, scaled.
+    ("deepseek-v3", "deepseek-ai/DeepSeek-V3", "gb200", "gb200", 8, 8, 2, 4096),
+    ("deepseek-v3", "deepseek-ai/DeepSeek-V3", "gb300", "gb300", 1, 8, 1, 8192),
 ])
 def test_cost_agrees_with_the_tables_own_composition(capsys, model, path, hw, system, tp, ep,
                                                      batch, isl):
@@ -269,3 +272,25 @@ def test_a_step_beyond_any_gpus_memory_is_the_roofline_s_said_in_one_line(capsys
     row = json.loads(out.out)
     assert code == 0 and row["sources"] == {"step": "roofline"} and "all terms" in row["fell_back"]
     assert sum("beyond the measured grid" in line for line in out.err.splitlines()) == 1
+
+
+@pytest.mark.slow
+@measured
+@pytest.mark.parametrize(("hw", "covered"), [("h200", False), ("gb200", True)])
+def test_a_dp_attention_exchange_past_one_nvlink_domain_falls_back(capsys, monkeypatch, hw,
+                                                                   covered):
+    """DP16 EP16: two H200 nodes would need a wide-EP all-to-all (not read), so the
+    exchange falls back; sixteen GB200s share the rack's NVLink and read the tables."""
+    monkeypatch.setattr(cost_sources, "_SAID", set())
+    assert main(["cost", "--model", "deepseek-v3", "--hardware", hw, "--tp", "1", "--ep", "16",
+                 "--precision", "fp8", "--kv-precision", "fp8", "--batch", "4", "--phase",
+                 "decode", "--context", "2048", "--mtp", "0", "--engine", "trtllm",
+                 "--cost-source", "measured", "--json"]) == 0
+    out = capsys.readouterr()
+    row = json.loads(out.out)
+    if covered:
+        assert "fell_back" not in row and row["sources"]["moe_dispatch"].endswith(":nccl")
+    else:
+        assert row["sources"] == {"step": "roofline"}
+        assert "across nodes" in row["fell_back"]["moe_dispatch"]
+        assert sum("measured tables do not cover" in line for line in out.err.splitlines()) == 1

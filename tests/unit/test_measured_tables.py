@@ -99,7 +99,29 @@ def test_missing_coverage_is_a_value_not_an_exception(tables):
     assert isinstance(ops.gemm(tables, 16, 8192, 8192, "nvfp4"), ops.NotCovered)
     gap = ops.moe(tables, 64, 7168, 2048, 8, 257, 1, 8, "fp8_block")
     assert isinstance(gap, ops.NotCovered) and "experts=257" in str(gap)
-    assert isinstance(ops.custom_allreduce(tables, 1e6, 16), ops.NotCovered)
+    assert isinstance(ops.nccl(tables, "all_gather", 1e6, 8, dtype="fp4"), ops.NotCovered)
+
+
+def test_a_group_past_the_measured_ones_is_scaled_as_the_package_does(tables):
+    """aiconfigurator-core caps an all-reduce group at the GPUs per node its system file
+    gives and scales past it by (n-1)/n * m/(m-1) * link bandwidth ratio: an H100 TP16
+    all-reduce is the 8-GPU curve crossing a 50 GB/s NIC instead of 450 GB/s NVLink."""
+    at8 = ops.custom_allreduce(tables, 1e6, 8)[0]
+    assert ops.custom_allreduce(tables, 1e6, 16)[0] == pytest.approx(
+        at8 * 15 / 16 * 8 / 7 * 450e9 / 50e9, rel=1e-12)
+
+
+def test_a_gb200_rack_reads_the_tray_curves_scaled_over_nvlink():
+    """The package's GB200 system file gives 4 GPUs a node (a tray) and 72 a rack, at
+    900 GB/s either way: 8 GPUs read the 4-GPU curve times 7/8 * 4/3; 144 GPUs (two
+    racks) cross 100 GB/s InfiniBand."""
+    gb = load_tables("gb200", Engine.TRTLLM, VERSION, frozenset({"custom_allreduce", "nccl"}))
+    assert gb.system.gpus_per_node == 4 and gb.system.gpus_per_rack == 72
+    for query in (lambda n: ops.custom_allreduce(gb, 1e6, n),
+                  lambda n: ops.nccl(gb, "all_gather", 1e6, n)):
+        at4 = query(4)[0]
+        assert query(8)[0] == pytest.approx(at4 * 7 / 8 * 4 / 3, rel=1e-12)
+        assert query(144)[0] == pytest.approx(at4 * 143 / 144 * 4 / 3 * 900e9 / 100e9, rel=1e-12)
 
 
 def test_unknown_system_and_family_are_refused():
