@@ -508,6 +508,6 @@ class TestRoomyBlobStoreMachine(RoomyBlobStoreMachine.TestCase):
     settings = settings(max_examples=60, stateful_step_count=40)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=40)
 class TestBlobStoreMachineLong(BlobStoreMachine.TestCase):
     settings = settings(max_examples=1000, stateful_step_count=60)

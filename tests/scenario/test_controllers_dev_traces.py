@@ -15,7 +15,7 @@ from tests.conftest import TRACE_DATA
 DEV = TRACE_DATA / "weka-cc-dev"
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=20)
 def test_on_the_dev_traces_neither_controller_binds_and_the_runs_agree():
     base = RunSettings(cluster=DEV_CLUSTER, load=DEV_LOAD, seed=1)
     prepared = prepare([DEV], "weka", base)

@@ -54,7 +54,7 @@ def test_binding_decisions_counts_decisions_that_admitted_fewer_than_were_queued
     assert binding_decisions(queued, [0, 4, 1, 0, 0], reasons) == 3
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=180)
 def test_demo_at_its_point_retire_rings_buffered_holds_and_nothing_is_lost(tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["demo", "--out", str(out), "--json", "--no-progress"]) == 0

@@ -170,7 +170,7 @@ def many_runs(request, calls):
         yield {seed: pool.submit(check_seed, seed, calls) for seed in seeds}
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=60)  # all seeds at once, in a pool of processes
 @pytest.mark.parametrize("seed", MANY_SEEDS)
 def test_random_faults_are_applied_lose_no_call_and_leave_no_process_many(seed, many_runs):
     run: Future = many_runs[seed]

@@ -62,7 +62,7 @@ SHIPPED = {"hbm": "hbm", "compute": "compute", "compute_moe": "compute_moe",
            "compute_attn_prefill_mla": "compute_attn_mla", "tp_collective_s": "tp_collective_s"}
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=18)
 def test_the_shipped_factors_are_the_fit_on_the_tables(table_samples):
     fit = cal.fit(table_samples)
     for name, field in SHIPPED.items():

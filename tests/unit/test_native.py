@@ -138,7 +138,7 @@ def test_compiled_and_python_give_the_same_replay():
                          sessions_per_hour=240.0, max_sessions=10))
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=30)
 @pytest.mark.parametrize("name", ["dev113-buffered", "azure4000-retire"])
 def test_compiled_and_python_give_the_same_replay_at_scale(name):
     _same_both_ways(runs()[name])
