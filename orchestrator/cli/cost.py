@@ -43,7 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "cost",
         help="cost of one phase step on given hardware and layout",
-        description="Price one step of a phase with the roofline core. For decode, --batch is "
+        description="Price one step of a phase with the roofline core, or from measured "
+        "kernel tables with --cost-source (docs/measured-tables.md). For decode, --batch is "
         "the sequences decoding together per attention DP rank and --context the KV length "
         "each holds; for prefill/midfill, --new-tokens are the new tokens per sequence and "
         "--context the cached prefix.",
