@@ -25,7 +25,7 @@ import numpy as np
 
 from costmodel.configs import Phase
 from costmodel.measured.source import MeasuredLayout
-from workers.pricing import BATCH_MEMO_REQUESTS, StepPricer
+from workers.pricing import BATCH_MEMO_REQUESTS, StepPricer, batch_request_key
 
 
 class MeasuredPricer:
@@ -72,11 +72,9 @@ class MeasuredPricer:
     # Heterogeneous batch steps ----------------------------------------------------------
 
     def fill_step_s(self, new_tokens, cached_tokens, decoding=False) -> tuple[float, float]:
-        n = len(cached_tokens)
-        flags = (bool(decoding),) * n if isinstance(decoding, bool) else (
-            tuple(map(bool, decoding)))
-        price = self._batch if n <= BATCH_MEMO_REQUESTS else self._batch_uncached
-        return price(tuple(map(int, new_tokens)), tuple(map(int, cached_tokens)), flags)
+        price = (self._batch if len(cached_tokens) <= BATCH_MEMO_REQUESTS
+                 else self._batch_uncached)
+        return price(*batch_request_key(new_tokens, cached_tokens, decoding))
 
     def mixed_step_s(self, chunk_tokens: list[int], chunk_cached: list[int],
                      decode_contexts: list[int]) -> tuple[float, float]:

@@ -57,6 +57,15 @@ SCALAR_RUN_STEPS = 16
 BATCH_MEMO_REQUESTS = 16
 
 
+def batch_request_key(new_tokens, cached_tokens, decoding=False) -> tuple[tuple, tuple, tuple]:
+    """A heterogeneous batch step's requests as hashable tuples (new tokens, cached tokens,
+    decoding flags), the form every cost source prices and memoises them in; `decoding`
+    is one flag for all or one per request."""
+    n = len(cached_tokens)
+    flags = (bool(decoding),) * n if isinstance(decoding, bool) else tuple(map(bool, decoding))
+    return tuple(map(int, new_tokens)), tuple(map(int, cached_tokens)), flags
+
+
 class StepPricer:
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, layout: Layout,
                  eff: Efficiency = DEFAULT_EFFICIENCY):
@@ -131,13 +140,11 @@ class StepPricer:
         """(latency, occupancy) of one step of a heterogeneous batch, priced per request
         (`costmodel.batch`): chunked prefill, or decodes with prefill chunks riding along
         (`decoding` per request). The requests spread over the attention ranks."""
-        n = len(cached_tokens)
-        flags = (bool(decoding),) * n if isinstance(decoding, bool) else (
-            tuple(map(bool, decoding)))
         # A small step repeats (chunked prefill under a token budget repeats its requests
         # and chunks): memoised. A big one (decodes riding with chunks) never does.
-        price = self._batch if n <= BATCH_MEMO_REQUESTS else self._batch_uncached
-        return price(tuple(map(int, new_tokens)), tuple(map(int, cached_tokens)), flags)
+        price = (self._batch if len(cached_tokens) <= BATCH_MEMO_REQUESTS
+                 else self._batch_uncached)
+        return price(*batch_request_key(new_tokens, cached_tokens, decoding))
 
     def mixed_step_s(self, chunk_tokens: list[int], chunk_cached: list[int],
                      decode_contexts: list[int]) -> tuple[float, float]:
