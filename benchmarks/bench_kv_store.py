@@ -44,7 +44,7 @@ from benchmarks.replay_runner import (
 # The store's entry points as the workers import them: (module, names).
 _ENTRIES = (
     ("workers.fill", ("fetch", "promote_hot", "release_fetch", "release_handoff",
-                      "write_for_handoff", "finish_call")),
+                      "handoff_fetched", "finish_call")),
     ("workers.decode", ("fetch", "release_fetch", "release_handoff", "finish_call")),
     ("workers.decode_kv", ("release_fetch", "trim_retained")),
     ("workers.mixed", ("release_fetch", "finish_call", "write_through")),

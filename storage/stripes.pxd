@@ -20,3 +20,5 @@ cdef class SentByChain:
 
     @cython.locals(kept=dict, n=Py_ssize_t, last=Py_ssize_t, m=Py_ssize_t, sent=dict, head_sent=dict)
     cpdef dict sent(self, list ids, list sizes, list stripes)
+    @cython.locals(kept=dict)
+    cpdef _keep(self, list ids, list stripes, dict sent)

@@ -144,19 +144,36 @@ class SentByChain:
         kept = self._kept
         n = len(ids)
         sent: dict[Location, int] | None = None
+        m = 0  # the blobs a kept load covers
         for last in range(n - 1, max(n - 1 - _TAIL_TRIES, -1), -1):
             entry = kept.get(ids[last])
             if entry is None:
                 continue
             head_ids, head_stripes, head_sent = entry
-            m = last + 1
-            if len(head_ids) == m and ids[:m] == head_ids and stripes[:m] == head_stripes:
+            if len(head_ids) == last + 1 and ids[:last + 1] == head_ids and (
+                    stripes[:last + 1] == head_stripes):
                 sent = dict(head_sent)
-                add_sent(sent, sizes[m:], stripes[m:])
+                m = last + 1
                 break
         if sent is None:
             sent = {}
-            add_sent(sent, sizes, stripes)
+        if n - m >= 2 and stripes[-1] is not stripes[-2]:
+            # The last blob is striped unlike the one before it: a blob just written on
+            # one worker, loaded with its chain from two places (a decode worker's load
+            # from its fill worker's HBM and host memory). By the next load of the chain
+            # it is held as the others are, so the load without it is kept as well: the
+            # next one starts with that.
+            add_sent(sent, sizes[m:n - 1], stripes[m:n - 1])
+            self._keep(ids[:n - 1], stripes[:n - 1], dict(sent))
+            add_sent(sent, sizes[n - 1:], stripes[n - 1:])
+        else:
+            add_sent(sent, sizes[m:], stripes[m:])
+        self._keep(ids, stripes, sent)
+        return sent
+
+    def _keep(self, ids: list, stripes: list[Stripe], sent: dict[Location, int]) -> None:
+        """Keep what a load of ``ids`` striped as ``stripes`` sent, by its last blob."""
+        kept = self._kept
         key = ids[-1]
         if key in kept:
             del kept[key]  # (kept anew, latest last)
@@ -165,4 +182,3 @@ class SentByChain:
             # The latest kept, once in a while (dropping the oldest one at a time would
             # leave the dict's iteration to step over ever more holes at its front).
             self._kept = dict(islice(kept.items(), len(kept) - _CHAINS_KEPT, None))
-        return sent

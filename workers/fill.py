@@ -26,10 +26,10 @@ from workers.kv_io import (
     FetchResult,
     Handoff,
     fetch,
+    handoff_fetched,
     promote_hot,
     release_fetch,
     release_handoff,
-    write_for_handoff,
 )
 from workers.kv_policy import DEFAULT_KV_POLICY, KVPolicy, finish_call
 from workers.ready import ReadyBuffer
@@ -330,15 +330,18 @@ class FillWorker:
                 self._finish(c.request, now_s)
 
     def _finish(self, req: Request, now_s: float) -> None:
-        release_fetch(self.store, self.hbm, self.fills.end(req))
+        fetched = self.fills.end(req)
         if (self.direct_handoff and self.kv_policy is KVPolicy.OFFLOAD
                 and req.output_tokens > max(1, req.generated)):
-            req.kv_chain, req.handoff = write_for_handoff(
-                self.store, req.session_id, req.block_ids, self.hbm, self.host, now_s)
+            # (`release_fetch`, then `write_for_handoff`: the fetch's pins pass on.)
+            req.kv_chain, req.handoff = handoff_fetched(
+                self.store, fetched, req.session_id, req.block_ids, self.hbm, self.host,
+                now_s)
             if req.handoff is not None:
                 self._handoffs = [h for h in self._handoffs if not h.released]
                 self._handoffs.append(req.handoff)
         else:
+            release_fetch(self.store, self.hbm, fetched)
             req.kv_chain = finish_call(self.kv_policy, self.store, req.session_id,
                                        req.block_ids, self.hbm, self.host, now_s)
         req.fill_end_s = now_s

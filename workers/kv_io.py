@@ -144,6 +144,32 @@ def write_for_handoff(store: BlobStore, session_id: str, block_ids: tuple[int, .
     return plan.chain, Handoff(hbm, pinned)
 
 
+def handoff_fetched(store: BlobStore, fetched: FetchResult, session_id: str,
+                    block_ids: tuple[int, ...], hbm: Location, host: Location, now_s: float
+                    ) -> tuple[tuple, Handoff | None]:
+    """A fill's end that hands its KV off: `release_fetch` of its fetch (``fetched``), then
+    `write_for_handoff`, with the store left as those two leave it. The fetch's pins
+    pass to the hand-off instead of being taken off and put back blob by blob: its chain
+    leads the written chain and is all at ``hbm`` (pinned there), so only the blobs
+    after it are pinned anew. (Pinned or not, the fetched chain is no victim of the
+    write's evictions: the write protects the chain it extends.)"""
+    pinned = fetched.pinned
+    if not block_ids or not pinned:
+        release_fetch(store, hbm, fetched)
+        return write_for_handoff(store, session_id, block_ids, hbm, host, now_s)
+    plan = store.plan_write(block_ids, hbm, now_s)
+    if not plan.fits:
+        release_fetch(store, hbm, fetched)
+        return write_and_offload(store, session_id, block_ids, hbm, host, now_s), None
+    chain = plan.chain
+    n = len(pinned)
+    if chain[:n] != pinned:  # (never so: the write's chain extends the fetched one)
+        raise AssertionError(f"write at {hbm} does not extend the chain fetched there")
+    store.apply(plan)
+    store.ref(session_id, chain[-1:])  # (with its ancestors: the whole chain)
+    return chain, Handoff(hbm, pinned + store.pin_present(hbm, chain[n:]))
+
+
 def release_handoff(store: BlobStore, handoff: Handoff, now_s: float) -> None:
     """The decode worker has its copy (or the fill worker stops): the fill worker's
     leaves HBM (to host memory, between turns, as `write_and_offload` moves it)."""

@@ -30,6 +30,7 @@ from storage.store import BlobStore
 from storage.tiers import Location, StoreLayout, Tier, TierSpec
 from workers.kv_io import (
     fetch,
+    handoff_fetched,
     offload,
     release_fetch,
     release_handoff,
@@ -310,6 +311,36 @@ class BlobStoreMachine(RuleBasedStateMachine):
             assert handoff.pinned == tuple(b for b in chain if b in at)
             for blob_id in handoff.pinned:
                 assert self.store.pinned(blob_id, where)
+            release_handoff(self.store, handoff, self._tick(dt))
+
+    @rule(session=sessions, blocks=prompts, where=hbms, dt=now_steps)
+    def fetched_handoff(self, session, blocks, where, dt):
+        """A fill worker's call from its fetch to its hand-off: `kv_io.handoff_fetched`
+        passes the fetch's pins on to the hand-off. Its twin, a copy of the store taken
+        after the fetch, releases the fetch and then writes for the hand-off
+        (`release_fetch`, `write_for_handoff`): both must end the same, pins included."""
+        blocks = tuple(blocks)
+        before = self.store.snapshot().requested_tokens
+        result = fetch(self.store, blocks, where, self._tick(dt), None)
+        requested = self.store.snapshot().requested_tokens - before
+        assert requested in (0, len(blocks) * BLOCK_TOKENS)
+        self.requested_tokens += requested
+        now_s = self._tick(dt)
+        twin = copy.deepcopy(self.store)
+        for name in ("apply", "plan_fetch", "plan_write", "plan_offload"):
+            del twin.__dict__[name]  # (this machine's checks, which act on self.store)
+        chain, handoff = handoff_fetched(self.store, result, session, blocks, where, DRAM,
+                                         now_s)
+        release_fetch(twin, where, result)
+        twin_chain, twin_handoff = write_for_handoff(twin, session, blocks, where, DRAM, now_s)
+        assert chain == twin_chain
+        assert (handoff is None) == (twin_handoff is None)
+        same_store(self.store, twin)
+        if chain:
+            self.written.append(blocks)
+            self.refs.setdefault(session, set()).update(self.store.index.chain_of(chain[-1]))
+        if handoff is not None:
+            assert handoff.pinned == twin_handoff.pinned
             release_handoff(self.store, handoff, self._tick(dt))
 
     @rule(session=sessions, blocks=prompts, where=hbms, dt=now_steps)
