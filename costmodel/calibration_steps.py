@@ -68,32 +68,33 @@ STEP_CASES = (
 
 
 def roofline_step_s(case: StepCase, hardware: str, eff: Efficiency) -> float:
-    model = load_model(case.model)
     decode = case.regime is not Regime.PREFILL
     fp8 = int(Precision.FP8)
     cfg = Configs.make(phase=int(Phase.DECODE if decode else Phase.PREFILL),
                        batch=np.array([case.batch]), new_tokens=1 if decode else case.isl,
                        context=case.isl if decode else 0, pp=1, tp=case.tp, ep=case.ep,
                        precision=fp8, kv_precision=fp8, mtp=0, attention_precision=fp8)
-    cost = phase_cost(model, HardwareTable((load_hardware(hardware),)), cfg,
+    cost = phase_cost(load_model(case.model), HardwareTable((load_hardware(hardware),)), cfg,
                       replace(eff, step_overhead_s=0.0))
     return float(cost.step_time_s[0])
 
 
 def table_step_s(case: StepCase, tables) -> float | None:
+    """`tables`: the GQA families' tables and the MLA-and-experts families' (`step_ratios`).
+    DeepSeek-V3 is composed as MLA with routed experts on fp8 blocks (bf16 FMHA), Llama as
+    dense GQA on fp8 throughout."""
     from costmodel.measured.compose import Dtypes, Layout, gqa_step
     from costmodel.measured.compose import Phase as MPhase
     from costmodel.measured.compose_mla import mla_moe_step
 
-    model = load_model(case.model)
-    phase = MPhase.PREFILL if case.regime is Regime.PREFILL else MPhase.DECODE
-    layout = Layout(tp=case.tp, ep=case.ep, dp_attention=case.dp)
-    if case.model == _DS:
-        dt = Dtypes(gemm="fp8_block", moe="fp8_block", kv="fp8", fmha="bfloat16")
-        terms = mla_moe_step(tables[1], model, layout, dt, phase, case.batch, case.isl)
-    else:
-        dt = Dtypes(gemm="fp8", moe="fp8", kv="fp8", fmha="fp8")
-        terms = gqa_step(tables[0], model, layout, dt, phase, case.batch, case.isl)
+    mla = case.model == _DS
+    step, family_tables = (mla_moe_step, tables[1]) if mla else (gqa_step, tables[0])
+    gemm = "fp8_block" if mla else "fp8"
+    terms = step(family_tables, load_model(case.model),
+                 Layout(tp=case.tp, ep=case.ep, dp_attention=case.dp),
+                 Dtypes(gemm=gemm, moe=gemm, kv="fp8", fmha="bfloat16" if mla else "fp8"),
+                 MPhase.PREFILL if case.regime is Regime.PREFILL else MPhase.DECODE,
+                 case.batch, case.isl)
     total = terms.total_s()
     return None if total is None else float(total[0])
 

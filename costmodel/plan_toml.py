@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 from costmodel.phase import Phase
-from costmodel.plan import Plan, PoolPlan
+from costmodel.plan_values import Plan, PoolPlan
 
 
 @dataclass(frozen=True)

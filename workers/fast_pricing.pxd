@@ -17,6 +17,7 @@ cdef class AttentionTerms:
 
 cdef class PassTail:
     cdef public tuple after
+    cdef public object arrays
     cdef public AttentionTerms attn
     cdef public double fraction
     cdef public double latency_s

@@ -185,7 +185,7 @@ class PassTail:
     network, fixed latencies and the overlap rule (`costmodel.terms.overlapped`, read
     once from the efficiency: `overlap_stage`)."""
 
-    __slots__ = ("after", "attn", "fraction", "latency_s", "network_s", "overlap")
+    __slots__ = ("after", "arrays", "attn", "fraction", "latency_s", "network_s", "overlap")
 
     def __init__(self, attn: AttentionTerms, after: tuple[float, ...], network_s: float,
                  latency_s: float, eff: Efficiency):
@@ -195,6 +195,7 @@ class PassTail:
         self.network_s, self.latency_s = network_s, latency_s
         self.overlap = eff.overlap == OverlapMode.OVERLAP
         self.fraction = eff.overlap_fraction
+        self.arrays = None  # `after`, network and latency as 0-d arrays: `time_array_s`
 
     def time_s(self, context, mx=max, mn=min):
         t_cm = attention_s(self.attn.work, context, mx, mn)
@@ -204,12 +205,28 @@ class PassTail:
                              self.fraction, mn)
 
     def time_array_s(self, contexts: np.ndarray) -> np.ndarray:
-        """`time_s(contexts, np.maximum, np.minimum)` (`AttentionTerms.time_array_s`)."""
-        t_cm = self.attn.time_array_s(contexts)
-        for term in self.after:
-            t_cm = t_cm + term
-        return overlap_stage(t_cm, self.network_s, self.latency_s, self.overlap,
-                             self.fraction, np.minimum)
+        """`time_s(contexts, np.maximum, np.minimum)` (`AttentionTerms.time_array_s`), the
+        same doubles: the frozen terms added in place as 0-d arrays (`zero_dim`); and when
+        the network time is below the first context's `t_cm`, which is non-decreasing in
+        context (`AttentionTerms.monotone`), the overlap's `min(t_cm, network_s)` is
+        `network_s` at every step: taken as that float (`_network`), not worked out."""
+        arrays = self.arrays
+        if arrays is None:
+            arrays = self.arrays = tuple(zero_dim(v) for v in (*self.after, self.network_s,
+                                                                self.latency_s))
+        t_cm = self.attn.time_array_s(contexts)  # a new array: added to in place
+        for term in arrays[:-2]:
+            t_cm += term
+        mn = np.minimum
+        if self.overlap and self.attn.monotone and self.network_s < float(t_cm[0]):
+            mn = _network
+        return overlap_stage(t_cm, arrays[-2], arrays[-1], self.overlap, self.fraction, mn)
+
+
+def _network(t_cm, network_s) -> float:
+    """`min(t_cm, network_s)` where `network_s` is known to be the lesser at every step:
+    its float."""
+    return float(network_s)
 
 
 class Pricing:

@@ -23,9 +23,9 @@ from costmodel.errors import CostModelError
 from costmodel.hardware import HardwareSpec
 from costmodel.layout import Layout, check_layout
 from costmodel.model import ModelSpec
-from costmodel.plan import WorkloadStats
 from costmodel.plan_candidates import Candidate, PlanGrid, pool_candidates
 from costmodel.plan_sizing import Nodes, size_pools
+from costmodel.plan_values import WorkloadStats
 from costmodel.precision import Precision
 from orchestrator.bench.screen import rank_layouts
 

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 GB = 1e9
 
 if TYPE_CHECKING:
-    from costmodel.plan import Plan, PoolPlan, Search
+    from costmodel.plan_search import Search
+    from costmodel.plan_values import Plan, PoolPlan
 
 
 def _r(x: float, digits: int = 4) -> float | None:

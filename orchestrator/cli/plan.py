@@ -13,7 +13,7 @@ import math
 import shlex
 from pathlib import Path
 
-from costmodel.plan import ARRANGEMENTS, AUTO, DEFAULT_MEMORY_FRACTION
+from costmodel.plan_values import ARRANGEMENTS, AUTO, DEFAULT_MEMORY_FRACTION
 from orchestrator.cli._common import (
     UserError,
     add_overwrite_option,
@@ -142,7 +142,7 @@ def workload_from_traces(paths: list[Path], fmt: str):
     """The planner's view of the traces: per call token counts, the sessions' active time."""
     import numpy as np
 
-    from costmodel.plan import WorkloadStats
+    from costmodel.plan_values import WorkloadStats
     from orchestrator.control.router import MIDFILL_MIN_PREFIX_TOKENS
     from traces import read_sessions
     from traces.stats import session_duration_s
@@ -200,8 +200,10 @@ def run(args: argparse.Namespace) -> int:
 
     from costmodel.hardware import load_hardware
     from costmodel.model import load_model
-    from costmodel.plan import Targets, plan_cluster, plan_for_rate
+    from costmodel.plan import plan_cluster
+    from costmodel.plan_search import plan_for_rate
     from costmodel.plan_toml import render_cluster_toml
+    from costmodel.plan_values import Targets
     from workers.cluster import ClusterError
     from workers.cluster_toml import cluster_from_dict
 

@@ -27,8 +27,8 @@ import numpy as np
 
 from costmodel.model import ModelSpec
 from costmodel.phase import Phase
-from costmodel.plan import WorkloadStats
 from costmodel.plan_candidates import work_per_call
+from costmodel.plan_values import WorkloadStats
 from traces.model import Session
 from traces.stats import session_duration_s
 from workers.cluster import ClusterSpec

@@ -58,8 +58,9 @@ def test_a_planned_cluster_of_fewer_pools_gives_the_plans_own_rate(dev_sessions,
     import tomllib
 
     from costmodel.hardware import load_hardware
-    from costmodel.plan import Targets, plan_cluster
+    from costmodel.plan import plan_cluster
     from costmodel.plan_toml import render_cluster_toml
+    from costmodel.plan_values import Targets
     from costmodel.precision import Precision
     from orchestrator.run.capacity import workload_of
     from workers.cluster_toml import cluster_from_dict

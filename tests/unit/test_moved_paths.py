@@ -170,3 +170,37 @@ def test_a_deprecated_import_in_a_users_controller_is_shown_though_python_hides_
     assert ("oldpaths.py", 2, "orchestrator.policies.base moved to "
             "orchestrator.control.policies.base: the old path is deprecated; plug-ins import "
             "these names from tokenfactory") in shown
+
+
+# costmodel/plan.py's public names before the GPU search and the shared values moved out
+# (into costmodel/plan_search.py below it, costmodel/plan_values.py and
+# costmodel/plan_arrangements.py below both), written out here for the same reason.
+PLAN_MOVED = {
+    **{name: "costmodel.plan_values" for name in (
+        "ARRANGEMENTS", "AUTO", "CHECK_PERCENTILE", "DEFAULT_GRID", "DEFAULT_MEMORY_FRACTION",
+        "MIXED", "THREE_POOL", "TWO_POOL", "Plan", "PlanError", "PoolPlan", "Targets",
+        "WorkloadStats")},
+    "MAX_SIZES_PER_POOL": "costmodel.plan_arrangements",
+    "MAX_SEARCH_GPUS": "costmodel.plan_search",
+    "Search": "costmodel.plan_search",
+    "plan_for_rate": "costmodel.plan_search",
+}
+
+
+@pytest.mark.parametrize(("name", "new"), PLAN_MOVED.items(), ids=list(PLAN_MOVED))
+def test_a_name_that_left_costmodel_plan_warns_and_is_the_same_object(name, new):
+    namespace, caught = _import_as_a_user(f"from costmodel.plan import {name}", ())
+    assert [str(w.message) for w in caught] == [
+        f"costmodel.plan.{name} moved to {new}.{name}: the old path is deprecated"]
+    assert all((w.filename, w.lineno) == (USER_FILE, 1) for w in caught)
+    assert namespace[name] is getattr(importlib.import_module(new), name)
+
+
+def test_costmodel_plan_keeps_plan_cluster_and_refuses_names_it_never_had():
+    import costmodel.plan
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert callable(costmodel.plan.plan_cluster)
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        costmodel.plan.nothing_here  # noqa: B018

@@ -9,9 +9,10 @@ from costmodel.capacity import kv_capacity
 from costmodel.hardware import load_hardware
 from costmodel.model import load_model
 from costmodel.phase import Phase
-from costmodel.plan import PlanError, Targets, WorkloadStats, plan_cluster
+from costmodel.plan import plan_cluster
 from costmodel.plan_candidates import Candidate
 from costmodel.plan_sizing import Nodes, packs, size_pools
+from costmodel.plan_values import PlanError, Targets, WorkloadStats
 from costmodel.precision import Precision
 
 K3 = load_model("kimi-k3-like")

@@ -7,15 +7,10 @@ import pytest
 
 from costmodel.hardware import load_hardware
 from costmodel.model import load_model
-from costmodel.plan import (
-    ARRANGEMENTS,
-    PlanError,
-    Targets,
-    WorkloadStats,
-    plan_cluster,
-    plan_for_rate,
-)
+from costmodel.plan import plan_cluster
 from costmodel.plan_candidates import QUEUED_STEPS
+from costmodel.plan_search import plan_for_rate
+from costmodel.plan_values import ARRANGEMENTS, PlanError, Targets, WorkloadStats
 from costmodel.precision import Precision
 
 K3 = load_model("kimi-k3-like")
