@@ -17,6 +17,9 @@ cdef class Fabric:
     cdef public object _next_id
     cdef public double now_s
     cdef public list _ended_bytes
+    cdef public dict _link_paths
+    cdef public dict _link_ended
+    cdef public dict _ended_moved
     cdef public list _finished
     cdef public double next_s
     cdef public list _due
