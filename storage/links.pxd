@@ -14,6 +14,7 @@ cdef class Fabric:
     cdef public dict _links
     cdef public dict _flows
     cdef public dict _keys
+    cdef public dict _crossing
     cdef public object _next_id
     cdef public double now_s
     cdef public list _ended_bytes

@@ -100,6 +100,7 @@ class Fabric:
             self._links[link.name] = link
         self._flows: dict[int, _Flow] = {}
         self._keys: dict[int, int] = {}  # flow id -> its path's number, for the flows in flight
+        self._crossing: dict[str, int] = {}  # flows in flight per busy link
         self._next_id = 0
         self.now_s = 0.0
         # Bytes of the finished flows per path's number (a link's are its paths' added
@@ -170,10 +171,12 @@ class Fabric:
         if now_s != self.now_s or self.next_s <= now_s:
             self._finished = self.advance(now_s)
         self._next_id = fid
-        in_flight, keys = self._flows, self._keys
+        in_flight, keys, crossing = self._flows, self._keys, self._crossing
         for flow in new:
             in_flight[flow.fid] = flow
             keys[flow.fid] = flow.route[3]  # its path's number
+            for name in flow.route[0]:
+                crossing[name] = crossing.get(name, 0) + 1
         self._share()
         return list(range(first, fid))
 
@@ -211,12 +214,17 @@ class Fabric:
         while flows and self.next_s <= now_s:
             finish_s = self.next_s
             keys, ended, moved = self._keys, self._ended_bytes, self._ended_moved
+            crossing = self._crossing
             for fid in self._due:  # the flows whose finish is the earliest
                 flow = flows.pop(fid)
                 route = flow.route
                 ended[route[3]] += flow.size_bytes  # by its path's number
                 for name in route[0]:
                     moved[name] = None
+                    if crossing[name] == 1:
+                        del crossing[name]
+                    else:
+                        crossing[name] -= 1
                 del keys[fid]
                 done.append((fid, finish_s))
             # The others move to finish_s (never before the fabric's now_s) as they
@@ -341,10 +349,7 @@ class Fabric:
         """The max-min fair rates of the flows in flight (in start order) and the load on
         every busy link at them, kept under `key` (their paths' numbers)."""
         flows = self._flows.values()
-        crossing: dict[str, int] = {}  # flows in flight per busy link
-        for flow in flows:
-            for name in flow.route[0]:  # its path (`route` read directly: once per link)
-                crossing[name] = crossing.get(name, 0) + 1
+        crossing = self._crossing  # flows in flight per busy link (kept as they come and go)
         shared = [name for name, n in crossing.items() if n > 1]
         if len(shared) == 1:
             self._fill_one_shared(shared[0])
