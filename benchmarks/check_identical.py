@@ -8,7 +8,9 @@ times, tokens, latency parts and workers, and compares a later run against them 
 for value (floats by their exact repr). The runs: the demo's load and the development
 traces (first 30 and all 113 sessions, real think times, 240 sessions an hour) under
 `retire` and `buffered`, and the Azure conversation requests open loop (4,000 and 10,000)
-under both; each in its own subprocess, one at a time.
+under both; and the essay's scale: 100 development sessions x50 at 10,000 sessions an
+hour on the planned 16 NVL72 racks (`buffered`; the plan is written into DIR the first
+time); each in its own subprocess, one at a time.
 
     python benchmarks/check_identical.py record [--dir DIR] [--only NAME,...]
     python benchmarks/check_identical.py compare [--dir DIR] [--only NAME,...]
@@ -47,7 +49,7 @@ CALL_FIELDS = ("call_id", "session_id", "input_tokens", "output_tokens", "intera
                "generated", "fill_worker", "decode_worker", "preemptions", "recomputed_tokens")
 
 
-def runs() -> dict[str, dict]:
+def runs(folder: Path) -> dict[str, dict]:
     from orchestrator.run.demo import DEMO_CLUSTER, DEMO_LOAD, DEMO_MODEL, DEMO_SEED
 
     out = {}
@@ -65,7 +67,24 @@ def runs() -> dict[str, dict]:
             out[f"azure{requests}-{controller}"] = spec(
                 [AZURE_CONV], "azure", model="llama-3.1-70b", cluster=H100_LLAMA_CLUSTER,
                 controller=controller, max_sessions=requests)
+    # The essay's scale (docs/performance.md): hundreds of links, thousands of paths.
+    out["scale16-buffered"] = spec([DEV_TRACES], "weka", cluster=folder / SCALE16_PLAN,
+                                   sessions_per_hour=10_000.0, repeat=50, duration_s=3_600.0,
+                                   max_sessions=100)
     return out
+
+
+SCALE16_PLAN = "gb200-16-racks.toml"
+
+
+def _plan_scale16(folder: Path) -> None:
+    """The 16-rack plan of bench_scale.py, written into `folder` unless there."""
+    out = folder / SCALE16_PLAN
+    if not out.exists():
+        subprocess.run([sys.executable, "-m", "orchestrator.cli", "plan", "--model",
+                        "kimi-k3-like", "--hardware", "gb200", "--gpus", "1152", "--trace",
+                        str(DEV_TRACES), "--out", str(out)],
+                       check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
 
 
 def _plain(value):
@@ -159,15 +178,17 @@ def main() -> int:
     ap.add_argument("--dir", default=str(Path(tempfile.gettempdir()) / "tokenfactory-identical"))
     ap.add_argument("--only", default=None, help="run names, comma-separated")
     args = ap.parse_args()
-    all_runs = runs()
+    folder = Path(args.dir)
+    all_runs = runs(folder)
     names = list(all_runs) if args.only is None else args.only.split(",")
     unknown = [n for n in names if n not in all_runs]
     if unknown:
         print(f"--only: unknown run {unknown[0]!r} (known: {', '.join(all_runs)})",
               file=sys.stderr)
         return 2
-    folder = Path(args.dir)
     folder.mkdir(parents=True, exist_ok=True)
+    if "scale16-buffered" in names:
+        _plan_scale16(folder)
     differ = 0
     for name in names:
         got = _run_child(all_runs[name])

@@ -14,9 +14,13 @@ cdef class Fabric:
     cdef public dict _links
     cdef public dict _flows
     cdef public dict _keys
+    cdef public dict _crossing
     cdef public object _next_id
     cdef public double now_s
     cdef public list _ended_bytes
+    cdef public dict _link_paths
+    cdef public dict _link_ended
+    cdef public dict _ended_moved
     cdef public list _finished
     cdef public double next_s
     cdef public list _due

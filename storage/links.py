@@ -100,11 +100,21 @@ class Fabric:
             self._links[link.name] = link
         self._flows: dict[int, _Flow] = {}
         self._keys: dict[int, int] = {}  # flow id -> its path's number, for the flows in flight
+        self._crossing: dict[str, int] = {}  # flows in flight per busy link
         self._next_id = 0
         self.now_s = 0.0
         # Bytes of the finished flows per path's number (a link's are its paths' added
         # up when read); the flows in flight add what they moved.
         self._ended_bytes: list[float] = []
+        # Per link, the numbers of the paths crossing it (in number order), its finished
+        # flows' bytes as those paths' added up in that order (kept while none of them
+        # changed), and the links whose paths' finished bytes changed since
+        # `carried_bytes_moved` last read them: a look at the links' bytes costs the
+        # links that moved, not every link and path (a cluster of 16 racks has hundreds
+        # of links and thousands of paths).
+        self._link_paths: dict[str, list[int]] = {}
+        self._link_ended: dict[str, float] = {}
+        self._ended_moved: dict[str, None] = {}
         self._finished: list[tuple[int, float]] = []
         # The earliest flow's finish at today's rates (inf with no flow in flight; read
         # it, do not change it), and the flows finishing then, in start order.
@@ -161,10 +171,12 @@ class Fabric:
         if now_s != self.now_s or self.next_s <= now_s:
             self._finished = self.advance(now_s)
         self._next_id = fid
-        in_flight, keys = self._flows, self._keys
+        in_flight, keys, crossing = self._flows, self._keys, self._crossing
         for flow in new:
             in_flight[flow.fid] = flow
             keys[flow.fid] = flow.route[3]  # its path's number
+            for name in flow.route[0]:
+                crossing[name] = crossing.get(name, 0) + 1
         self._share()
         return list(range(first, fid))
 
@@ -181,9 +193,13 @@ class Fabric:
             bandwidths = [(self.link(name).bytes_per_s, name) for name in links]
             others = {name: min(b for b in bandwidths if b[1] != name)
                       for name in links if len(links) > 1}
+            number = len(self._paths)
             known = self._paths[path] = (links, min(bw for bw, _ in bandwidths), others,
-                                         len(self._paths))
+                                         number)
             self._ended_bytes.append(0.0)
+            link_paths = self._link_paths
+            for name in links:
+                link_paths.setdefault(name, []).append(number)
         return known
 
     def advance(self, now_s: float) -> list[tuple[int, float]]:
@@ -197,10 +213,18 @@ class Fabric:
         flows = self._flows
         while flows and self.next_s <= now_s:
             finish_s = self.next_s
-            keys, ended = self._keys, self._ended_bytes
+            keys, ended, moved = self._keys, self._ended_bytes, self._ended_moved
+            crossing = self._crossing
             for fid in self._due:  # the flows whose finish is the earliest
                 flow = flows.pop(fid)
-                ended[flow.route[3]] += flow.size_bytes  # by its path's number
+                route = flow.route
+                ended[route[3]] += flow.size_bytes  # by its path's number
+                for name in route[0]:
+                    moved[name] = None
+                    if crossing[name] == 1:
+                        del crossing[name]
+                    else:
+                        crossing[name] -= 1
                 del keys[fid]
                 done.append((fid, finish_s))
             # The others move to finish_s (never before the fabric's now_s) as they
@@ -244,10 +268,32 @@ class Fabric:
         """Bytes that crossed link `name` up to `now_s`: utilisation over a span is the
         difference between two readings over bandwidth x span."""
         self.link(name)
-        ended = self._ended_bytes
-        return (sum(ended[key] for links, _, _, key in self._paths.values() if name in links)
-                + sum(f.size_bytes - f.remaining_bytes
-                      for f in self._flows.values() if name in f.path))
+        return self._ended_sum(name) + sum(f.size_bytes - f.remaining_bytes
+                                           for f in self._flows.values() if name in f.path)
+
+    def carried_bytes_moved(self) -> dict[str, float]:
+        """`carried_bytes` of every link whose figure may have moved since the last call:
+        the links of the flows in flight and of the flows finished since (every other
+        link reads as it did then), the same figures to the last bit, in one pass over
+        the flows in flight."""
+        in_flight: dict[str, float] = {}  # per link, its flows' bytes moved, in start order
+        for f in self._flows.values():
+            moved = f.size_bytes - f.remaining_bytes
+            for name in f.route[0]:
+                in_flight[name] = in_flight.get(name, 0) + moved
+        out = {name: self._ended_sum(name) for name in self._ended_moved}
+        self._ended_moved = {}
+        for name, moved in in_flight.items():
+            out[name] = (out[name] if name in out else self._ended_sum(name)) + moved
+        return out
+
+    def _ended_sum(self, name: str) -> float:
+        """The finished flows' bytes on link `name`: its paths' added up in number order,
+        worked out again only after one of them changed."""
+        if name in self._ended_moved or name not in self._link_ended:
+            ended = self._ended_bytes
+            self._link_ended[name] = sum(ended[key] for key in self._link_paths.get(name, ()))
+        return self._link_ended[name]
 
     def load_bytes_per_s(self, name: str) -> float:
         """Bandwidth in use on link `name` now."""
@@ -303,10 +349,7 @@ class Fabric:
         """The max-min fair rates of the flows in flight (in start order) and the load on
         every busy link at them, kept under `key` (their paths' numbers)."""
         flows = self._flows.values()
-        crossing: dict[str, int] = {}  # flows in flight per busy link
-        for flow in flows:
-            for name in flow.route[0]:  # its path (`route` read directly: once per link)
-                crossing[name] = crossing.get(name, 0) + 1
+        crossing = self._crossing  # flows in flight per busy link (kept as they come and go)
         shared = [name for name, n in crossing.items() if n > 1]
         if len(shared) == 1:
             self._fill_one_shared(shared[0])

@@ -221,11 +221,11 @@ class Sampler:
         span_s = now_s - self._carried_s
         if span_s <= 0:
             return self._link_utilisation
-        carried, busiest = self._carried, 0.0
-        for link in fabric.links():
-            name = link.name
-            moved = fabric.carried_bytes(name)
-            busiest = max(busiest, (moved - carried.get(name, 0.0)) / (link.bytes_per_s * span_s))
+        # Only the links whose bytes may have moved: every other one reads 0.0 here.
+        carried, busiest, link = self._carried, 0.0, fabric.link
+        for name, moved in fabric.carried_bytes_moved().items():
+            busiest = max(busiest, (moved - carried.get(name, 0.0))
+                          / (link(name).bytes_per_s * span_s))
             carried[name] = moved
         self._carried_s, self._carried_at = now_s, fabric.now_s
         return busiest

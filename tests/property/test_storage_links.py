@@ -63,6 +63,37 @@ def test_rates_are_max_min_fair_and_every_byte_crosses_its_links(spec, bws):
         assert fabric.carried_bytes(name) == pytest.approx(crossed, rel=1e-9, abs=1e-6)
 
 
+@settings(max_examples=150, deadline=None)
+@given(flows, bandwidths, st.lists(st.booleans(), min_size=30, max_size=30))
+def test_moved_links_carry_what_every_link_reads(spec, bws, looks):
+    """A reader that keeps every link's bytes and takes `carried_bytes_moved` now and
+    then reads, to the last bit, what `carried_bytes` gives for every link."""
+    fabric = Fabric(Link(name, bw) for name, bw in zip(LINKS, bws, strict=True))
+    kept: dict[str, float] = {}
+    looks = iter(looks)
+
+    def look() -> None:
+        if next(looks, True):
+            kept.update(fabric.carried_bytes_moved())
+            for name in LINKS:
+                assert kept.get(name, 0) == fabric.carried_bytes(name)
+
+    for start_s, path, size in sorted(spec, key=lambda f: f[0]):
+        fabric.advance(start_s)
+        look()
+        fabric.start(start_s, path, size)
+        look()
+    while fabric.in_flight():
+        fabric.advance((fabric.now_s + fabric.next_finish_s()) / 2)
+        look()
+        if fabric.in_flight():
+            fabric.advance(fabric.next_finish_s())
+            look()
+    kept.update(fabric.carried_bytes_moved())
+    for name in LINKS:
+        assert kept.get(name, 0) == fabric.carried_bytes(name)
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.floats(1.0, 1e3), min_size=1, max_size=10), st.floats(1.0, 1e3))
 def test_one_link_is_work_conserving(sizes, bw):
