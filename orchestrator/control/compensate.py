@@ -20,6 +20,13 @@ observation is known to the orchestrator in part exactly and in part by its mode
   observations themselves: completions counted between two of them against what this
   model predicted for that span.
 
+The calls being filled now (what the admitting policy bounds where the fills bind) are
+the observation's, plus the admissions since, less the fills predicted done since: at
+the rate calls left the fill pipeline between the last lagged observations (into decode,
+the ready buffer or a KV load, or completed), never fewer than the admissions of the last
+predicted fill latency. Where fills queue a call's dead time from admission to decode is
+that queue's, not the model's fill latency: the rate measured is what drains it.
+
 Nothing here reads the plant: `Observation`s (lagged), the admissions counter and the
 time are its inputs. `PresentEstimate` is pure state, advanced by `observe` and
 `admitted`.
@@ -67,6 +74,13 @@ def completions_predicted(obs: Observation, now_s: float,
     return min(expected, rate * span)
 
 
+def left_fill(obs: Observation) -> int:
+    """Calls that had left the fill pipeline by the observation: completed (fills that
+    need no decode among them), decoding (draining workers' too), loading or ready."""
+    return (obs.completed_total + obs.decode_running + obs.decode_draining
+            + obs.decode_loading + obs.ready_depth)
+
+
 def in_system(obs: Observation) -> int:
     """Calls admitted and not completed at the observation: decoding or on their way."""
     return obs.decode_running + obs.backlog
@@ -83,6 +97,7 @@ class PresentEstimate:
     _last: Observation | None = None
     _measured: float = 0.0  # completions counted, exponentially forgotten
     _predicted: float = 0.0  # completions the model predicted for the same spans
+    _fill_rate: float | None = None  # calls leaving the fill pipeline a second, smoothed
 
     @property
     def correction(self) -> float:
@@ -114,13 +129,28 @@ class PresentEstimate:
             total -= n
         return out
 
+    @property
+    def fill_rate(self) -> float:
+        """Calls a second that left the fill pipeline, over the lagged observations
+        (0 until two have been seen)."""
+        return self._fill_rate or 0.0
+
     def in_fill(self, obs: Observation, now_s: float) -> float:
         """Calls being filled now, predicted: those queued at or in a fill at the
-        observation (none assumed done since: where fills bind they are not), plus the
-        admissions of the last fill latency the model predicts (older ones are filled)."""
-        since_s = max(obs.time_s, now_s - obs.predicted_fill_latency_s)
-        recent = sum(n for t, n in self._since(obs.admitted_total) if t >= since_s)
-        return obs.fill_queue + obs.fill_running + recent
+        observation and those admitted since, less the fills done since at the rate the
+        pipeline was measured to drain, at least the admissions of the last fill latency
+        the model predicts (none of them can be filled yet); at most those seen there plus
+        those admissions (the model's view: older admissions filled, none of those seen)."""
+        admitted = self._since(obs.admitted_total)
+        since_s = now_s - obs.predicted_fill_latency_s
+        recent = sum(n for t, n in admitted if t >= since_s)
+        seen = obs.fill_queue + obs.fill_running
+        drained = self.fill_rate * max(0.0, now_s - obs.time_s)
+        measured = max(float(recent), seen + sum(n for _, n in admitted) - drained)
+        # The model's view (the admissions older than a fill latency filled, none of the
+        # calls seen there) where it says fewer: before a drain is measured, and where the
+        # fills run at the model's pace.
+        return min(measured, float(seen + recent))
 
     def observe(self, obs: Observation) -> None:
         """Learn from a new lagged observation: the completions counted since the last one
@@ -137,6 +167,10 @@ class PresentEstimate:
                                                         - last.completed_total)
             self._predicted = self._predicted * forget + completions_predicted(
                 last, obs.time_s, admitted)
+            # Never below 0: a worker lost sends its calls back to be filled again.
+            rate = max(0.0, left_fill(obs) - left_fill(last)) / span
+            self._fill_rate = rate if self._fill_rate is None else (
+                rate + forget * (self._fill_rate - rate))
             while self._log and self._log[0][0] < last.time_s:
                 self._log.popleft()
         self._last = obs

@@ -174,9 +174,10 @@ class FastLoop:
             w.set_target_batch(per_unit * w.slots_per_unit)
 
     def _reject_predicted_misses(self, decision: AdmissionDecision, now_s: float) -> None:
-        """Predicted TTFT: time waited, plus the wait for the calls ahead at this period's
-        admission rate, plus a typical fill."""
-        rate = max(decision.admit, 1) / self.period_s
+        """Predicted TTFT: time waited, plus the wait for the calls ahead at the rate the
+        decision names (`release_rate_per_s`; else this period's admission rate), plus a
+        typical fill."""
+        rate = decision.release_rate_per_s or max(decision.admit, 1) / self.period_s
         fill_s = self.sampler.predicted_fill_latency_s()
         for position, pending in enumerate(list(self.queue)):
             predicted = now_s - pending.request.arrival_s + position / rate + fill_s

@@ -47,7 +47,7 @@ def test_retire_margin_without_delay_is_90_degrees():
 def test_each_built_in_declares_its_own_model_or_none():
     cfg = ControlConfig()
     assert _model("retire", cfg).through_pipeline and not _model("buffered", cfg).through_pipeline
-    assert _model("predictive", cfg) == _model("buffered", cfg)
+    assert _model("predictive", cfg) == _model("smith", cfg)  # smith's admission
     assert _model("local", cfg) is None  # event-driven: no periodic loop to linearise
 
 

@@ -94,13 +94,33 @@ def test_the_correction_is_bounded():
     assert est.correction == CORRECTION_BOUNDS[1]
 
 
-def test_calls_in_fill_are_those_seen_there_plus_the_admissions_of_the_last_fill_latency():
+def test_calls_in_fill_are_those_seen_there_and_since_less_the_measured_drain():
     est = PresentEstimate()
     est.admitted(100, 5.0)
     est.admitted(104, 11.0)
     o = obs(t=10.0, running=8, fill_queue=3, admitted=100)  # a fill takes 1 s
-    assert est.in_fill(o, 11.5) == 3 + 4  # admitted at 11: still in fill at 11.5
-    assert est.in_fill(o, 12.5) == 3  # filled by 12
+    # No drain measured yet: the model's view, those seen there plus the admissions of
+    # the last fill latency (admitted at 11: still in fill at 11.5, filled by 12).
+    assert est.fill_rate == 0.0
+    assert est.in_fill(o, 11.5) == 3 + 4
+    assert est.in_fill(o, 12.5) == 3
+    # Two observations a second apart: 2 more calls had left fill (into decode).
+    est = PresentEstimate()
+    est.observe(obs(t=8.0, running=4))
+    est.observe(obs(t=9.0, running=6))
+    assert est.fill_rate == 2.0
+    est.admitted(100, 9.5)
+    est.admitted(104, 11.0)
+    # At 11.5: 3 + 4 - 2 x 1.5 = 4, and the 4 admitted within the last fill latency
+    # cannot be filled yet: 4. At 12.5: 7 - 5 = 2. At 20: none.
+    assert est.in_fill(o, 11.5) == 4
+    assert est.in_fill(o, 12.5) == 2
+    assert est.in_fill(o, 20.0) == 0
+    # Calls completing without decode left fill too (completed_total counts them).
+    est = PresentEstimate()
+    est.observe(obs(t=0.0, running=4, completed=10))
+    est.observe(obs(t=2.0, running=4, completed=16))
+    assert est.fill_rate == 3.0
 
 
 def test_smith_admits_the_room_left_under_its_target_and_its_fill_bound():
@@ -117,12 +137,21 @@ def test_smith_admits_the_room_left_under_its_target_and_its_fill_bound():
     policy.on_admitted(4, 2.0)
     assert policy.decide(obs(t=0.0, running=8), 2.0).reason is AdmissionReason.HOLD
     assert policy.decide(obs(t=0.0, running=8), 2.9).reason is AdmissionReason.HOLD
-    # At 3.5 they are filled; the system holds 12 - 8 x (1 - e^-0.7) - 4 x (1 - e^-0.1)
-    # = 7.59: room for 6 under the target, 4 in fill.
+    # At 3.5 they are filled (the model's view: no drain measured yet); the system holds
+    # 12 - 8 x (1 - e^-0.7) - 4 x (1 - e^-0.1) = 7.59: room for 6 under the target, 4 in
+    # fill.
     assert policy.decide(obs(t=0.0, running=8), 3.5).admit == 4
     # Nearly all decoded by t=20 and 4 filled: 14 - (4 + 8 e^-4 ...) leaves 9 under the
     # target, 4 by the fill bound.
     assert policy.decide(obs(t=0.0, running=8), 20.0).admit == 4
+    # A later observation shows them out of fill (against the first one seen, 10 decoding
+    # and 4 ready: 2 more completed, 12 decoding, 4 ready: 4 a second left fill), and none
+    # admitted since: none in fill, the fill bound is the whole cushion.
+    later = obs(t=1.0, running=12, ready=4, completed=2, admitted=4)
+    policy.decide(later, 3.5)
+    assert policy.estimate.fill_rate == 4.0
+    assert policy.estimate.in_fill(later, 3.5) == 0
+    assert policy.fill_room(later, 3.5) == pytest.approx(policy.service_rate(later) * 2.0)
 
 
 def test_smith_declares_a_loop_without_the_lag():

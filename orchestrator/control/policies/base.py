@@ -81,6 +81,10 @@ class AdmissionDecision:
     reject_ttft_above_s: float | None = None
     # Of `admit`, at most this many may be background (non-interactive) calls.
     background_limit: int | None = None
+    # Calls a second the admission queue is expected to be released at, for the wait a
+    # refused call is predicted (`reject_ttft_above_s`); None: this decision's `admit`
+    # over the fast period.
+    release_rate_per_s: float | None = None
 
     def __post_init__(self) -> None:
         # A decision that exists is valid: the run applies it without looking again, so a
@@ -101,6 +105,11 @@ class AdmissionDecision:
                                  or math.isnan(ttft) or ttft < 0):
             raise DecisionError(f"reject_ttft_above_s: expected a number of seconds >= 0 "
                                 f"(or None), got {ttft!r}")
+        rate = self.release_rate_per_s
+        if rate is not None and (isinstance(rate, bool) or not isinstance(rate, Real)
+                                 or not math.isfinite(rate) or rate <= 0):
+            raise DecisionError(f"release_rate_per_s: expected calls a second > 0 "
+                                f"(or None), got {rate!r}")
 
 
 class PluginError(ValueError):

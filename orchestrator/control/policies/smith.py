@@ -55,21 +55,23 @@ class SmithAdmission:
         """The shell's admissions counter after it released calls (its own log)."""
         self.estimate.admitted(admitted_total, now_s)
 
+    def service_rate(self, obs: Observation) -> float:
+        """Decode's completions a second, full, as the corrected model predicts them."""
+        return obs.predicted_decode_calls_per_s * self.estimate.correction
+
     def target_in_system(self, obs: Observation) -> float:
         """Calls admitted and not completed to aim for: the decode slots, plus the
         completions predicted over the cushion (the fill pipeline's and the ready
         buffer's content: where fills bind, more admitted only waits at the fill
         workers, routed before their prefix's worker is free)."""
-        rate = obs.predicted_decode_calls_per_s * self.estimate.correction
-        return obs.decode_slots + rate * self.cushion_s
+        return obs.decode_slots + self.service_rate(obs) * self.cushion_s
 
     def fill_room(self, obs: Observation, now_s: float) -> float:
         """Where the fills bind (a cold prefix each new session), calls admitted beyond
         what decode takes over the cushion only queue at the fill workers, routed before
         their prefix's worker is free: the calls being filled are held to the cushion's
         predicted completions, as local holds them to its free slots."""
-        rate = obs.predicted_decode_calls_per_s * self.estimate.correction
-        return rate * self.cushion_s - self.estimate.in_fill(obs, now_s)
+        return self.service_rate(obs) * self.cushion_s - self.estimate.in_fill(obs, now_s)
 
     def decide(self, obs: Observation | None, now_s: float) -> AdmissionDecision:
         if obs is None:
