@@ -35,8 +35,8 @@ _VLLM_DONE = ("vllm:time_to_first_token_seconds", "vllm:prompt_tokens_total",
               "vllm:inter_token_latency_seconds", "vllm:generation_tokens_total")
 
 
-def _tier(t: Tier) -> str:
-    return t.name.lower()
+_TIER_NAMES = {t: t.name.lower() for t in Tier}
+_tier = _TIER_NAMES.__getitem__  # a tier's label value
 
 
 class MetricsListener:
@@ -57,6 +57,9 @@ class MetricsListener:
         self._obs, self._period_s = None, 0.0  # the last sample and the period it ended
         self._started = False
         self._children: dict[tuple, object] = {}  # labels() costs microseconds: look up once
+        self._written: dict[tuple, tuple[object, object]] = {}  # _w's child and family, by key
+        self._done_kids: tuple | None = None  # on_done's children and families (`_done_of`)
+        self._link_values: dict[str, tuple] = {}  # a link's gauge value, family, bandwidth
         # A gauge child's value object and its family, by _c's key.
         self._values: dict[tuple, tuple[object, object]] = {}
         self._rows: dict[tuple, list[tuple]] = {}  # gauges set together (`_row`)
@@ -97,8 +100,12 @@ class MetricsListener:
 
     def _w(self, name: str, *labels: str):
         """A child the caller writes to: its family is touched."""
-        self.touched.add(self.m[PREFIX + name])
-        return self._c(name, *labels)
+        key = (name, *labels)
+        got = self._written.get(key)
+        if got is None:
+            got = self._written[key] = (self._c(name, *labels), self.m[PREFIX + name])
+        self.touched.add(got[1])
+        return got[0]
 
     def _set(self, value: float, name: str, *labels: str) -> None:
         """Set a gauge, as `Gauge.set` does but without its checks and lock: a reading
@@ -136,14 +143,11 @@ class MetricsListener:
         lock, as `_set`)."""
         self._w(name, *labels)._value._value += amount
 
-    def _observe(self, value: float, name: str, *labels: str) -> None:
-        """Observe `value` in a histogram, as `Histogram.observe` does (the sum, and the
-        first bucket whose bound is >= value; none for NaN) but finding the bucket by
-        bisection, not a walk over ~150 bounds, and without the locks (as `_set`)."""
-        self._observe_in(self._w(name, *labels), value)
-
     def _observe_in(self, child, value: float) -> None:
-        """`_observe` on a histogram child (its family touched by the caller)."""
+        """Observe `value` in a histogram child, as `Histogram.observe` does (the sum, and
+        the first bucket whose bound is >= value; none for NaN) but finding the bucket by
+        bisection, not a walk over ~150 bounds, and without the locks (as `_set`); its
+        family is touched by the caller."""
         child._sum._value += value
         bounds = child._upper_bounds
         if value <= bounds[-1]:
@@ -239,22 +243,47 @@ class MetricsListener:
         occ = orch.series.tail("decode_occupancy", OSCILLATION_WINDOW_SLOW_PERIODS * per_slow)
         self._set(oscillation_index(occ, per_slow), "oscillation_index")
 
+    def _done_of(self) -> tuple:
+        """The children on_done writes (all but the two it writes rarely), with their
+        families: looked up once, not per call."""
+        def pair(name: str, *labels: str) -> tuple:
+            return self._c(name, *labels), self.m[PREFIX + name]
+
+        return (pair("requests_completed_total"), pair("input_tokens_total"),
+                pair("output_tokens_total"), pair("request_ttft_seconds"),
+                pair("request_itl_seconds"), pair("request_tpot_seconds"),
+                pair("request_e2e_seconds"),
+                [(part, *pair("request_latency_part_seconds", part.key))
+                 for part in LatencyPart])
+
     def on_done(self, orch, req, now_s: float) -> None:
         if not self._started:
             self._start(orch)
         self.observations += 1
-        self._add(1, "requests_completed_total")
-        self._add(req.input_tokens, "input_tokens_total")
-        self._add(req.output_tokens, "output_tokens_total")
+        kids = self._done_kids
+        if kids is None:
+            kids = self._done_kids = self._done_of()
+        completed, inputs, outputs, ttft, itl, tpot, e2e, parts = kids
+        touched, observe = self.touched, self._observe_in
+        for (child, family), amount in ((completed, 1), (inputs, req.input_tokens),
+                                        (outputs, req.output_tokens)):
+            touched.add(family)
+            child._value._value += amount
         if req.ttft_s is not None:
-            self._observe(req.ttft_s, "request_ttft_seconds")
+            touched.add(ttft[1])
+            observe(ttft[0], req.ttft_s)
         tpot_s = req.tpot_s  # the call's mean gap between tokens, as the client sees it
         if tpot_s is not None:
-            self._observe(tpot_s, "request_itl_seconds")
-            self._observe(tpot_s, "request_tpot_seconds")  # the alias
-        self._observe(now_s - req.arrival_s, "request_e2e_seconds")
-        for part in LatencyPart:
-            self._observe(req.parts_s[part], "request_latency_part_seconds", part.key)
+            touched.add(itl[1])
+            observe(itl[0], tpot_s)
+            touched.add(tpot[1])
+            observe(tpot[0], tpot_s)  # the alias
+        touched.add(e2e[1])
+        observe(e2e[0], now_s - req.arrival_s)
+        parts_s = req.parts_s
+        for part, child, family in parts:
+            touched.add(family)
+            observe(child, parts_s[part])
         if req.preemptions:
             self._add(req.preemptions, "requests_preempted_total")
         if req.recomputed_tokens:
@@ -325,6 +354,7 @@ class MetricsListener:
                 self.m[PREFIX + name].remove(*self.base, *labels)
                 self._children.pop((name, *labels), None)
                 self._values.pop((name, *labels), None)
+                self._written.pop((name, *labels), None)
             if vllm:
                 for name in _VLLM_GAUGES:
                     self.touched.add(self.m[name])
@@ -344,15 +374,22 @@ class MetricsListener:
             self._path_sum = sum(by_path.values())
             for path, n in by_path.items():
                 self._inc_to(("path", path), n, "kv_path_bytes_total", path)
-        carried_before = self._carried
+        carried_before, known, touched = self._carried, self._link_values, self.touched
         for name, carried in links.carried_bytes(now_s).items():
             before = carried_before.get(name, 0.0)
             carried_before[name] = carried
-            if period_s > 0 and carried != before:
-                self._set((carried - before) / (links.bandwidth(name) * period_s),
-                          "kv_link_utilisation_ratio", name)
-            elif period_s > 0:
+            if not period_s > 0:
+                continue
+            got = known.get(name)
+            if got is None:  # as _set: the gauge's value object and family, looked up once
                 self._set(0.0, "kv_link_utilisation_ratio", name)
+                got = known[name] = (*self._values["kv_link_utilisation_ratio", name],
+                                     links.bandwidth(name))
+            v, family, bandwidth = got
+            value = (carried - before) / (bandwidth * period_s) if carried != before else 0.0
+            if v._value != value:  # _set, inline: a reading sets every link's
+                v._value = value
+                touched.add(family)
 
     def _storage(self, orch) -> None:
         store = orch.runtime.store
