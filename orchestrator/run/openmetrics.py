@@ -71,9 +71,12 @@ SPILL_VALUES = 1_600_000  # 12.8 MB of doubles
 # gzip's fastest level: ~20x smaller (the text repeats its names and labels on every line)
 # for a small share of the time taken to write the text.
 GZIP_LEVEL = 1
+# Value and timestamp texts `lines` keeps for reuse (a few MB) before it starts again.
+_TEXTS_KEPT = 100_000
 _EPS_S = 1e-9  # sample instants are sums of float periods
 _VALUE = attrgetter("_value")  # a prometheus_client value's number, read without its lock
 _NUMBER = attrgetter("_value._value")  # a counter's or a gauge's number, likewise
+_ONE_KEY = [()]  # the label values of a family without labels (never changed)
 _KINDS = ((Histogram, "histogram"), (Counter, "counter"), (Gauge, "gauge"))
 
 
@@ -158,7 +161,7 @@ class _Family:
         if self.labelnames:
             metrics = self.wrapper._metrics
             return list(metrics), list(metrics.values())
-        return [()], [self.wrapper]
+        return _ONE_KEY, [self.wrapper]
 
     def prefixes(self, values: tuple[str, ...]) -> tuple[str, ...]:
         labels = list(zip(self.labelnames, values, strict=True))
@@ -317,19 +320,23 @@ class OpenMetricsRecorder:
             if unchanged:
                 fam.lazy_s = seen_s  # nothing new: the same series, the same values
                 continue
-            fam.seen()
             if not histogram and not keep_all and keys == fam.keys:
                 # The same series: only those whose value moved take points; the others
-                # are seen until now (`lazy_s`), as an unchanged family's.
+                # are seen until now (`lazy_s`, handed to them by `seen` when the family
+                # is next read in full: a series' own `seen_s` is never later).
                 was, fam.flat = fam.flat, flat
+                lazy_s = fam.lazy_s
                 for i in [i for i, (v, w) in enumerate(zip(flat, was, strict=True)) if v != w]:
                     s = series[keys[i]]
+                    if lazy_s is not None:
+                        s.seen_s = lazy_s
                     if s.seen_s > s.kept_s:
                         self._keep(s, s.values, s.seen_s)  # the last point before the change
                     self._keep(s, (flat[i],), at_s)
                     s.seen_s = seen_s
                 fam.lazy_s = seen_s
                 continue
+            fam.seen()
             fam.keys, fam.flat = keys, flat
             for labels, child in zip(keys, children, strict=True):
                 if histogram and still and labels in series:  # unchanged since last read
@@ -420,6 +427,10 @@ class OpenMetricsRecorder:
             yield s.buffer
 
         for doubles in chunks():
+            if width == 3:  # a gauge's or a counter's: (flag, time, value) records
+                for flag, t_s, v in zip(doubles[0::3], doubles[1::3], doubles[2::3]):
+                    yield (t_s, (v,) if flag else None)
+                continue
             for k in range(0, len(doubles), width):
                 yield (doubles[k + 1], tuple(doubles[k + 2:k + width]) if doubles[k] else None)
 
@@ -458,12 +469,17 @@ class OpenMetricsRecorder:
 
     def lines(self, start_unix_s: float):
         """The file's text, in pieces: a family's head, or a series' points."""
-        text: dict[float, str] = {}  # a series' values' text, each formatted once
+        # Each value's text and each instant's timestamp text, formatted once: series
+        # share their readings' instants and many values (counts); emptied when large.
+        text: dict[float, str] = {}
+        stamps: dict[float, str] = {}
 
         def shown(v: float) -> str:
-            out = text.get(v)
-            if out is None:
-                out = text[v] = floatToGoString(v)
+            out = text[v] = floatToGoString(v)
+            return out
+
+        def stamp(t_s: float) -> str:
+            out = stamps[t_s] = f" {start_unix_s + t_s:.3f}\n"
             return out
 
         for fam in self._families:
@@ -473,13 +489,17 @@ class OpenMetricsRecorder:
                 continue
             yield f"# HELP {fam.name} {_escape_help(fam.help)}\n# TYPE {fam.name} {fam.kind}\n"
             for s in kept:
-                text.clear()  # values repeat within a series: memory stays flat
+                if len(text) > _TEXTS_KEPT:  # memory stays flat
+                    text.clear()
+                if len(stamps) > _TEXTS_KEPT:
+                    stamps.clear()
                 if not fam.histogram:  # one line a point, 4,096 points a piece
                     prefix = s.prefixes[0]
                     points = self._points(s)
                     while piece := list(islice(points, 4096)):
-                        yield "".join([f"{prefix}{text.get(v) or shown(v)} "
-                                       f"{start_unix_s + t_s:.3f}\n" for t_s, (v,) in piece])
+                        yield "".join([f"{prefix}{text.get(v) or shown(v)}"
+                                       f"{stamps.get(t_s) or stamp(t_s)}"
+                                       for t_s, (v,) in piece])
                     continue
                 keep = s.informing()
                 prefixes = [s.prefixes[i] for i in keep]
@@ -492,19 +512,20 @@ class OpenMetricsRecorder:
                 last_values = last_picked = None
                 body: list[str] = []
                 for t_s, values in self._points(s):
-                    stamp = f" {start_unix_s + t_s:.3f}\n"
+                    at = stamps.get(t_s) or stamp(t_s)
                     if values != last_values:
                         last_values = values
                         picked = values if pick is None else pick(values)
                         if last_picked is None:
-                            body = [p + shown(v) for p, v in zip(prefixes, picked, strict=True)]
+                            body = [p + (text.get(v) or shown(v))
+                                    for p, v in zip(prefixes, picked, strict=True)]
                         else:
                             body = [line if v == was else p + (text.get(v) or shown(v))
                                     for p, v, was, line
                                     in zip(prefixes, picked, last_picked, body, strict=True)]
                         last_picked = picked
-                    out.append(stamp.join(body))
-                    out.append(stamp)
+                    out.append(at.join(body))
+                    out.append(at)
                     if len(out) >= 2_000:  # pieces of a few MB: memory stays flat
                         yield "".join(out)
                         out.clear()
