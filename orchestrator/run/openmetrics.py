@@ -76,6 +76,7 @@ _TEXTS_KEPT = 100_000
 _EPS_S = 1e-9  # sample instants are sums of float periods
 _VALUE = attrgetter("_value")  # a prometheus_client value's number, read without its lock
 _NUMBER = attrgetter("_value._value")  # a counter's or a gauge's number, likewise
+_PLUS_ONE = (1.0).__add__  # a count one more (c + 1, without a Python-level call)
 _ONE_KEY = [()]  # the label values of a family without labels (never changed)
 _KINDS = ((Histogram, "histogram"), (Counter, "counter"), (Gauge, "gauge"))
 
@@ -347,7 +348,7 @@ class OpenMetricsRecorder:
                     # The counts so far, one more in each bucket from an observation's up.
                     counts = list(s.values[:-2])
                     for i in buckets.get(child, ()):
-                        counts[i:] = [c + 1 for c in counts[i:]]
+                        counts[i:] = map(_PLUS_ONE, counts[i:])
                     values = (*counts, counts[-1], child._sum._value)
                 elif histogram:
                     counts = tuple(accumulate(map(_VALUE, child._buckets)))
