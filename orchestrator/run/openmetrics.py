@@ -429,7 +429,8 @@ class OpenMetricsRecorder:
 
         for doubles in chunks():
             if width == 3:  # a gauge's or a counter's: (flag, time, value) records
-                for flag, t_s, v in zip(doubles[0::3], doubles[1::3], doubles[2::3]):
+                for flag, t_s, v in zip(doubles[0::3], doubles[1::3], doubles[2::3],
+                                        strict=True):
                     yield (t_s, (v,) if flag else None)
                 continue
             for k in range(0, len(doubles), width):
