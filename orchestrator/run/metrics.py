@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from functools import lru_cache
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -228,11 +229,21 @@ def histogram_buckets(name: str) -> tuple[float, ...]:
 def oscillation_index(occupancy: np.ndarray, samples_per_slow_period: int) -> float:
     """The summary's definition (docs/metrics.md) over the samples given: occupancy minus
     its centred moving average over one slow period, standard deviation / mean."""
-    if len(occupancy) < 2 or occupancy.mean() <= 0:
+    if len(occupancy) < 2:
+        return 0.0
+    mean = occupancy.mean()
+    if mean <= 0:
         return 0.0
     n = max(1, min(samples_per_slow_period, len(occupancy)))
     kernel = np.ones(n)
-    smooth = (np.convolve(occupancy, kernel, mode="same")
-              / np.convolve(np.ones_like(occupancy), kernel, mode="same"))
-    return float((occupancy - smooth).std() / occupancy.mean())
+    smooth = np.convolve(occupancy, kernel, mode="same") / _window_counts(len(occupancy), n)
+    return float((occupancy - smooth).std() / mean)
 
+
+@lru_cache(maxsize=16)
+def _window_counts(samples: int, n: int) -> np.ndarray:
+    """How many samples each centred window of `n` holds over `samples` samples (fewer at
+    the ends): the same few lengths at every reading of a run (MetricsListener), so kept."""
+    counts = np.convolve(np.ones(samples), np.ones(n), mode="same")
+    counts.flags.writeable = False
+    return counts

@@ -6,12 +6,12 @@ period: depths, occupancy, per-worker state, storage and energy totals),
 `on_reallocation`. Totals the orchestrator keeps (its counters, the store's
 counters, the reconfiguration log) are turned into counter increments by
 difference, so the exported counters equal the run's own figures. It reads
-only; time comes in as `now_s`.
+only; time comes in as `now_s`. It writes the registry through `RegistryWrites`
+(`orchestrator.run.registry_writes`), which notes what moved for the recorder.
 """
 
 from __future__ import annotations
 
-import bisect
 import itertools
 
 from orchestrator.control.policies.base import AdmissionReason
@@ -22,6 +22,7 @@ from orchestrator.run.metrics import (
     Metrics,
     oscillation_index,
 )
+from orchestrator.run.registry_writes import RegistryWrites
 from orchestrator.run.sampler import worker_hbm_per_gpu
 from storage.tiers import Tier
 from workers.request import LatencyPart
@@ -35,13 +36,14 @@ _VLLM_DONE = ("vllm:time_to_first_token_seconds", "vllm:prompt_tokens_total",
               "vllm:inter_token_latency_seconds", "vllm:generation_tokens_total")
 
 
-def _tier(t: Tier) -> str:
-    return t.name.lower()
+_TIER_NAMES = {t: t.name.lower() for t in Tier}
+_tier = _TIER_NAMES.__getitem__  # a tier's label value
 
 
-class MetricsListener:
+class MetricsListener(RegistryWrites):
     def __init__(self, metrics: Metrics, run: str, controller: str, readings=None) -> None:
-        self.m, self.run, self.controller = metrics, run, controller
+        super().__init__(metrics, (run, controller))
+        self.run, self.controller = run, controller
         # When only metrics.om reads the registry (no /metrics): its recorder, whose
         # `due(now_s)` says which samples it reads; the cluster is then read at those
         # samples and at idle ones (the last before a skipped span), not at every sample.
@@ -49,117 +51,18 @@ class MetricsListener:
         self._pending = None  # (orch, obs, now_s) of a sample not read yet
         self._read_s: float | None = None  # the last sample read
         self.observations = 0  # calls the histograms have observed (OpenMetricsRecorder)
-        self.base = (run, controller)
         self._seen: dict[str, tuple[str, str]] = {}  # worker -> (pool, phase), for labels
         self._gauged: set[tuple] = set()  # worker label sets exported last sample
-        self._last: dict[object, float] = {}  # totals already turned into increments
         self._last_time_s: float | None = None
         self._obs, self._period_s = None, 0.0  # the last sample and the period it ended
         self._started = False
-        self._children: dict[tuple, object] = {}  # labels() costs microseconds: look up once
-        # A gauge child's value object and its family, by _c's key.
-        self._values: dict[tuple, tuple[object, object]] = {}
-        self._rows: dict[tuple, list[tuple]] = {}  # gauges set together (`_row`)
+        self._done_kids: tuple | None = None  # on_done's children and families (`_done_of`)
+        self._link_values: dict[str, tuple] = {}  # a link's gauge value, family, bandwidth
         self._carried: dict[str, float] = {}  # each link's bytes at the last reading
         self._store_sums: tuple | None = None  # the store's totals summed, last reading
         self._path_sum: float | None = None  # the links' bytes by path summed, likewise
-        # The families written since the recorder last took them (`changed`): it reads
-        # those only, the rest are as it last found them. Every write to the registry
-        # goes through a method that notes its family here.
-        self.touched: set[object] = set()
-        # Histogram child -> buckets observed in (`_observe`), kept only for a recorder
-        # that takes them (`take_observed`); None: not kept.
-        self.observed: dict[object, list[int]] | None = None
 
-    # -- helpers -----------------------------------------------------------------------
-    def take_observed(self) -> dict[object, list[int]]:
-        """The buckets each histogram child counted an observation in since the last call,
-        by position; the recorder's `observed` (OpenMetricsRecorder). The log starts at
-        the first call (the recorder's first reading reads every histogram in full)."""
-        observed, self.observed = self.observed, {}
-        return observed or {}
-
-    def changed(self) -> set[object]:
-        """The families (metric objects) written since the last call, which may have
-        moved; the recorder's `changed` (OpenMetricsRecorder)."""
-        touched, self.touched = self.touched, set()
-        return touched
-
-    def _c(self, name: str, *labels: str):
-        """A child; a new one touches its family (a series came)."""
-        key = (name, *labels)
-        child = self._children.get(key)
-        if child is None:
-            family = self.m[PREFIX + name]
-            self.touched.add(family)
-            child = self._children[key] = family.labels(*self.base, *labels)
-        return child
-
-    def _w(self, name: str, *labels: str):
-        """A child the caller writes to: its family is touched."""
-        self.touched.add(self.m[PREFIX + name])
-        return self._c(name, *labels)
-
-    def _set(self, value: float, name: str, *labels: str) -> None:
-        """Set a gauge, as `Gauge.set` does but without its checks and lock: a reading
-        sets about a hundred of them. Only this thread writes; a scrape reads one float.
-        Its family is touched only when the value moved."""
-        key = (name, *labels)
-        got = self._values.get(key)
-        if got is None:
-            got = self._values[key] = (self._c(name, *labels)._value, self.m[PREFIX + name])
-        v, family = got
-        value = float(value)
-        if v._value != value:
-            v._value = value
-            self.touched.add(family)
-
-    def _row(self, names: tuple[str, ...], labels: tuple[str, ...]) -> list[tuple]:
-        """The value objects and families of gauges `names` under `labels`, for `_put`."""
-        row = self._rows.get((names, labels))
-        if row is None:
-            row = self._rows[names, labels] = [
-                (self._c(name, *labels)._value, self.m[PREFIX + name]) for name in names]
-        return row
-
-    def _put(self, row: list[tuple], numbers) -> None:
-        """Set a row of gauges (`_row`) to `numbers`, as `_set` each."""
-        touched = self.touched
-        for (v, family), value in zip(row, numbers, strict=True):
-            value = float(value)
-            if v._value != value:
-                v._value = value
-                touched.add(family)
-
-    def _add(self, amount: float, name: str, *labels: str) -> None:
-        """Increase a counter by `amount` >= 0 (as `Counter.inc`, without its checks and
-        lock, as `_set`)."""
-        self._w(name, *labels)._value._value += amount
-
-    def _observe(self, value: float, name: str, *labels: str) -> None:
-        """Observe `value` in a histogram, as `Histogram.observe` does (the sum, and the
-        first bucket whose bound is >= value; none for NaN) but finding the bucket by
-        bisection, not a walk over ~150 bounds, and without the locks (as `_set`)."""
-        self._observe_in(self._w(name, *labels), value)
-
-    def _observe_in(self, child, value: float) -> None:
-        """`_observe` on a histogram child (its family touched by the caller)."""
-        child._sum._value += value
-        bounds = child._upper_bounds
-        if value <= bounds[-1]:
-            i = bisect.bisect_left(bounds, value)
-            child._buckets[i]._value += 1
-            if self.observed is not None:
-                self.observed.setdefault(child, []).append(i)
-
-    def _inc_to(self, key: object, total: float, name: str, *labels: str) -> None:
-        """Increase a counter so that it has grown by `total` since the run began (as
-        `Counter.inc` does but without its checks and lock, as `_set`)."""
-        delta = total - self._last.get(key, 0.0)
-        if delta > 0:
-            self._w(name, *labels)._value._value += delta
-            self._last[key] = total
-
+    # -- the run's figures -------------------------------------------------------------
     def _start(self, orch) -> None:
         """Create every series of a closed set at zero, so dashboards see them at once."""
         self._started = True
@@ -239,22 +142,47 @@ class MetricsListener:
         occ = orch.series.tail("decode_occupancy", OSCILLATION_WINDOW_SLOW_PERIODS * per_slow)
         self._set(oscillation_index(occ, per_slow), "oscillation_index")
 
+    def _done_of(self) -> tuple:
+        """The children on_done writes (all but the two it writes rarely), with their
+        families: looked up once, not per call."""
+        def pair(name: str, *labels: str) -> tuple:
+            return self._c(name, *labels), self.m[PREFIX + name]
+
+        return (pair("requests_completed_total"), pair("input_tokens_total"),
+                pair("output_tokens_total"), pair("request_ttft_seconds"),
+                pair("request_itl_seconds"), pair("request_tpot_seconds"),
+                pair("request_e2e_seconds"),
+                [(part, *pair("request_latency_part_seconds", part.key))
+                 for part in LatencyPart])
+
     def on_done(self, orch, req, now_s: float) -> None:
         if not self._started:
             self._start(orch)
         self.observations += 1
-        self._add(1, "requests_completed_total")
-        self._add(req.input_tokens, "input_tokens_total")
-        self._add(req.output_tokens, "output_tokens_total")
+        kids = self._done_kids
+        if kids is None:
+            kids = self._done_kids = self._done_of()
+        completed, inputs, outputs, ttft, itl, tpot, e2e, parts = kids
+        touched, observe = self.touched, self._observe_in
+        for (child, family), amount in ((completed, 1), (inputs, req.input_tokens),
+                                        (outputs, req.output_tokens)):
+            touched.add(family)
+            child._value._value += amount
         if req.ttft_s is not None:
-            self._observe(req.ttft_s, "request_ttft_seconds")
+            touched.add(ttft[1])
+            observe(ttft[0], req.ttft_s)
         tpot_s = req.tpot_s  # the call's mean gap between tokens, as the client sees it
         if tpot_s is not None:
-            self._observe(tpot_s, "request_itl_seconds")
-            self._observe(tpot_s, "request_tpot_seconds")  # the alias
-        self._observe(now_s - req.arrival_s, "request_e2e_seconds")
-        for part in LatencyPart:
-            self._observe(req.parts_s[part], "request_latency_part_seconds", part.key)
+            touched.add(itl[1])
+            observe(itl[0], tpot_s)
+            touched.add(tpot[1])
+            observe(tpot[0], tpot_s)  # the alias
+        touched.add(e2e[1])
+        observe(e2e[0], now_s - req.arrival_s)
+        parts_s = req.parts_s
+        for part, child, family in parts:
+            touched.add(family)
+            observe(child, parts_s[part])
         if req.preemptions:
             self._add(req.preemptions, "requests_preempted_total")
         if req.recomputed_tokens:
@@ -325,6 +253,7 @@ class MetricsListener:
                 self.m[PREFIX + name].remove(*self.base, *labels)
                 self._children.pop((name, *labels), None)
                 self._values.pop((name, *labels), None)
+                self._written.pop((name, *labels), None)
             if vllm:
                 for name in _VLLM_GAUGES:
                     self.touched.add(self.m[name])
@@ -344,15 +273,22 @@ class MetricsListener:
             self._path_sum = sum(by_path.values())
             for path, n in by_path.items():
                 self._inc_to(("path", path), n, "kv_path_bytes_total", path)
-        carried_before = self._carried
+        carried_before, known, touched = self._carried, self._link_values, self.touched
         for name, carried in links.carried_bytes(now_s).items():
             before = carried_before.get(name, 0.0)
             carried_before[name] = carried
-            if period_s > 0 and carried != before:
-                self._set((carried - before) / (links.bandwidth(name) * period_s),
-                          "kv_link_utilisation_ratio", name)
-            elif period_s > 0:
+            if not period_s > 0:
+                continue
+            got = known.get(name)
+            if got is None:  # as _set: the gauge's value object and family, looked up once
                 self._set(0.0, "kv_link_utilisation_ratio", name)
+                got = known[name] = (*self._values["kv_link_utilisation_ratio", name],
+                                     links.bandwidth(name))
+            v, family, bandwidth = got
+            value = (carried - before) / (bandwidth * period_s) if carried != before else 0.0
+            if v._value != value:  # _set, inline: a reading sets every link's
+                v._value = value
+                touched.add(family)
 
     def _storage(self, orch) -> None:
         store = orch.runtime.store

@@ -39,23 +39,26 @@ family once, each label set's points together and in time order, and a
 histogram's buckets, count and sum together in each point: the recorder keeps
 one stream per label set, spilled to a file of its own under `spill_dir` when
 the points held in memory pass `SPILL_VALUES`, and joins them at `write`. The
-same run and base give the same file, byte for byte.
+same run and base give the same file, byte for byte. The writing is
+`OpenMetricsText`'s (`orchestrator.run.openmetrics_text`), the recorder's base.
 """
 
 from __future__ import annotations
 
-import bisect
-import gzip
 import math
 import shutil
 import tempfile
 from array import array
-from itertools import accumulate, chain, islice
-from operator import attrgetter, itemgetter
+from itertools import accumulate
+from operator import attrgetter
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.utils import floatToGoString
+
+from orchestrator.run.openmetrics_text import _EPS_S, OpenMetricsText
+from orchestrator.run.openmetrics_text import open_text as open_text  # read back: re-exported
+from orchestrator.run.openmetrics_text import time_range as time_range
 
 # Under Prometheus' default lookback of 5 minutes (--query.lookback-delta, "Staleness" in
 # https://prometheus.io/docs/prometheus/latest/querying/basics/): a heartbeat lands on the
@@ -68,21 +71,15 @@ HEARTBEAT_S = 285.0
 RATE_HEARTBEAT_S = 30.0
 # Values held in memory across all series before they go to the spill files.
 SPILL_VALUES = 1_600_000  # 12.8 MB of doubles
-# gzip's fastest level: ~20x smaller (the text repeats its names and labels on every line)
-# for a small share of the time taken to write the text.
-GZIP_LEVEL = 1
-_EPS_S = 1e-9  # sample instants are sums of float periods
 _VALUE = attrgetter("_value")  # a prometheus_client value's number, read without its lock
 _NUMBER = attrgetter("_value._value")  # a counter's or a gauge's number, likewise
+_PLUS_ONE = (1.0).__add__  # a count one more (c + 1, without a Python-level call)
+_ONE_KEY = [()]  # the label values of a family without labels (never changed)
 _KINDS = ((Histogram, "histogram"), (Counter, "counter"), (Gauge, "gauge"))
 
 
 def _escape(value: str) -> str:
     return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
-
-
-def _escape_help(text: str) -> str:
-    return text.replace("\\", r"\\").replace("\n", r"\n")
 
 
 def _labels(labels: list[tuple[str, str]]) -> str:
@@ -158,7 +155,7 @@ class _Family:
         if self.labelnames:
             metrics = self.wrapper._metrics
             return list(metrics), list(metrics.values())
-        return [()], [self.wrapper]
+        return _ONE_KEY, [self.wrapper]
 
     def prefixes(self, values: tuple[str, ...]) -> tuple[str, ...]:
         labels = list(zip(self.labelnames, values, strict=True))
@@ -172,7 +169,7 @@ class _Family:
                 f"{self.name}_count{_labels(labels)} ", f"{self.name}_sum{_labels(labels)} ")
 
 
-class OpenMetricsRecorder:
+class OpenMetricsRecorder(OpenMetricsText):
     def __init__(self, registry: CollectorRegistry, interval_s: float,
                  spill_dir: Path | None = None, heartbeat_s: float = HEARTBEAT_S,
                  rate_heartbeat_s: float = RATE_HEARTBEAT_S,
@@ -317,19 +314,23 @@ class OpenMetricsRecorder:
             if unchanged:
                 fam.lazy_s = seen_s  # nothing new: the same series, the same values
                 continue
-            fam.seen()
             if not histogram and not keep_all and keys == fam.keys:
                 # The same series: only those whose value moved take points; the others
-                # are seen until now (`lazy_s`), as an unchanged family's.
+                # are seen until now (`lazy_s`, handed to them by `seen` when the family
+                # is next read in full: a series' own `seen_s` is never later).
                 was, fam.flat = fam.flat, flat
+                lazy_s = fam.lazy_s
                 for i in [i for i, (v, w) in enumerate(zip(flat, was, strict=True)) if v != w]:
                     s = series[keys[i]]
+                    if lazy_s is not None:
+                        s.seen_s = lazy_s
                     if s.seen_s > s.kept_s:
                         self._keep(s, s.values, s.seen_s)  # the last point before the change
                     self._keep(s, (flat[i],), at_s)
                     s.seen_s = seen_s
                 fam.lazy_s = seen_s
                 continue
+            fam.seen()
             fam.keys, fam.flat = keys, flat
             for labels, child in zip(keys, children, strict=True):
                 if histogram and still and labels in series:  # unchanged since last read
@@ -340,7 +341,7 @@ class OpenMetricsRecorder:
                     # The counts so far, one more in each bucket from an observation's up.
                     counts = list(s.values[:-2])
                     for i in buckets.get(child, ()):
-                        counts[i:] = [c + 1 for c in counts[i:]]
+                        counts[i:] = map(_PLUS_ONE, counts[i:])
                     values = (*counts, counts[-1], child._sum._value)
                 elif histogram:
                     counts = tuple(accumulate(map(_VALUE, child._buckets)))
@@ -407,123 +408,6 @@ class OpenMetricsRecorder:
                     del s.buffer[:]
         self._held = 0
 
-    @staticmethod
-    def _records(s: _Series):
-        """(time_s, values or None) of every point kept, in order: spilled, then memory's."""
-        width = 2 + len(s.prefixes)
-
-        def chunks():
-            if s.path is not None and s.path.exists():
-                with s.path.open("rb") as f:
-                    while doubles := array("d", f.read(8 * width * 4096)):  # 4,096 records
-                        yield doubles
-            yield s.buffer
-
-        for doubles in chunks():
-            for k in range(0, len(doubles), width):
-                yield (doubles[k + 1], tuple(doubles[k + 2:k + width]) if doubles[k] else None)
-
-    def _points(self, s: _Series):
-        """(time_s, values) of every point to write: those kept, and between them the
-        heartbeats (a gauge's or a counter's): the last point again at the first reading
-        `heartbeat_s` after it, or (a counter) the first reading with calls in flight
-        `busy_heartbeat_s` after it, until the next point or the series' last reading."""
-        instants, busy = self.instants, self.busy
-        hb, busy_hb = s.heartbeat_s, s.busy_heartbeat_s
-
-        def beat(after_s: float) -> float:
-            i = bisect.bisect_left(instants, after_s + hb - _EPS_S)
-            at = instants[i] if i < len(instants) else math.inf
-            if busy_hb:
-                j = bisect.bisect_left(busy, after_s + busy_hb - _EPS_S)
-                if j < len(busy) and busy[j] < at:
-                    at = busy[j]
-            return at
-
-        # No heartbeat can fall less than the shorter of the two after a point: most
-        # points (a series changing reading after reading) look none up.
-        soonest = (min(hb, busy_hb) if busy_hb else hb) - 2 * _EPS_S
-        last = None
-        for t_s, values in chain(self._records(s), [(s.seen_s, None)]):
-            if last is not None and hb and t_s - last[0] >= soonest:
-                at = beat(last[0])
-                while at < t_s if values is not None else at <= t_s:
-                    yield at, last[1]
-                    at = beat(at)
-            if values is None:
-                last = None
-            else:
-                yield t_s, values
-                last = (t_s, values)
-
-    def lines(self, start_unix_s: float):
-        """The file's text, in pieces: a family's head, or a series' points."""
-        text: dict[float, str] = {}  # a series' values' text, each formatted once
-
-        def shown(v: float) -> str:
-            out = text.get(v)
-            if out is None:
-                out = text[v] = floatToGoString(v)
-            return out
-
-        for fam in self._families:
-            fam.seen()
-            kept = [s for s in fam.series.values() if s.kept_s > -math.inf]
-            if not kept:
-                continue
-            yield f"# HELP {fam.name} {_escape_help(fam.help)}\n# TYPE {fam.name} {fam.kind}\n"
-            for s in kept:
-                text.clear()  # values repeat within a series: memory stays flat
-                if not fam.histogram:  # one line a point, 4,096 points a piece
-                    prefix = s.prefixes[0]
-                    points = self._points(s)
-                    while piece := list(islice(points, 4096)):
-                        yield "".join([f"{prefix}{text.get(v) or shown(v)} "
-                                       f"{start_unix_s + t_s:.3f}\n" for t_s, (v,) in piece])
-                    continue
-                keep = s.informing()
-                prefixes = [s.prefixes[i] for i in keep]
-                pick = itemgetter(*keep) if len(keep) > 1 else None  # a tuple of those values
-                out: list[str] = []
-                # A point's lines but their timestamps, kept while the next point has the
-                # same values (the point before a change, a heartbeat): formatted once, and
-                # only the lines whose value changed (a histogram's buckets above the
-                # observations' since the last point).
-                last_values = last_picked = None
-                body: list[str] = []
-                for t_s, values in self._points(s):
-                    stamp = f" {start_unix_s + t_s:.3f}\n"
-                    if values != last_values:
-                        last_values = values
-                        picked = values if pick is None else pick(values)
-                        if last_picked is None:
-                            body = [p + shown(v) for p, v in zip(prefixes, picked, strict=True)]
-                        else:
-                            body = [line if v == was else p + (text.get(v) or shown(v))
-                                    for p, v, was, line
-                                    in zip(prefixes, picked, last_picked, body, strict=True)]
-                        last_picked = picked
-                    out.append(stamp.join(body))
-                    out.append(stamp)
-                    if len(out) >= 2_000:  # pieces of a few MB: memory stays flat
-                        yield "".join(out)
-                        out.clear()
-                yield "".join(out)
-        yield "# EOF\n"
-
-    def write(self, path: Path, start_unix_s: float) -> None:
-        """The file at `path`: gzip-compressed when its name ends in `.gz` (what --out
-        writes; the same bytes from the same points: no name or time in the header)."""
-        path = Path(path)
-        if path.suffix != ".gz":
-            with path.open("w") as f:
-                f.writelines(self.lines(start_unix_s))
-            return
-        with path.open("wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw,
-                                                   compresslevel=GZIP_LEVEL, mtime=0) as f:
-            for piece in self.lines(start_unix_s):
-                f.write(piece.encode())
-
     def close(self) -> None:
         """Remove the spill files (after `write`, or when the run is abandoned)."""
         if self._spill is not None:
@@ -532,27 +416,3 @@ class OpenMetricsRecorder:
             for fam in self._families:
                 for s in fam.series.values():
                     s.path = None
-
-
-def open_text(path: Path):
-    """A metrics.om file for reading as text, gzip-compressed (`.gz`) or not."""
-    path = Path(path)
-    return gzip.open(path, "rt") if path.suffix == ".gz" else path.open()
-
-
-def time_range(path: Path) -> tuple[float, float] | None:
-    """First and last timestamp of a metrics.om file, or None when it has no samples.
-    Raises ValueError naming the file and line of a sample line without a timestamp."""
-    lo = hi = None
-    with open_text(path) as f:
-        for lineno, line in enumerate(f, 1):
-            if line.startswith("#"):
-                continue
-            try:
-                t = float(line.rsplit(" ", 1)[1])
-            except (IndexError, ValueError):
-                raise ValueError(f"{path}:{lineno}: expected a sample ending in a timestamp, "
-                                 f"got {line.strip()[:80]!r}") from None
-            lo = t if lo is None or t < lo else lo
-            hi = t if hi is None or t > hi else hi
-    return None if lo is None else (lo, hi)

@@ -180,9 +180,10 @@ def write_series_csv(path: Path, series: Series) -> None:
 
 class DecisionFile:
     """Decisions as JSON lines: per decision its fields and `event`, keys sorted, one
-    object a line, flushed as written: the lines structlog's `JSONRenderer(sort_keys=True)`
-    and `PrintLogger` wrote, without a logger bound and a processor chain run per call
-    (a replay logs a decision every few samples)."""
+    object a line: the lines structlog's `JSONRenderer(sort_keys=True)` and `PrintLogger`
+    wrote, without a logger bound and a processor chain run per call (a replay logs a
+    decision every few samples). Buffered, not flushed per line (a system call each): the
+    file sits in the run's temporary directory until the run ends (`run_dir`)."""
 
     def __init__(self, file) -> None:
         self._file = file
@@ -191,7 +192,6 @@ class DecisionFile:
     def info(self, event: str, **fields: object) -> None:
         fields["event"] = event
         self._file.write(self._encode(fields) + "\n")
-        self._file.flush()
 
 
 def decision_logger(path: Path):

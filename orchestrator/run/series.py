@@ -138,6 +138,9 @@ class Series:
     def __post_init__(self) -> None:
         # The latency columns' shared count of records (SparseColumn: one move a record).
         self._breakdown_records = [0]
+        # Records up to the last one standing for other than one sample (a skipped
+        # span's): `tail` of the samples after it reads them as they are.
+        self._spans_end = 0
 
     # Per-period counts and latencies: 0 and NaN in a skipped idle span.
     _PERIOD_COUNTS = ("admitted", "completed")
@@ -160,6 +163,8 @@ class Series:
         self.reason.append(reason)
         self.admit.append(admit)
         self.ticks.append(ticks)
+        if ticks != 1:
+            self._spans_end = len(self.ticks)
 
 
     def add_breakdown(self, done: list[Request]) -> None:
@@ -215,7 +220,7 @@ class Series:
     def tail(self, name: str, samples: int) -> np.ndarray:
         """The last `samples` samples of `name`, expanded from the records they need."""
         ticks = self.ticks
-        if samples > 0 and len(ticks) >= samples and sum(ticks[-samples:]) == samples:
+        if samples > 0 and len(ticks) - samples >= self._spans_end:
             # The last `samples` records are one sample each (no skipped span among them).
             return np.asarray(getattr(self, name)[-samples:], dtype=np.float64)
         need, i = 0, len(ticks)
