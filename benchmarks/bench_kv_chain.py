@@ -54,7 +54,7 @@ def _session(index: int, calls: int) -> list[tuple[tuple[int, ...], tuple[int, .
     base = (index + 1) * 1_000_000
     inputs = []
     ids: tuple[int, ...] = ()
-    for k in range(calls + 1):
+    for _ in range(calls + 1):
         ids = ids + tuple(range(base + len(ids), base + len(ids) + NEW_BLOCKS))
         inputs.append(ids)
         ids = ids + tuple(range(base + len(ids), base + len(ids) + OUT_BLOCKS))
