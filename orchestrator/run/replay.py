@@ -24,7 +24,7 @@ import numpy as np
 
 from orchestrator.control.config import ControlConfig
 from orchestrator.control.observe import ObservationLag
-from orchestrator.control.policies.base import AdmissionPolicy, loop_model_of
+from orchestrator.control.policies.base import AdmissionPolicy, loop_model_of, observed_facts
 from orchestrator.control.predictor import Predictor, PredictorSettings
 from orchestrator.control.realloc import ReallocationPolicy, Reallocator
 from orchestrator.control.router import FillCandidate, PrefixAffinityRouter, RoutingPolicy
@@ -310,7 +310,8 @@ class Orchestrator:
         # An event-driven policy is the engine's own scheduler: it sees its state unlagged.
         self.lag = ObservationLag(0.0 if self._event_driven else self.control.observation_lag_s)
         self.reconfigurer = Reconfigurer(self.runtime, self.cluster, self.weights_per_gpu)
-        self.sampler = Sampler(self.runtime, self.predictor, self.control.fast_period_s)
+        self.sampler = Sampler(self.runtime, self.predictor, self.control.fast_period_s,
+                               facts=observed_facts(self.policy))
         self.fast = FastLoop(queue=self.queue, runtime=self.runtime, policy=self.policy,
                              series=self.series, control=self.control, lag=self.lag,
                              sampler=self.sampler, hbm_peak=self._hbm_peak, host=self,

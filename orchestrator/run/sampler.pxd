@@ -1,4 +1,4 @@
-# Compiled as it is (the lead's build compiles the modules with a .pxd beside them): the
+# Compiled as it is (setup.py compiles the modules with a .pxd beside them): the
 # samples' walks over the workers' states (`Sampler._walk`, `HbmPeak.sample`) run as C.
 # Typing the walk's locals measured no better (its time is in reading the states'
 # attributes, Python objects).

@@ -13,6 +13,7 @@ from itertools import chain
 from operator import is_
 
 from orchestrator.control.observe import Observation, PoolObservation
+from orchestrator.control.policies.base import FILL_BACKLOG, KV_LINKS
 from orchestrator.control.predictor import CompletedCall, Predictor
 from orchestrator.run.sessions import Pending
 from workers.kv_policy import KVPolicy
@@ -28,8 +29,12 @@ class Sampler:
     the period since the last look), `look_still` (no busy time: an unlagged decision's,
     an idle span's next sample) and `idle` (an observation's pools with no busy time)."""
 
-    def __init__(self, runtime: ClusterRuntime, predictor: Predictor, period_s: float) -> None:
+    def __init__(self, runtime: ClusterRuntime, predictor: Predictor, period_s: float,
+                 facts: frozenset[str] = frozenset()) -> None:
         self.runtime, self.predictor, self.period_s = runtime, predictor, period_s
+        # The optional facts the policy reads (orchestrator.control.policies.base,
+        # `observes`): the fill backlogs and the links are walked only for it.
+        self.facts = facts
         self._busy_last: dict[str, float] = {}  # each worker's busy_s at the last look
         # Each pool's last observation, again while its figures repeat: the series shares
         # the pools' row between samples with the same pools (FastLoop._append_row).
@@ -61,7 +66,8 @@ class Sampler:
                        then.decode_draining)
         else:
             figures = self._walk(fill_states, decode_states, self._busy_last)
-        self._link_utilisation = self._links_busiest(now_s)
+        if KV_LINKS in self.facts:
+            self._link_utilisation = self._links_busiest(now_s)
         interactive = sum(p.interactive for p in queue) if queue else 0
         obs = self._observation(now_s, counters, len(queue), interactive, figures,
                                 fill_states, decode_states)
@@ -137,7 +143,7 @@ class Sampler:
         # One pass over the workers: per pool [phase, workers, queued, running, slots, busy, n,
         # backlog tokens, tokens done, busy seconds] (the last three: fill pools' serving
         # workers).
-        backlogs = self.fill_backlog_tokens()
+        backlogs = self.fill_backlog_tokens() if FILL_BACKLOG in self.facts else {}
         pools: dict[str, list] = {}
         fill_queue = fill_running = 0
         decode_loading = decode_running = decode_slots = decode_draining = 0

@@ -11,7 +11,13 @@ import pytest
 from costmodel.model import load_model
 from orchestrator.control.config import ControlConfig
 from orchestrator.control.observe import Observation, PoolObservation
-from orchestrator.control.policies.base import AdmissionReason, loop_model_of
+from orchestrator.control.policies.base import (
+    OPTIONAL_FACTS,
+    AdmissionReason,
+    PluginError,
+    loop_model_of,
+    observed_facts,
+)
 from orchestrator.control.policies.binding import LINK_TARGET, BindingAdmission
 from orchestrator.control.policies.buffered import BufferedAdmission
 from orchestrator.run.replay import Orchestrator
@@ -130,22 +136,27 @@ def test_binding_declares_buffereds_loop():
         BufferedAdmission(config), config)
 
 
-def test_the_sampler_counts_the_fill_workers_tokens_busy_time_and_backlog():
-    """A short run: the fill pools' counters never fall (no worker leaves), the backlog
-    is 0 when nothing is queued or filling, the link figure is a share."""
+def _samples(policy: object, control: ControlConfig) -> list:
     samples = []
 
     class Heard:
         def on_sample(self, orch, o, now_s):
             samples.append(o)
 
-    control = ControlConfig(realloc_enabled=False)
     llama = load_model("llama-3.1-70b")
     orch = Orchestrator(small_cluster().bind(llama), short_agent_sessions(3, 3, seed=2),
-                        BindingAdmission(control), control,
+                        policy, control,
                         LoadOptions(sessions_per_hour=3600, think_scale=0.05), 1,
                         listeners=[Heard()])
     VirtualClock().run(orch.run())
+    return samples
+
+
+def test_the_sampler_counts_the_fill_workers_tokens_busy_time_and_backlog():
+    """A short run: the fill pools' counters never fall (no worker leaves), the backlog
+    is 0 when nothing is queued or filling, the link figure is a share."""
+    control = ControlConfig(realloc_enabled=False)
+    samples = _samples(BindingAdmission(control), control)
     assert samples
     fills = [[p for p in o.pools if p.phase != "decode"] for o in samples]
     totals = [(sum(p.tokens_total for p in f), sum(p.busy_s_total for p in f)) for f in fills]
@@ -158,3 +169,25 @@ def test_the_sampler_counts_the_fill_workers_tokens_busy_time_and_backlog():
     assert any(o.fill_backlog_tokens > 0 for o in samples)
     assert all(0.0 <= o.kv_link_utilisation <= 1.0 + 1e-9 for o in samples)
     assert all(o.predicted_fill_tokens_per_call > 0 for o in samples)
+
+
+def test_the_walked_facts_are_gathered_only_for_a_policy_that_observes_them():
+    """`binding` names the fill backlog and the links in `observes`; `buffered` names
+    neither, so its samples read 0 for both (the walks are not made), the rest alike."""
+    control = ControlConfig(realloc_enabled=False)
+    assert observed_facts(BindingAdmission(control)) == OPTIONAL_FACTS
+    assert observed_facts(BufferedAdmission(control)) == frozenset()
+    plain = _samples(BufferedAdmission(control), control)
+    assert plain and all(o.fill_backlog_tokens == 0 and o.kv_link_utilisation == 0.0
+                         for o in plain)
+    assert any(o.fill_queue > 0 for o in plain)  # there was a backlog it did not walk
+
+
+def test_observes_naming_an_unknown_fact_is_refused_in_one_line():
+    class Odd:
+        name = "odd"
+        observes = frozenset({"fill_backlog", "gpu_temperature"})
+
+    with pytest.raises(PluginError, match=r"odd: observes names unknown facts "
+                                          r"\['gpu_temperature'\]"):
+        observed_facts(Odd())

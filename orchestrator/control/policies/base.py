@@ -21,6 +21,12 @@ The loop model. A policy may declare its linearised open loop,
 `loop_model(config) -> LoopModel | None` (orchestrator.control.stability): the summary
 reports its phase margin and predicted ringing period from it. A policy without the
 method, or whose method returns None, has no model; a model of the wrong shape raises.
+
+The facts that cost a walk. Two of an observation's facts are gathered by walking every
+queued call or every link at each sample: each fill pool's backlog in tokens
+(`PoolObservation.backlog_tokens`) and the busiest KV link's utilisation
+(`Observation.kv_link_utilisation`). The shell gathers them only for a policy that
+names them in its optional `observes` (`OPTIONAL_FACTS`); for any other they read 0.
 """
 
 from __future__ import annotations
@@ -129,6 +135,22 @@ class SkipsIdle(Protocol):
 
     def skip_idle(self, obs: Observation, first_s: float, ticks: int,
                   ) -> AdmissionDecision | None: ...
+
+
+# The facts a policy reads only when it names them in `observes` (module docstring).
+FILL_BACKLOG = "fill_backlog"
+KV_LINKS = "kv_links"
+OPTIONAL_FACTS = frozenset({FILL_BACKLOG, KV_LINKS})
+
+
+def observed_facts(policy: object) -> frozenset[str]:
+    """The optional facts `policy` declares it reads (`observes`), checked."""
+    facts = frozenset(getattr(policy, "observes", ()))
+    unknown = facts - OPTIONAL_FACTS
+    if unknown:
+        raise PluginError(f"{getattr(policy, 'name', policy)!s}: observes names unknown "
+                          f"facts {sorted(unknown)}; known: {sorted(OPTIONAL_FACTS)}")
+    return facts
 
 
 @runtime_checkable

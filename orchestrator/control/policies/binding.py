@@ -35,7 +35,12 @@ from dataclasses import dataclass
 
 from orchestrator.control.config import ControlConfig
 from orchestrator.control.observe import Observation, PoolObservation
-from orchestrator.control.policies.base import AdmissionDecision, AdmissionReason
+from orchestrator.control.policies.base import (
+    FILL_BACKLOG,
+    KV_LINKS,
+    AdmissionDecision,
+    AdmissionReason,
+)
 from orchestrator.control.policies.buffered import BufferedAdmission
 from orchestrator.control.stability import LoopModel
 
@@ -108,6 +113,7 @@ class PoolLoop:
 
 class BindingAdmission(BufferedAdmission):
     name = "binding"
+    observes = frozenset({FILL_BACKLOG, KV_LINKS})  # the walks the shell makes for it
 
     def __init__(self, config: ControlConfig, base_target_batch: int = 4,
                  max_target_batch: int | None = None) -> None:
