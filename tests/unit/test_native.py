@@ -140,5 +140,5 @@ def test_compiled_and_python_give_the_same_replay():
 
 @pytest.mark.slow(seconds=30)
 @pytest.mark.parametrize("name", ["dev113-buffered", "azure4000-retire"])
-def test_compiled_and_python_give_the_same_replay_at_scale(name):
-    _same_both_ways(runs()[name])
+def test_compiled_and_python_give_the_same_replay_at_scale(name, tmp_path):
+    _same_both_ways(runs(tmp_path)[name])  # (tmp_path: where the 16-rack plan would go)
