@@ -21,7 +21,7 @@ import warnings
 from importlib.metadata import entry_points
 
 from orchestrator.control.config import ControlConfig
-from orchestrator.control.policies.base import AdmissionPolicy, PluginError
+from orchestrator.control.policies.base import AdmissionPolicy, PluginError, observed_facts
 
 CONTROLLER_GROUP = "tokenfactory.controllers"
 GROUPS = {"controller": CONTROLLER_GROUP, "reallocator": "tokenfactory.reallocators",
@@ -115,4 +115,5 @@ def load_policy(spec: str, config: ControlConfig, base_target_batch: int = 4) ->
     name = getattr(policy, "name", None)
     if not isinstance(name, str) or not name:
         raise PluginError(f"controller {spec!r}: {type(policy).__name__} has no name")
+    observed_facts(policy)  # an unknown fact named in `observes`: one line, before the run
     return policy

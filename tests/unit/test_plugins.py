@@ -31,6 +31,10 @@ def user_module(tmp_path, monkeypatch):
             def __init__(self, config):
                 pass
 
+        class Sees(Always):
+            name = "sees"
+            observes = frozenset({"fill_backlog", "gpu_temperature"})
+
         class Exploding:
             def __init__(self, config):
                 raise RuntimeError("boom")
@@ -64,6 +68,8 @@ def test_a_users_policy_loads_by_import_path(user_module):
         ("mypolicies:NOT_CALLABLE", "int is not callable"),
         ("mypolicies:NoDecide", "NoDecide has no decide(observation, now_s) method"),
         ("mypolicies:Exploding", "constructing it raised RuntimeError: boom"),
+        ("mypolicies:Sees", "sees: observes names unknown facts ['gpu_temperature']; "
+                            "known: ['fill_backlog', 'kv_links']"),
         ("pid", "unknown controller 'pid'; known: binding, buffered, local, predictive, retire"),
     ],
 )
