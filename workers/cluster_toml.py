@@ -7,17 +7,19 @@ value. The description's types and its binding to a model live in `workers.clust
 from __future__ import annotations
 
 import math
+import tomllib
 from dataclasses import replace
 from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
 from costmodel.errors import CostModelError
-from costmodel.files import read_toml
+from costmodel.files import read_text
 from costmodel.hardware import HardwareSpec, load_hardware
 from costmodel.layout import Layout
 from costmodel.phase import Phase
 from costmodel.precision import Precision
+from costmodel.toml_lines import field_line
 from workers.cluster import (
     GB,
     HANDOFFS,
@@ -371,8 +373,28 @@ def load_cluster(name_or_path: str) -> ClusterSpec:
 
 
 def load_cluster_file(path: Path) -> ClusterSpec:
+    """The cluster a TOML file describes; an error names the file, the line and the field
+    (`FILE:LINE: pools[1].gpus: ...`)."""
     path = Path(path)
-    return cluster_from_dict(read_toml(path, ClusterError), str(path))
+    text = read_text(path, ClusterError)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ClusterError(f"{path}: invalid TOML: {exc}") from None
+    try:
+        return cluster_from_dict(data, str(path))
+    except ClusterError as exc:
+        raise ClusterError(_with_line(str(exc), str(path), text)) from None
+
+
+def _with_line(message: str, where: str, text: str) -> str:
+    """`WHERE: FIELD: what` -> `WHERE:LINE: FIELD: what`, the line where FIELD (or the
+    table holding it) is written; the message as it was when no line is found."""
+    if not message.startswith(f"{where}: "):
+        return message
+    rest = message[len(where) + 2:]
+    line = field_line(text, rest.split(": ", 1)[0])
+    return message if line is None else f"{where}:{line}: {rest}"
 
 
 def with_decode_mtp(spec: ClusterSpec, mtp: int) -> ClusterSpec:
