@@ -71,8 +71,8 @@ def add_run_options(p: argparse.ArgumentParser, controller: bool = True) -> None
                    help="router: a registered name or module:Class (default: prefix-affinity)")
     if controller:
         p.add_argument("--controller", default=DEFAULT_CONTROLLER,
-                       help=f"admission policy: retire, buffered, predictive, local, smith, "
-                            f"smith-pools, binding, another registered name or module:Class "
+                       help=f"admission policy: retire, buffered, predictive, local, smith, binding, "
+                            f"another registered name or module:Class "
                             f"(default: {DEFAULT_CONTROLLER})")
     p.add_argument("--seed", type=non_negative_int, default=0, help="random seed (default %(default)s)")
     p.add_argument("--kv-policy", choices=KV_POLICIES, default=DEFAULT_KV_POLICY.value,
