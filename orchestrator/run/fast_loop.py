@@ -67,6 +67,10 @@ class LoopHost(Protocol):
         """Refuse a call (it is no longer queued)."""
         ...
 
+    def fill_pool(self, pending: Pending) -> str | None:
+        """The fill pool (phase) the router would send a queued call to now."""
+        ...
+
     def notify(self, event: str, *args: object) -> None:
         """Tell the run's listeners (`on_sample`, `on_decision`, `on_skip`)."""
         ...
@@ -129,14 +133,18 @@ class FastLoop:
             return
         self.touched = True  # the next sample must look again
         released: list[Pending] = []
+        limits = decision.pool_limits
+        if limits is not None:
+            limits = dict(limits)  # spent as calls are released
         for pending in list(self.queue):
             if budget <= 0:
                 break
-            if not pending.interactive:
-                if background is not None and background <= 0:
-                    continue
-                if background is not None:
-                    background -= 1
+            if not pending.interactive and background is not None and background <= 0:
+                continue
+            if limits is not None and not self._within(pending, limits):
+                continue
+            if not pending.interactive and background is not None:
+                background -= 1
             released.append(pending)
             budget -= 1
         for pending in released:
@@ -150,6 +158,21 @@ class FastLoop:
                 self._tell_admitted(self.host.counters["admitted"], now_s)
             except Exception as exc:
                 raise plugin_failed("controller", self.policy, exc) from exc
+
+    def _within(self, pending: Pending, limits: dict[str, int]) -> bool:
+        """Whether `pending` may be released under the per-pool caps `limits` (spending
+        one of its pool's): its pool asked of the router again now, unless the pool it
+        was routed to on arrival has no cap left (policies.base, admission per pool)."""
+        if limits.get(pending.fill_pool, 1) <= 0:
+            return False
+        pool = pending.fill_pool = self.host.fill_pool(pending)
+        left = limits.get(pool)
+        if left is None:
+            return True
+        if left <= 0:
+            return False
+        limits[pool] = left - 1
+        return True
 
     def decide_now(self, now_s: float) -> None:
         """An event-driven policy's decision on the cluster as it is now (no lag), applied

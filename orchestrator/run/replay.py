@@ -24,7 +24,12 @@ import numpy as np
 
 from orchestrator.control.config import ControlConfig
 from orchestrator.control.observe import ObservationLag
-from orchestrator.control.policies.base import AdmissionPolicy, loop_model_of, observed_facts
+from orchestrator.control.policies.base import (
+    QUEUE_POOLS,
+    AdmissionPolicy,
+    loop_model_of,
+    observed_facts,
+)
 from orchestrator.control.predictor import Predictor, PredictorSettings
 from orchestrator.control.realloc import ReallocationPolicy, Reallocator
 from orchestrator.control.router import FillCandidate, PrefixAffinityRouter, RoutingPolicy
@@ -141,6 +146,9 @@ class Orchestrator:
         self._event_driven = bool(getattr(policy, "event_driven", False))
         # A policy that decides on every arrival too, on its lagged view (policies.smith).
         self._on_arrival = bool(getattr(policy, "decides_on_arrival", False))
+        # Each arriving call's fill pool is asked of the router only for a policy that
+        # caps admissions per pool (policies.base, `queue_pools`).
+        self._queue_pools = QUEUE_POOLS in observed_facts(policy)
         self.shared_chains = SharedChains()  # what the sessions share (traces.shared_prefix)
         self.kv_policy = kv_policy  # where a call's KV goes when it ends (workers.kv_policy)
         # Keep every token gap's record (workers.token_gaps): a benchmark reads a window.
@@ -181,6 +189,8 @@ class Orchestrator:
         if (req.input_tokens + req.output_tokens > self.max_context_tokens
                 and self._refused_for_context(pending)):
             return pending
+        if self._queue_pools:
+            pending.fill_pool = self.fill_pool(pending)
         self.queue.append(pending)
         self._pending[req.call_id] = pending
         self.wake()
@@ -259,7 +269,23 @@ class Orchestrator:
         return out
 
     def route(self, pending: Pending, now_s: float) -> bool:
-        req = pending.request
+        worker, candidates = self._choose(pending.request)
+        if checked_route(worker, self.router, candidates) is None:
+            return False
+        self.runtime.submit_fill(worker, pending.request, now_s)
+        return True
+
+    def fill_pool(self, pending: Pending) -> str | None:
+        """The fill pool (phase) the router would send `pending` to now, on the prefix
+        cache as it is; None when it would hold the call."""
+        worker, candidates = self._choose(pending.request)
+        for c in candidates:
+            if c.name == worker:
+                return c.phase
+        return None
+
+    def _choose(self, req) -> tuple[str | None, list[FillCandidate]]:
+        """The router's worker for `req` now, and the candidates it chose from."""
         match = self.runtime.store.match(req.block_ids)
         nodes = frozenset()
         resident = None
@@ -273,10 +299,7 @@ class Orchestrator:
             worker = self.router.choose(match.matched_tokens, candidates, nodes)
         except Exception as exc:
             raise plugin_failed("router", self.router, exc) from exc
-        if checked_route(worker, self.router, candidates) is None:
-            return False
-        self.runtime.submit_fill(worker, req, now_s)
-        return True
+        return worker, candidates
 
     def notify(self, event: str, *args: object) -> None:
         if len(self.listeners) != self._hooks_of:  # listeners added: look hooks up again

@@ -22,6 +22,9 @@ class Pending:
     request: Request
     future: asyncio.Future | None  # None: a one-call session's, which nobody awaits
     interactive: bool
+    # The fill pool (phase) the router chose for it on arrival, for a controller that
+    # caps admissions per pool (`queue_pools`); None otherwise.
+    fill_pool: str | None = None
 
 
 def writeback_blocks(call: Call, following: Call | None, call_id: int) -> tuple[int, ...]:

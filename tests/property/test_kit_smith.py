@@ -1,5 +1,6 @@
-"""The kit's properties against the delay-compensated controllers (`smith`, and
-`predictive`, which admits as `smith` does and refuses calls predicted to miss), over the
+"""The kit's properties against the delay-compensated controllers (`smith`; `smith-pools`,
+its fill bound per fill pool; and `predictive`, which admits as `smith` does and refuses
+calls predicted to miss), over the
 kit's perturbations: observation lag 0-5 s and predictor error 0.7-1.3x in the overload
 scenarios (`strategies.overload_scenarios`), traffic up to 1.5x capacity for no loss.
 
@@ -11,6 +12,7 @@ import pytest
 from orchestrator.kit import properties as kit
 
 SMITH = "orchestrator.control.policies.smith:SmithAdmission"
+SMITH_POOLS = "orchestrator.control.policies.smith:SmithPoolsAdmission"
 PREDICTIVE = "predictive"
 
 test_smith_keeps_buffers_bounded = kit.bounded_buffers(SMITH, max_examples=15)
@@ -22,6 +24,13 @@ test_smith_holds_decode_steady_100 = pytest.mark.slow(
     kit.oscillation_below(SMITH, 0.25, max_examples=100))
 test_smith_does_not_starve_decode_100 = pytest.mark.slow(
     kit.starvation_below(SMITH, 0.05, max_examples=100))
+
+test_smith_pools_keeps_buffers_bounded = kit.bounded_buffers(SMITH_POOLS, max_examples=15)
+test_smith_pools_loses_nothing = kit.no_loss(SMITH_POOLS, max_examples=15)
+test_smith_pools_holds_decode_steady = kit.oscillation_below(SMITH_POOLS, 0.25,
+                                                             max_examples=15)
+test_smith_pools_does_not_starve_decode = kit.starvation_below(SMITH_POOLS, 0.05,
+                                                               max_examples=15)
 
 test_predictive_keeps_buffers_bounded = kit.bounded_buffers(PREDICTIVE, max_examples=15)
 test_predictive_loses_nothing = kit.no_loss(PREDICTIVE, max_examples=15)

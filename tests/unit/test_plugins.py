@@ -69,7 +69,7 @@ def test_a_users_policy_loads_by_import_path(user_module):
         ("mypolicies:NoDecide", "NoDecide has no decide(observation, now_s) method"),
         ("mypolicies:Exploding", "constructing it raised RuntimeError: boom"),
         ("mypolicies:Sees", "sees: observes names unknown facts ['gpu_temperature']; "
-                            "known: ['fill_backlog', 'kv_links']"),
+                            "known: ['fill_backlog', 'kv_links', 'queue_pools']"),
         ("pid", "unknown controller 'pid'; known: binding, buffered, local, predictive, retire"),
     ],
 )

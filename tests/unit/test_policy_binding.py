@@ -12,7 +12,8 @@ from costmodel.model import load_model
 from orchestrator.control.config import ControlConfig
 from orchestrator.control.observe import Observation, PoolObservation
 from orchestrator.control.policies.base import (
-    OPTIONAL_FACTS,
+    FILL_BACKLOG,
+    KV_LINKS,
     AdmissionReason,
     PluginError,
     loop_model_of,
@@ -175,7 +176,7 @@ def test_the_walked_facts_are_gathered_only_for_a_policy_that_observes_them():
     """`binding` names the fill backlog and the links in `observes`; `buffered` names
     neither, so its samples read 0 for both (the walks are not made), the rest alike."""
     control = ControlConfig(realloc_enabled=False)
-    assert observed_facts(BindingAdmission(control)) == OPTIONAL_FACTS
+    assert observed_facts(BindingAdmission(control)) == {FILL_BACKLOG, KV_LINKS}
     assert observed_facts(BufferedAdmission(control)) == frozenset()
     plain = _samples(BufferedAdmission(control), control)
     assert plain and all(o.fill_backlog_tokens == 0 and o.kv_link_utilisation == 0.0

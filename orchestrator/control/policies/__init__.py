@@ -16,7 +16,7 @@ from orchestrator.control.policies.buffered import BufferedAdmission
 from orchestrator.control.policies.local import LocalAdmission
 from orchestrator.control.policies.predictive import PredictiveAdmission
 from orchestrator.control.policies.retire import RetireAdmission
-from orchestrator.control.policies.smith import SmithAdmission
+from orchestrator.control.policies.smith import SmithAdmission, SmithPoolsAdmission
 
 
 def make_policy(name: str, config: ControlConfig, base_target_batch: int = 4) -> AdmissionPolicy:
@@ -31,4 +31,5 @@ UnknownPolicyError = PluginError
 
 __all__ = ["AdmissionDecision", "AdmissionPolicy", "AdmissionReason", "BindingAdmission",
            "BufferedAdmission", "LocalAdmission", "PluginError", "PredictiveAdmission",
-           "RetireAdmission", "SmithAdmission", "make_policy"]
+           "RetireAdmission", "SmithAdmission", "SmithPoolsAdmission",
+           "make_policy"]

@@ -27,6 +27,17 @@ queued call or every link at each sample: each fill pool's backlog in tokens
 (`PoolObservation.backlog_tokens`) and the busiest KV link's utilisation
 (`Observation.kv_link_utilisation`). The shell gathers them only for a policy that
 names them in its optional `observes` (`OPTIONAL_FACTS`); for any other they read 0.
+
+Admission per fill pool. A policy that names `queue_pools` in `observes` may cap, per
+fill pool, the calls of a decision's `admit` that the router would send there
+(`AdmissionDecision.pool_limits`, by the pool's phase: "prefill", "midfill", "mixed"): the
+shell releases the queue in order, passing over a call whose pool's cap is spent, so a
+call for an idle pool does not wait behind a binding pool's. A queued call's pool is the
+router's choice for it on the orchestrator's prefix cache as it is (no oracle): asked
+when the call arrives, and again when it is about to be released unless its arrival's
+pool had no cap left (a prefix only grows while its call waits, as earlier calls write
+back, but for evictions). For any other policy the shell asks nothing and
+`pool_limits` must be None.
 """
 
 from __future__ import annotations
@@ -91,6 +102,9 @@ class AdmissionDecision:
     # refused call is predicted (`reject_ttft_above_s`); None: this decision's `admit`
     # over the fast period.
     release_rate_per_s: float | None = None
+    # Of `admit`, at most this many for each fill pool named (by phase; a pool not named:
+    # no cap of its own), the queue released in order (module docstring); None: no caps.
+    pool_limits: dict[str, int] | None = None
 
     def __post_init__(self) -> None:
         # A decision that exists is valid: the run applies it without looking again, so a
@@ -116,6 +130,18 @@ class AdmissionDecision:
                                  or not math.isfinite(rate) or rate <= 0):
             raise DecisionError(f"release_rate_per_s: expected calls a second > 0 "
                                 f"(or None), got {rate!r}")
+        limits = self.pool_limits
+        if limits is not None:
+            if not isinstance(limits, dict):
+                raise DecisionError(f"pool_limits: expected a dict of pool phase to calls "
+                                    f"(or None), got {limits!r}")
+            checked = {}
+            for phase, n in limits.items():
+                if not isinstance(phase, str):
+                    raise DecisionError(f"pool_limits: expected pool phases as keys, "
+                                        f"got {phase!r}")
+                checked[phase] = _integer(f"pool_limits[{phase!r}]", n, 0)
+            set_(self, "pool_limits", checked)
 
 
 class PluginError(ValueError):
@@ -140,7 +166,8 @@ class SkipsIdle(Protocol):
 # The facts a policy reads only when it names them in `observes` (module docstring).
 FILL_BACKLOG = "fill_backlog"
 KV_LINKS = "kv_links"
-OPTIONAL_FACTS = frozenset({FILL_BACKLOG, KV_LINKS})
+QUEUE_POOLS = "queue_pools"  # each queued call's fill pool: `pool_limits` (module docstring)
+OPTIONAL_FACTS = frozenset({FILL_BACKLOG, KV_LINKS, QUEUE_POOLS})
 
 
 def observed_facts(policy: object) -> frozenset[str]:

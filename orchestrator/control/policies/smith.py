@@ -28,7 +28,7 @@ import math
 from orchestrator.control.compensate import PresentEstimate
 from orchestrator.control.config import ControlConfig
 from orchestrator.control.observe import Observation
-from orchestrator.control.policies.base import AdmissionDecision, AdmissionReason
+from orchestrator.control.policies.base import QUEUE_POOLS, AdmissionDecision, AdmissionReason
 from orchestrator.control.stability import LoopModel
 
 # Seconds of predicted completions admitted beyond the decode slots, as buffered's
@@ -73,12 +73,18 @@ class SmithAdmission:
         predicted completions, as local holds them to its free slots."""
         return self.service_rate(obs) * self.cushion_s - self.estimate.in_fill(obs, now_s)
 
+    def rooms(self, obs: Observation, now_s: float) -> tuple[float, float]:
+        """Learn from `obs`; the calls the predicted present leaves room for under the
+        decode target (`target_in_system`) and under the fill bound (`fill_room`)."""
+        self.estimate.observe(obs)
+        present = self.estimate.present_in_system(obs, now_s)
+        return self.target_in_system(obs) - present, self.fill_room(obs, now_s)
+
     def decide(self, obs: Observation | None, now_s: float) -> AdmissionDecision:
         if obs is None:
             return AdmissionDecision(0, AdmissionReason.NO_OBSERVATION)
-        self.estimate.observe(obs)
-        present = self.estimate.present_in_system(obs, now_s)
-        room = int(min(self.target_in_system(obs) - present, self.fill_room(obs, now_s)))
+        decode, fill = self.rooms(obs, now_s)
+        room = int(min(decode, fill))
         if room <= 0:
             return _HOLD
         return AdmissionDecision(room, AdmissionReason.PREDICTED_ROOM)
@@ -90,3 +96,63 @@ class SmithAdmission:
         this loop does not show that."""
         return LoopModel(numerator=(1.0,), denominator=(config.fast_period_s, 0.0),
                          delay_s=0.0, period_s=config.fast_period_s)
+
+
+# A fill pool whose workers were busy at least this share of the time (smoothed over
+# POOL_BUSY_S) has calls queuing at them: `smith-pools` holds its calls to the fill bound.
+# Below it the pool fills a call as it comes (at the binding points of docs/control.md the
+# prefill worker is busy 7-22% of the time, the midfill pool 82-92%).
+POOL_BINDS = 0.5
+POOL_BUSY_S = 10.0
+
+
+class SmithPoolsAdmission(SmithAdmission):
+    """`smith`, with its fill bound applied per fill pool: the calls the router would send
+    to a pool whose workers are busy (POOL_BINDS) are held to the fill bound, the others
+    only to the decode target, so a call for an idle pool is not queued behind a busy
+    pool's calls (the shell releases the queue in order under per-pool caps:
+    policies.base, admission per pool). Each pool's busy share is its lagged
+    `busy_fraction`, smoothed; a pool not yet seen counts as busy. Where every fill pool
+    is busy its decisions are `smith`'s."""
+
+    name = "smith-pools"
+    observes = frozenset({QUEUE_POOLS})
+
+    def __init__(self, config: ControlConfig, cushion_s: float = CUSHION_S) -> None:
+        super().__init__(config, cushion_s)
+        self.busy: dict[str, float] = {}  # each fill phase's busy share, smoothed
+        self._seen_s: float | None = None  # the last observation's time learnt from
+
+    def _learn_busy(self, obs: Observation) -> None:
+        """Each fill phase's busy share (its pools' `busy_fraction`, weighted by their
+        workers), smoothed over POOL_BUSY_S of observation time."""
+        last = self._seen_s
+        if last is not None and obs.time_s <= last:
+            return
+        shares: dict[str, list[float]] = {}
+        for pool in obs.pools:
+            if pool.phase == "decode":
+                continue
+            acc = shares.setdefault(pool.phase, [0.0, 0.0])
+            acc[0] += pool.busy_fraction * pool.workers
+            acc[1] += pool.workers
+        keep = 0.0 if last is None else math.exp(-(obs.time_s - last) / POOL_BUSY_S)
+        for phase, (busy, workers) in shares.items():
+            share = busy / workers if workers else 1.0
+            old = self.busy.get(phase)
+            self.busy[phase] = share if old is None else share + keep * (old - share)
+        self._seen_s = obs.time_s
+
+    def decide(self, obs: Observation | None, now_s: float) -> AdmissionDecision:
+        if obs is None:
+            return AdmissionDecision(0, AdmissionReason.NO_OBSERVATION)
+        self._learn_busy(obs)
+        idle = [phase for phase, share in self.busy.items() if share < POOL_BINDS]
+        if not idle:
+            return super().decide(obs, now_s)
+        decode, fill = self.rooms(obs, now_s)
+        room = int(decode)
+        if room <= 0:
+            return _HOLD
+        limits = {phase: max(0, int(fill)) for phase in self.busy if phase not in idle}
+        return AdmissionDecision(room, AdmissionReason.PREDICTED_ROOM, pool_limits=limits)
