@@ -10,6 +10,17 @@ cdef class _Flow:
     cdef public double start_at
     cdef public double end_at
 
+cdef class _LinkState:
+    cdef public str name
+    cdef public double bytes_per_s
+    cdef public Py_ssize_t n
+    cdef public list groups
+    cdef public double spare
+    cdef public Py_ssize_t count
+    cdef public double load
+    cdef public long long stamp
+    cdef public long long step
+
 cdef class _Group:
     cdef public tuple route
     cdef public Py_ssize_t n
@@ -28,7 +39,9 @@ cdef class Fabric:
     cdef public dict _links
     cdef public dict _flows
     cdef public dict _groups
-    cdef public dict _crossing
+    cdef public dict _states
+    cdef public long long _stamp
+    cdef public long long _step
     cdef public object _next_id
     cdef public double now_s
     cdef public double _based_s
@@ -43,8 +56,12 @@ cdef class Fabric:
     cdef public dict _paths
     cdef public dict _sharings
 
-    @cython.locals(group=_Group, flow=_Flow, finish_s=cython.double, end_at=cython.double,
-                   k=Py_ssize_t, left=Py_ssize_t)
+    @cython.locals(group=_Group, state=_LinkState, at=cython.double, dt=cython.double,
+                   route=tuple, size=cython.double)
+    cpdef list start_many(self, double now_s, object flows)
+
+    @cython.locals(group=_Group, flow=_Flow, state=_LinkState, finish_s=cython.double,
+                   end_at=cython.double, k=Py_ssize_t, gone=cython.bint)
     cpdef list advance(self, double now_s)
 
     @cython.locals(group=_Group, at=cython.double, rate=cython.double,
@@ -53,9 +70,12 @@ cdef class Fabric:
                    key_parts=list)
     cpdef _share(self)
 
-    @cython.locals(group=_Group, n=Py_ssize_t, share=cython.double, load=cython.double)
+    @cython.locals(group=_Group, state=_LinkState, n=Py_ssize_t, _j=Py_ssize_t,
+                   share=cython.double, load=cython.double)
     cpdef tuple _work_out_sharing(self, tuple key)
 
-    @cython.locals(group=_Group, n=Py_ssize_t, count=Py_ssize_t, share=cython.double,
-                   left=cython.double, then=cython.double)
+    @cython.locals(group=_Group, link=_LinkState, state=_LinkState, n=Py_ssize_t, _j=Py_ssize_t,
+                   count=Py_ssize_t, share=cython.double, left=cython.double,
+                   then=cython.double, stamp=cython.longlong, step=cython.longlong,
+                   moved=list, heap=list)
     cpdef _fill(self)

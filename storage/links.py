@@ -60,7 +60,28 @@ class Link:
                              f"got {self.bytes_per_s!r}")
 
 
-_Route = tuple[tuple[str, ...], float, dict[str, tuple[float, str]], int]
+class _LinkState:
+    """A link in use by some path: the flows in flight crossing it and the groups (paths
+    in flight) crossing it, in the order they came into use, kept as flows start and
+    finish; and the progressive filling's working figures for it."""
+
+    __slots__ = ("bytes_per_s", "count", "groups", "load", "n", "name", "spare", "stamp",
+                 "step")
+
+    def __init__(self, link: Link) -> None:
+        self.name = link.name
+        self.bytes_per_s = link.bytes_per_s
+        self.n = 0  # flows in flight crossing it
+        self.groups: list[_Group] = []  # the groups in flight crossing it, oldest first
+        self.spare = 0.0  # the filling's: bandwidth not yet given out
+        self.count = 0  # the filling's: flows crossing it whose rate is not fixed yet
+        self.load = 0.0  # the filling's: bandwidth in use at its rates
+        self.stamp = 0  # the filling that last set it up
+        self.step = 0  # the filling's step that last changed its share
+
+
+_Route = tuple[tuple[str, ...], float, dict[str, tuple[float, str]], int,
+               tuple[_LinkState, ...]]
 
 
 class _Flow:
@@ -72,7 +93,8 @@ class _Flow:
 
     def __init__(self, fid: int, route: _Route, size_bytes: float, start_at: float) -> None:
         self.fid = fid
-        self.route = route  # its path's links, narrowest bandwidth, narrowest others, number
+        self.route = route  # its path's links, narrowest bandwidth, narrowest others,
+        # number, links' states
         self.size_bytes = size_bytes
         self.start_at = start_at  # its group's clock when it started
         self.end_at = start_at + size_bytes  # its group's clock when it is done
@@ -139,7 +161,10 @@ class Fabric:
         self._flows: dict[int, _Flow] = {}
         # Path number -> its flows in flight, in the order the paths came into use.
         self._groups: dict[int, _Group] = {}
-        self._crossing: dict[str, int] = {}  # flows in flight per busy link
+        # Per link in use by some path, its flows and groups in flight (`_LinkState`).
+        self._states: dict[str, _LinkState] = {}
+        self._stamp = 0  # the fillings so far
+        self._step = 0  # the fillings' steps so far
         self._next_id = 0
         self.now_s = 0.0
         # When the groups' clocks were last set (at the last start or finish: their
@@ -210,20 +235,22 @@ class Fabric:
         if now_s != self.now_s or self.next_s <= now_s:
             self._finished = self.advance(now_s)
         first = fid = self._next_id
-        in_flight, groups, crossing = self._flows, self._groups, self._crossing
+        in_flight, groups = self._flows, self._groups
         dt = self.now_s - self._based_s
         for route, size in new:
             key = route[3]  # its path's number
             group = groups.get(key)
             if group is None:
                 group = groups[key] = _Group(route)
+                for state in route[4]:
+                    state.groups.append(group)
             at = group.at(dt)  # the clock now, as `_share` sets it
             flow = in_flight[fid] = _Flow(fid, route, size, at)
             heappush(group.ends, (flow.end_at, fid))
             group.n += 1
             group.starts += at
-            for name in route[0]:
-                crossing[name] = crossing.get(name, 0) + 1
+            for state in route[4]:
+                state.n += 1
             fid += 1
         self._next_id = fid
         self._share()
@@ -243,8 +270,12 @@ class Fabric:
             others = {name: min(b for b in bandwidths if b[1] != name)
                       for name in links if len(links) > 1}
             number = len(self._paths)
+            states = self._states
+            for name in links:
+                if name not in states:
+                    states[name] = _LinkState(self._links[name])
             known = self._paths[path] = (links, min(bw for bw, _ in bandwidths), others,
-                                         number)
+                                         number, tuple([states[name] for name in links]))
             self._ended_bytes.append(0.0)
             link_paths = self._link_paths
             for name in links:
@@ -263,7 +294,6 @@ class Fabric:
         while flows and self.next_s <= now_s:
             finish_s = self.next_s
             groups, ended, moved = self._groups, self._ended_bytes, self._ended_moved
-            crossing = self._crossing
             finished: list[int] = []
             for group in self._due:  # the groups whose first flow finishes now
                 ends = group.ends
@@ -279,15 +309,15 @@ class Fabric:
                     finished.append(fid)
                     k += 1
                 group.n -= k
-                if group.n == 0:
+                gone = group.n == 0
+                if gone:
                     del groups[route[3]]
                 for name in links:
                     moved[name] = None
-                    left = crossing[name] - k
-                    if left == 0:
-                        del crossing[name]
-                    else:
-                        crossing[name] = left
+                for state in route[4]:
+                    state.n -= k
+                    if gone:
+                        state.groups.remove(group)
             if len(finished) > 1:
                 finished.sort()  # start order
             for fid in finished:
@@ -406,18 +436,25 @@ class Fabric:
     def _work_out_sharing(self, key: tuple[int, ...]
                           ) -> tuple[tuple[float, ...], dict[str, float]]:
         """The max-min fair rate of each group's flows (in the groups' order) and the load
-        on every busy link at them, kept under `key` (the groups' paths and flows)."""
+        on every busy link at them, kept under `key` (the groups' paths and flows). A
+        link's load adds its flows' rates one by one, its paths in their order."""
         groups = self._groups.values()
         self._fill()
-        loads: dict[str, float] = {}
+        for group in groups:
+            for state in group.route[4]:
+                state.load = 0.0
         for group in groups:
             share = group.share
             n = group.n
-            for name in group.route[0]:
-                load = loads.get(name, 0.0)
-                for _ in range(n):  # once a flow, as adding up the flows' rates does
+            for state in group.route[4]:
+                load = state.load
+                for _j in range(n):  # once a flow, as adding up the flows' rates does
                     load += share
-                loads[name] = load
+                state.load = load
+        loads: dict[str, float] = {}
+        for group in groups:
+            for state in group.route[4]:
+                loads[state.name] = state.load
         if len(self._sharings) >= SHARINGS_KEPT:
             self._sharings.clear()
         sharing = self._sharings[key] = (tuple([group.share for group in groups]), loads)
@@ -431,63 +468,53 @@ class Fabric:
         flow, as filling over the flows takes it off: the same rates to the last bit.)
         Sets each group's `share`.
 
-        A path whose links carry only its own flows runs each at its narrowest link's
-        bandwidth over their number, what the filling would give them, and fixing them
-        changes no other path's share: only the paths crossing a link shared with
-        another path are filled; `_crossing` counts the flows on each busy link.
-
         The links wait in a heap by (equal share, name), the smallest first (the first
         name on a tie), as a minimum over them all would pick: an entry is pushed
         whenever a link's share changes, and one whose link is fixed or whose share
-        moved since is passed over. Picking costs a logarithm of the busy links."""
-        crossing = self._crossing
-        unfixed: dict[str, list[_Group]] = {}  # per link, the groups crossing it
-        counts: dict[str, int] = {}  # per link, the unfixed flows crossing it
+        moved since is passed over. Picking costs a logarithm of the busy links. Each
+        link's figures and its groups in flight are kept on its `_LinkState`: the
+        filling makes no table of its own."""
+        self._stamp += 1
+        stamp = self._stamp
+        heap: list[tuple[float, str, _LinkState]] = []
         for group in self._groups.values():
-            links = group.route[0]
-            n = group.n
-            for name in links:
-                if crossing[name] > n:
-                    break
-            else:  # its links are its own
-                group.share = group.route[1] / n  # its narrowest link's bandwidth
-                continue
             group.share = -1.0  # not fixed yet
-            for name in links:
-                on = unfixed.get(name)
-                if on is None:
-                    unfixed[name] = [group]
-                    counts[name] = n
-                else:
-                    on.append(group)
-                    counts[name] += n
-        if not unfixed:
-            return
-        spare = {name: self._links[name].bytes_per_s for name in unfixed}
-        heap = [(spare[name] / counts[name], name) for name in unfixed]
+            for state in group.route[4]:
+                if state.stamp != stamp:
+                    state.stamp = stamp
+                    state.spare = state.bytes_per_s
+                    state.count = state.n
+                    heap.append((state.spare / state.count, state.name, state))
         heapify(heap)
+        step = self._step
         while heap:
-            then, name = heappop(heap)
-            count = counts[name]
-            if count == 0 or spare[name] / count != then:
+            then, _, link = heappop(heap)
+            count = link.count
+            if count == 0 or link.spare / count != then:
                 continue  # fixed, or its share moved (a later entry holds it)
-            share = max(0.0, spare[name] / count)
-            moved: dict[str, None] = {}  # the links whose share this changes, in order
-            for group in unfixed[name]:
+            share = link.spare / count
+            if not share > 0.0:  # max(0.0, share)
+                share = 0.0
+            step += 1
+            moved: list[_LinkState] = []  # the links whose share this changes, in order
+            for group in link.groups:
                 if group.share >= 0.0:
                     continue  # fixed on another link
                 group.share = share
                 n = group.n
-                for other in group.route[0]:
-                    left = spare[other]
-                    for _ in range(n):  # once a flow: the very floats filling flows gives
+                for state in group.route[4]:
+                    left = state.spare
+                    for _j in range(n):  # once a flow: the very floats filling flows gives
                         left -= share
-                    spare[other] = left
-                    if other != name:
-                        counts[other] -= n
-                        moved[other] = None
-            counts[name] = 0
-            for other in moved:
-                count = counts[other]
+                    state.spare = left
+                    if state is not link:
+                        state.count -= n
+                        if state.step != step:
+                            state.step = step
+                            moved.append(state)
+            link.count = 0
+            for state in moved:
+                count = state.count
                 if count:
-                    heappush(heap, (spare[other] / count, other))
+                    heappush(heap, (state.spare / count, state.name, state))
+        self._step = step
