@@ -14,10 +14,21 @@ from event to event in closed form: `advance(now_s)` finishes, in order, every
 flow whose last byte crosses by `now_s`, re-sharing the links after each. The
 fabric is pure: the async shell asks `next_finish_s()` when to wake.
 
-The max-min fair rates and the links' loads depend only on the paths of the
-flows in flight (the bandwidths are fixed), and a cluster's copies take a few
-paths over and over: the sharing is kept per sequence of paths in flight
-(most re-shares find theirs already worked out), in a bounded table.
+Flows on the same path get the same max-min rate, so the fabric works per path
+in flight (a "group"), as a processor-sharing queue does: the filling runs over
+the paths with their numbers of flows, and each group keeps a clock, the bytes
+each of its flows moved since the group was made, running at the group's rate.
+A flow is done when its group's clock reaches where it stood at the flow's start
+plus the flow's size; each group keeps its flows' ends in a heap, and the next
+finish is the earliest over the groups. A start or a finish sets each group's
+clock and rate afresh: its cost is the paths in flight, not the flows (hundreds
+of copies share a cluster of 16 racks' links at the essay's load, over far fewer
+paths).
+
+The max-min fair rates and the links' loads depend only on the paths in flight
+and their numbers of flows (the bandwidths are fixed), and a cluster's copies take
+a few paths over and over: the sharing is kept per sequence of (path, flows) in
+flight (many re-shares find theirs already worked out), in a bounded table.
 """
 
 from __future__ import annotations
@@ -49,23 +60,44 @@ class Link:
                              f"got {self.bytes_per_s!r}")
 
 
-_Route = tuple[tuple[str, ...], float, dict[str, tuple[float, str]], int]
+class _LinkState:
+    """A link in use by some path: the flows in flight crossing it and the groups (paths
+    in flight) crossing it, in the order they came into use, kept as flows start and
+    finish; and the progressive filling's working figures for it."""
+
+    __slots__ = ("bytes_per_s", "count", "groups", "load", "n", "name", "spare", "stamp",
+                 "step")
+
+    def __init__(self, link: Link) -> None:
+        self.name = link.name
+        self.bytes_per_s = link.bytes_per_s
+        self.n = 0  # flows in flight crossing it
+        self.groups: list[_Group] = []  # the groups in flight crossing it, oldest first
+        self.spare = 0.0  # the filling's: bandwidth not yet given out
+        self.count = 0  # the filling's: flows crossing it whose rate is not fixed yet
+        self.load = 0.0  # the filling's: bandwidth in use at its rates
+        self.stamp = 0  # the filling that last set it up
+        self.step = 0  # the filling's step that last changed its share
+
+
+_Route = tuple[tuple[str, ...], float, dict[str, tuple[float, str]], int,
+               tuple[_LinkState, ...]]
 
 
 class _Flow:
-    """A copy in flight. What its path gives is kept once per path (`Fabric._path`) and
-    read only when a sharing is worked out: a flow is made with three fields. (A plain
-    class, not a dataclass: links.pxd compiles it to a typed extension type.)"""
+    """A copy in flight: its place on its path's clock (`_Group`), where it started and
+    where it ends (start + size). (A plain class, not a dataclass: links.pxd compiles it
+    to a typed extension type.)"""
 
-    __slots__ = ("fid", "rate_bytes_per_s", "remaining_bytes", "route", "size_bytes")
+    __slots__ = ("end_at", "fid", "route", "size_bytes", "start_at")
 
-    def __init__(self, fid: int, route: _Route, size_bytes: float,
-                 remaining_bytes: float, rate_bytes_per_s: float = 0.0) -> None:
+    def __init__(self, fid: int, route: _Route, size_bytes: float, start_at: float) -> None:
         self.fid = fid
-        self.route = route  # its path's links, narrowest bandwidth, narrowest others, number
+        self.route = route  # its path's links, narrowest bandwidth, narrowest others,
+        # number, links' states
         self.size_bytes = size_bytes
-        self.remaining_bytes = remaining_bytes
-        self.rate_bytes_per_s = rate_bytes_per_s
+        self.start_at = start_at  # its group's clock when it started
+        self.end_at = start_at + size_bytes  # its group's clock when it is done
 
     @property
     def path(self) -> tuple[str, ...]:
@@ -80,13 +112,41 @@ class _Flow:
     @property
     def narrowest_other(self) -> dict[str, tuple[float, str]]:
         """Per link of the path: (bandwidth, name) of the narrowest of the path's other
-        links (absent for a one-link path): what the flow is offered off a shared link."""
+        links (absent for a one-link path)."""
         return self.route[2]
 
     @property
     def path_key(self) -> int:
         """Its path's number: equal paths in the same order share the same way."""
         return self.route[3]
+
+
+class _Group:
+    """The flows in flight on one path: they all run at the same max-min rate, so they
+    share one clock, `at_bytes` (the bytes each of them moved since the group was made;
+    it stood there at the fabric's `_based_s` and runs on at `rate_bytes_per_s`). A flow
+    is done when the clock reaches its `end_at`; the group keeps its flows' ends in a
+    heap (the first one first, start order on a tie)."""
+
+    __slots__ = ("at_bytes", "ends", "n", "rate_bytes_per_s", "route", "share", "starts")
+
+    def __init__(self, route: _Route) -> None:
+        self.route = route
+        self.n = 0  # flows in flight on the path
+        self.at_bytes = 0.0
+        self.rate_bytes_per_s = 0.0  # each flow's
+        self.ends: list[tuple[float, int]] = []  # (end_at, flow id), a heap
+        self.starts = 0.0  # its flows' start_at added up (their bytes moved: n x clock - this)
+        self.share = 0.0  # the rate the sharing being worked out gives each flow
+
+    def at(self, dt: float) -> float:
+        """The clock `dt` seconds after the fabric's `_based_s`."""
+        return self.at_bytes + self.rate_bytes_per_s * dt
+
+    def moved(self, dt: float) -> float:
+        """The bytes its flows in flight moved, `dt` seconds after `_based_s`."""
+        moved = self.n * (self.at_bytes + self.rate_bytes_per_s * dt) - self.starts
+        return moved if moved > 0.0 else 0.0
 
 
 class Fabric:
@@ -99,10 +159,17 @@ class Fabric:
                 raise ValueError(f"Fabric: link {link.name!r} is listed twice")
             self._links[link.name] = link
         self._flows: dict[int, _Flow] = {}
-        self._keys: dict[int, int] = {}  # flow id -> its path's number, for the flows in flight
-        self._crossing: dict[str, int] = {}  # flows in flight per busy link
+        # Path number -> its flows in flight, in the order the paths came into use.
+        self._groups: dict[int, _Group] = {}
+        # Per link in use by some path, its flows and groups in flight (`_LinkState`).
+        self._states: dict[str, _LinkState] = {}
+        self._stamp = 0  # the fillings so far
+        self._step = 0  # the fillings' steps so far
         self._next_id = 0
         self.now_s = 0.0
+        # When the groups' clocks were last set (at the last start or finish: their
+        # rates hold from there on).
+        self._based_s = 0.0
         # Bytes of the finished flows per path's number (a link's are its paths' added
         # up when read); the flows in flight add what they moved.
         self._ended_bytes: list[float] = []
@@ -117,16 +184,16 @@ class Fabric:
         self._ended_moved: dict[str, None] = {}
         self._finished: list[tuple[int, float]] = []
         # The earliest flow's finish at today's rates (inf with no flow in flight; read
-        # it, do not change it), and the flows finishing then, in start order.
+        # it, do not change it), and the groups whose first flow finishes then.
         self.next_s = math.inf
-        self._due: list[int] = []
+        self._due: list[_Group] = []
         # Bandwidth in use per busy link at today's rates (read it, do not change it).
         self.loads: dict[str, float] = {}
         # A path as given -> (its links, each once; its narrowest bandwidth; per link, the
         # narrowest other link; its number).
         self._paths: dict[tuple[str, ...], _Route] = {}
-        # The paths' numbers of the flows in flight, in start order -> their rates in that
-        # order and the load on every busy link.
+        # The (path's number, flows) of the groups in flight, in their order -> each
+        # group's rate in that order and the load on every busy link.
         self._sharings: dict[tuple[int, ...], tuple[tuple[float, ...], dict[str, float]]] = {}
 
     def link(self, name: str) -> Link:
@@ -154,8 +221,7 @@ class Fabric:
                    ) -> list[int]:
         """Several copies `(path, size_bytes)` begin at `now_s` (the links are shared
         out once for all); returns their flow ids."""
-        new: list[_Flow] = []
-        first = fid = self._next_id
+        new: list[tuple[_Route, float]] = []
         paths = self._paths
         for path, size_bytes in flows:
             path = tuple(path)
@@ -165,18 +231,28 @@ class Fabric:
             if not (math.isfinite(size_bytes) and size_bytes >= 0):
                 raise ValueError(f"Fabric.start: size_bytes must be finite and >= 0, "
                                  f"got {size_bytes!r}")
-            size = float(size_bytes)
-            new.append(_Flow(fid, route, size, size))
-            fid += 1
+            new.append((route, float(size_bytes)))
         if now_s != self.now_s or self.next_s <= now_s:
             self._finished = self.advance(now_s)
+        first = fid = self._next_id
+        in_flight, groups = self._flows, self._groups
+        dt = self.now_s - self._based_s
+        for route, size in new:
+            key = route[3]  # its path's number
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = _Group(route)
+                for state in route[4]:
+                    state.groups.append(group)
+            at = group.at(dt)  # the clock now, as `_share` sets it
+            flow = in_flight[fid] = _Flow(fid, route, size, at)
+            heappush(group.ends, (flow.end_at, fid))
+            group.n += 1
+            group.starts += at
+            for state in route[4]:
+                state.n += 1
+            fid += 1
         self._next_id = fid
-        in_flight, keys, crossing = self._flows, self._keys, self._crossing
-        for flow in new:
-            in_flight[flow.fid] = flow
-            keys[flow.fid] = flow.route[3]  # its path's number
-            for name in flow.route[0]:
-                crossing[name] = crossing.get(name, 0) + 1
         self._share()
         return list(range(first, fid))
 
@@ -194,8 +270,12 @@ class Fabric:
             others = {name: min(b for b in bandwidths if b[1] != name)
                       for name in links if len(links) > 1}
             number = len(self._paths)
+            states = self._states
+            for name in links:
+                if name not in states:
+                    states[name] = _LinkState(self._links[name])
             known = self._paths[path] = (links, min(bw for bw, _ in bandwidths), others,
-                                         number)
+                                         number, tuple([states[name] for name in links]))
             self._ended_bytes.append(0.0)
             link_paths = self._link_paths
             for name in links:
@@ -204,7 +284,7 @@ class Fabric:
 
     def advance(self, now_s: float) -> list[tuple[int, float]]:
         """Progress every flow to `now_s`; returns `(flow id, finish time)` of the flows
-        that finished, in finishing order."""
+        that finished, in finishing order (start order on a tie)."""
         done = self._finished
         if done:
             self._finished = []
@@ -213,39 +293,42 @@ class Fabric:
         flows = self._flows
         while flows and self.next_s <= now_s:
             finish_s = self.next_s
-            keys, ended, moved = self._keys, self._ended_bytes, self._ended_moved
-            crossing = self._crossing
-            for fid in self._due:  # the flows whose finish is the earliest
-                flow = flows.pop(fid)
-                route = flow.route
-                ended[route[3]] += flow.size_bytes  # by its path's number
-                for name in route[0]:
+            groups, ended, moved = self._groups, self._ended_bytes, self._ended_moved
+            finished: list[int] = []
+            for group in self._due:  # the groups whose first flow finishes now
+                ends = group.ends
+                end_at = ends[0][0]
+                route = group.route
+                links = route[0]
+                k = 0
+                while ends and ends[0][0] == end_at:  # and those ending with it
+                    fid = heappop(ends)[1]
+                    flow = flows.pop(fid)
+                    ended[route[3]] += flow.size_bytes  # by its path's number
+                    group.starts -= flow.start_at
+                    finished.append(fid)
+                    k += 1
+                group.n -= k
+                gone = group.n == 0
+                if gone:
+                    del groups[route[3]]
+                for name in links:
                     moved[name] = None
-                    if crossing[name] == 1:
-                        del crossing[name]
-                    else:
-                        crossing[name] -= 1
-                del keys[fid]
+                for state in route[4]:
+                    state.n -= k
+                    if gone:
+                        state.groups.remove(group)
+            if len(finished) > 1:
+                finished.sort()  # start order
+            for fid in finished:
                 done.append((fid, finish_s))
-            # The others move to finish_s (never before the fabric's now_s) as they
-            # take their new shares.
-            dt = finish_s - self.now_s
             self.now_s = finish_s
-            self._share(dt)
-        if now_s != self.now_s:  # every flow moves on to now_s
-            dt = now_s - self.now_s
-            if dt < 0.0:
+            self._share()
+        if now_s != self.now_s:  # every flow moves on to now_s (the groups' clocks run)
+            if now_s < self.now_s:
                 raise ValueError(f"Fabric: time went back from {self.now_s} to {now_s}")
-            self._move(dt)
             self.now_s = now_s
         return done
-
-    def _move(self, dt: float) -> None:
-        """Every flow in flight moves on by `dt` at its rate."""
-        for flow in self._flows.values():
-            left = flow.remaining_bytes
-            moved = flow.rate_bytes_per_s * dt
-            flow.remaining_bytes = left - (moved if moved < left else left)
 
     def next_finish_s(self) -> float | None:
         """When the next flow finishes at today's rates (None with no flow in flight)."""
@@ -256,10 +339,12 @@ class Fabric:
         return self.next_s
 
     def rate(self, flow_id: int) -> float:
-        return self._flows[flow_id].rate_bytes_per_s
+        return self._groups[self._flows[flow_id].route[3]].rate_bytes_per_s
 
     def remaining_bytes(self, flow_id: int) -> float:
-        return self._flows[flow_id].remaining_bytes
+        flow = self._flows[flow_id]
+        left = flow.end_at - self._groups[flow.route[3]].at(self.now_s - self._based_s)
+        return left if left > 0.0 else 0.0
 
     def in_flight(self) -> int:
         return len(self._flows)
@@ -268,23 +353,25 @@ class Fabric:
         """Bytes that crossed link `name` up to `now_s`: utilisation over a span is the
         difference between two readings over bandwidth x span."""
         self.link(name)
-        return self._ended_sum(name) + sum(f.size_bytes - f.remaining_bytes
-                                           for f in self._flows.values() if name in f.path)
+        dt = self.now_s - self._based_s
+        carried = self._ended_sum(name)
+        for group in self._groups.values():
+            if name in group.route[0]:
+                carried += group.moved(dt)
+        return carried
 
     def carried_bytes_moved(self) -> dict[str, float]:
         """`carried_bytes` of every link whose figure may have moved since the last call:
         the links of the flows in flight and of the flows finished since (every other
         link reads as it did then), the same figures to the last bit, in one pass over
-        the flows in flight."""
-        in_flight: dict[str, float] = {}  # per link, its flows' bytes moved, in start order
-        for f in self._flows.values():
-            moved = f.size_bytes - f.remaining_bytes
-            for name in f.route[0]:
-                in_flight[name] = in_flight.get(name, 0) + moved
+        the paths in flight."""
+        dt = self.now_s - self._based_s
         out = {name: self._ended_sum(name) for name in self._ended_moved}
         self._ended_moved = {}
-        for name, moved in in_flight.items():
-            out[name] = (out[name] if name in out else self._ended_sum(name)) + moved
+        for group in self._groups.values():
+            moved = group.moved(dt)
+            for name in group.route[0]:
+                out[name] = (out[name] if name in out else self._ended_sum(name)) + moved
         return out
 
     def _ended_sum(self, name: str) -> float:
@@ -297,39 +384,41 @@ class Fabric:
 
     def load_bytes_per_s(self, name: str) -> float:
         """Bandwidth in use on link `name` now."""
-        return sum(f.rate_bytes_per_s for f in self._flows.values() if name in f.path)
+        return self.loads.get(name, 0.0)
 
-    def _share(self, dt: float = 0.0) -> None:
-        """Max-min fair rates, then each flow's finish at them (they hold until the next
-        start or finish: the flows' finishes move only here), the earliest finish, the
-        flows due then and the load on every busy link. With `dt` > 0 (after a finish),
-        each flow in flight first moves on by `dt` at its old rate, up to `now_s`, in the
-        same pass (the flows that finished are gone: their bytes left are read no more)."""
-        flows = self._flows
-        if not flows:  # the fabric emptied (a fifth of the re-shares on the dev traces)
+    def _share(self) -> None:
+        """At `now_s`, after a start or a finish: every group's clock runs on to now at its
+        old rate and takes its new max-min fair rate; then the earliest finish (each
+        group's first flow's), the groups due then and the load on every busy link. The
+        cost is the paths in flight, not the flows."""
+        groups = self._groups
+        now_s = self.now_s
+        dt = now_s - self._based_s
+        self._based_s = now_s
+        if not groups:  # the fabric emptied
             self.loads = _NO_LOADS
             self.next_s = _INF
             self._due = []
             return
-        key = tuple(self._keys.values())
+        key_parts: list[int] = []
+        for group in groups.values():
+            key_parts.append(group.route[3])
+            key_parts.append(group.n)
+        key = tuple(key_parts)
         sharing = self._sharings.get(key)
-        if sharing is None:  # the filling sets the rates in place: the flows move first
-            if dt > 0.0:
-                self._move(dt)
-                dt = 0.0
+        if sharing is None:
             sharing = self._work_out_sharing(key)
         rates, self.loads = sharing
-        now_s = self.now_s
         next_s = _INF
-        due: list[int] = []
-        i = 0  # a counter, not zip or enumerate: cheaper over a handful of flows
-        for flow in flows.values():
-            left = flow.remaining_bytes
+        due: list[_Group] = []
+        i = 0  # a counter, not zip or enumerate: cheaper over a handful of groups
+        for group in groups.values():
+            at = group.at_bytes
             if dt > 0.0:
-                moved = flow.rate_bytes_per_s * dt
-                left = flow.remaining_bytes = left - (moved if moved < left else left)
-            flow.rate_bytes_per_s = rate = rates[i]
+                at = group.at_bytes = at + group.rate_bytes_per_s * dt
+            group.rate_bytes_per_s = rate = rates[i]
             i += 1  # noqa: SIM113
+            left = group.ends[0][0] - at
             if left <= 0.0:
                 finish_s = now_s
             elif rate <= 0.0:
@@ -338,126 +427,94 @@ class Fabric:
                 finish_s = now_s + left / rate
             if finish_s < next_s:
                 next_s = finish_s
-                due = [flow.fid]
+                due = [group]
             elif finish_s == next_s:
-                due.append(flow.fid)
+                due.append(group)
         self.next_s = next_s
         self._due = due
 
     def _work_out_sharing(self, key: tuple[int, ...]
                           ) -> tuple[tuple[float, ...], dict[str, float]]:
-        """The max-min fair rates of the flows in flight (in start order) and the load on
-        every busy link at them, kept under `key` (their paths' numbers)."""
-        flows = self._flows.values()
-        crossing = self._crossing  # flows in flight per busy link (kept as they come and go)
-        shared = [name for name, n in crossing.items() if n > 1]
-        if len(shared) == 1:
-            self._fill_one_shared(shared[0])
-        elif shared:
-            self._fill(crossing)
-        else:  # No link is shared: each flow runs at its narrowest link's rate.
-            for flow in flows:
-                flow.rate_bytes_per_s = flow.narrowest_bytes_per_s
+        """The max-min fair rate of each group's flows (in the groups' order) and the load
+        on every busy link at them, kept under `key` (the groups' paths and flows). A
+        link's load adds its flows' rates one by one, its paths in their order."""
+        groups = self._groups.values()
+        self._fill()
+        for group in groups:
+            for state in group.route[4]:
+                state.load = 0.0
+        for group in groups:
+            share = group.share
+            n = group.n
+            for state in group.route[4]:
+                load = state.load
+                for _j in range(n):  # once a flow, as adding up the flows' rates does
+                    load += share
+                state.load = load
         loads: dict[str, float] = {}
-        for flow in flows:
-            rate = flow.rate_bytes_per_s
-            for name in flow.route[0]:
-                loads[name] = loads.get(name, 0.0) + rate
+        for group in groups:
+            for state in group.route[4]:
+                loads[state.name] = state.load
         if len(self._sharings) >= SHARINGS_KEPT:
             self._sharings.clear()
-        sharing = self._sharings[key] = (tuple([flow.rate_bytes_per_s for flow in flows]),
-                                         loads)
+        sharing = self._sharings[key] = (tuple([group.share for group in groups]), loads)
         return sharing
 
-    def _fill_one_shared(self, shared: str) -> None:
-        """`_fill` when a single link is shared, in closed form, with the same operations
-        in the same order (so the same rates to the last bit). Every other link of a flow
-        on it is the flow's own: the narrowest of them offers a share that stays put until
-        the flow is fixed. Taken from the smallest, each such share below the shared
-        link's equal share fixes its flow there and leaves the shared link's spare to the
-        rest; the flows left share what remains equally."""
-        on_shared: list[_Flow] = []
-        own: list[tuple[float, str, int]] = []  # (narrowest own link's share, its name, flow)
-        for flow in self._flows.values():
-            other = flow.narrowest_other.get(shared)
-            if other is None:
-                if shared in flow.path:  # a one-link path: the shared link only
-                    on_shared.append(flow)
-                else:
-                    flow.rate_bytes_per_s = flow.narrowest_bytes_per_s
-                continue
-            own.append((other[0], other[1], len(on_shared)))
-            on_shared.append(flow)
-        spare = self._links[shared].bytes_per_s
-        left = len(on_shared)
-        fixed: set[int] = set()
-        for share, name, i in sorted(own):
-            if (share, name) > (spare / left, shared):
-                break
-            on_shared[i].rate_bytes_per_s = share
-            fixed.add(i)
-            spare -= share
-            left -= 1
-        if left:
-            share = max(0.0, spare / left)
-            for i, flow in enumerate(on_shared):
-                if i not in fixed:
-                    flow.rate_bytes_per_s = share
-
-    def _fill(self, crossing: dict[str, int]) -> None:
-        """Progressive filling: the link offering the smallest equal share fixes the rate
-        of every unfixed flow crossing it; repeat.
-
-        A flow that shares none of its links runs at its narrowest link's rate, which
-        is what the filling would give it (its links' spare stays whole until it is
-        fixed), and fixing it changes no other flow's share: only the flows crossing a
-        shared link are filled; `crossing` counts the flows on each busy link.
+    def _fill(self) -> None:
+        """Progressive filling over the paths in flight, each counting its flows: the
+        link offering the smallest equal share fixes the rate of every unfixed flow
+        crossing it; repeat. (Flows on the same path get the same rate: the filling
+        fixes a path's flows together, and a link's spare goes down by the share once a
+        flow, as filling over the flows takes it off: the same rates to the last bit.)
+        Sets each group's `share`.
 
         The links wait in a heap by (equal share, name), the smallest first (the first
         name on a tie), as a minimum over them all would pick: an entry is pushed
         whenever a link's share changes, and one whose link is fixed or whose share
-        moved since is passed over. Picking costs a logarithm of the busy links, not
-        their number: a cluster of 16 racks at 10,000 sessions an hour has hundreds of
-        flows in flight."""
-        flows = self._flows
-        unfixed: dict[str, list[int]] = {}
-        for fid, flow in flows.items():
-            path = flow.route[0]
-            for name in path:
-                if crossing[name] > 1:
-                    break
-            else:
-                flow.rate_bytes_per_s = flow.route[1]  # its narrowest link's bandwidth
-                continue
-            for name in path:
-                unfixed.setdefault(name, []).append(fid)
-        # Only the links some flow crosses (a cluster has hundreds, a few are busy).
-        spare = {name: self._links[name].bytes_per_s for name in unfixed}
-        heap = [(spare[n] / len(fids), n) for n, fids in unfixed.items()]
+        moved since is passed over. Picking costs a logarithm of the busy links. Each
+        link's figures and its groups in flight are kept on its `_LinkState`: the
+        filling makes no table of its own."""
+        self._stamp += 1
+        stamp = self._stamp
+        heap: list[tuple[float, str, _LinkState]] = []
+        for group in self._groups.values():
+            group.share = -1.0  # not fixed yet
+            for state in group.route[4]:
+                if state.stamp != stamp:
+                    state.stamp = stamp
+                    state.spare = state.bytes_per_s
+                    state.count = state.n
+                    heap.append((state.spare / state.count, state.name, state))
         heapify(heap)
-        while unfixed:
-            then, name = heappop(heap)
-            fids = unfixed.get(name)
-            if fids is None or spare[name] / len(fids) != then:
+        step = self._step
+        while heap:
+            then, _, link = heappop(heap)
+            count = link.count
+            if count == 0 or link.spare / count != then:
                 continue  # fixed, or its share moved (a later entry holds it)
-            share = max(0.0, spare[name] / len(fids))
-            moved: dict[str, None] = {}  # the links whose share this changes, in order
-            # Each flow is on its links' lists once (a path holds a link once) and leaves
-            # them all when fixed: every flow listed here is still unfixed.
-            for fid in fids:
-                flow = flows[fid]
-                flow.rate_bytes_per_s = share
-                for other in flow.route[0]:
-                    spare[other] -= share
-                    if other != name:
-                        left = unfixed[other]
-                        left.remove(fid)
-                        if left:
-                            moved[other] = None
-                        else:
-                            del unfixed[other]
-            del unfixed[name]
-            for other in moved:
-                left = unfixed.get(other)
-                if left:
-                    heappush(heap, (spare[other] / len(left), other))
+            share = link.spare / count
+            if not share > 0.0:  # max(0.0, share)
+                share = 0.0
+            step += 1
+            moved: list[_LinkState] = []  # the links whose share this changes, in order
+            for group in link.groups:
+                if group.share >= 0.0:
+                    continue  # fixed on another link
+                group.share = share
+                n = group.n
+                for state in group.route[4]:
+                    left = state.spare
+                    for _j in range(n):  # once a flow: the very floats filling flows gives
+                        left -= share
+                    state.spare = left
+                    if state is not link:
+                        state.count -= n
+                        if state.step != step:
+                            state.step = step
+                            moved.append(state)
+            link.count = 0
+            for state in moved:
+                count = state.count
+                if count:
+                    heappush(heap, (state.spare / count, state.name, state))
+        self._step = step
