@@ -219,7 +219,7 @@ def state(store) -> tuple:
     return (store.snapshot(),
             {loc: list(blobs.items()) for loc, blobs in placement.at.items()},
             dict(placement.copies), dict(placement.capacity_bytes),
-            {loc: dict(p) for loc, p in store._pins.items()},
+            store.pin_counts(),
             {s: frozenset(b) for s, b in store._refs.items()}, len(store.index))
 
 

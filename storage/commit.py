@@ -47,7 +47,7 @@ class Commit(Holds):
             if kind is DROP:
                 if place == location:
                     dropped_here += len(blob_ids)
-                pins = self._pins.get(place)
+                pins = self._pins_at(place)
                 for blob_id in filter(pins.__contains__, blob_ids) if pins else ():
                     raise ValueError(f"plan drops pinned blob {blob_id} at {place}")
                 for blob_id in placement.remove_run(blob_ids, place, kv_bytes):  # last copies

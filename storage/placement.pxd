@@ -23,5 +23,5 @@ cdef class Placement:
     cpdef add_run(self, object blob_ids, object location, object kv_bytes, object now_s)
     @cython.locals(here=dict, copies=dict, gone=list)
     cpdef list remove_run(self, object blob_ids, object location, object kv_bytes)
-    @cython.locals(here=dict)
+    @cython.locals(here=dict, n=Py_ssize_t)
     cpdef touch_run(self, object blob_ids, object location, object now_s)

@@ -376,7 +376,7 @@ class _StoreBase(Commit):
                 and self._has_room(src, sum(map(_kv_bytes, new)))):
             # A chain is in increasing order by construction (a blob's parent is older),
             # as `_sorted_ids` would give it; the new blobs are none of `src`'s copies yet.
-            pins = self._pins.get(src, {})
+            pins = self._pins_at(src)
             drops, ids = leading_drops(placement, pins, old, src)
             plain = self._plain_offload(ids, drops, src, chain, new)
             if plain is not None:
@@ -394,7 +394,7 @@ class _StoreBase(Commit):
         """
         self._check(src, now_s)
         chain = _sorted_ids(blob_ids)  # (also what make_room protects, when it must evict)
-        pins = self._pins.get(src, {})
+        pins = self._pins_at(src)
         drops, ids = leading_drops(self.placement, pins, chain, src)
         plain = self._plain_offload(ids, drops, src, chain)
         if plain is not None:
@@ -411,7 +411,11 @@ class _StoreBase(Commit):
                        protect: Collection[BlobId], new: Sequence[Blob] = ()
                        ) -> tuple[tuple[Step, ...], float] | None:
         """`storage.offload.direct_offload` over this store (the state machine's tests
-        switch it off to compare with the draft's plans)."""
+        switch it off to compare with the draft's plans). The pins at ``src`` and the
+        tier below, which it reads, are counted in first (`_pins_at`)."""
+        lower = self.layout.lower(src)
+        if lower is not None:
+            self._pins_at(lower)
         return direct_offload(self.placement, self.index.sizes, self._pins, ids, drops, src,
                               protect, new)
 

@@ -167,7 +167,7 @@ def handoff_fetched(store: BlobStore, fetched: FetchResult, session_id: str,
         raise AssertionError(f"write at {hbm} does not extend the chain fetched there")
     store.apply(plan)
     store.ref(session_id, chain[-1:])  # (with its ancestors: the whole chain)
-    return chain, Handoff(hbm, pinned + store.pin_present(hbm, chain[n:]))
+    return chain, Handoff(hbm, store.pin_more(hbm, pinned, chain[n:]))
 
 
 def release_handoff(store: BlobStore, handoff: Handoff, now_s: float) -> None:

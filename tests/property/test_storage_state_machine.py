@@ -13,11 +13,14 @@ through) and workers trim what they retain: every fetch's hits name a tier
 that holds the blob they count, at the tier a walk of the placement gives.
 Workers fetch and pin a prefix and hand a call's KV off as `workers.kv_io` does
 (a fetch's chain pinned without a check for each copy, a hand-off's copies
-pinned where they are): every copy pinned is there.
+pinned where they are): every copy pinned is there. The store keeps such a chain's
+pins as one entry until something reads the pins where it is; the model keeps every
+pin blob by blob, and the store's counts must equal the model's after every step.
 """
 
 import copy
 import itertools
+from collections import Counter
 from fractions import Fraction
 
 import pytest
@@ -90,7 +93,7 @@ def same_store(store: BlobStore, twin: BlobStore) -> None:
     assert a.used_bytes == b.used_bytes
     assert store.snapshot() == twin.snapshot()
     assert store._refs == twin._refs and store._ref_count == twin._ref_count
-    assert store._pins == twin._pins
+    assert store.pin_counts() == twin.pin_counts()
 
 
 # Few distinct block ids and a shared "system prompt" make prefixes collide often.
@@ -109,7 +112,8 @@ class BlobStoreMachine(RuleBasedStateMachine):
         self.now_s = 0.0
         self.contents: dict[int, tuple] = {}
         self.refs: dict[str, set[int]] = {}
-        self.pins: list[tuple[int, Location]] = []
+        self.pins: list[tuple[int, Location]] = []  # pins released blob by blob
+        self.kept: list[tuple[Location, tuple]] = []  # pinned chains, to release whole
         self.requested_tokens = 0
         self.moved_bytes = 0
         self.written: list[tuple[int, ...]] = []  # every sequence written, in order
@@ -281,10 +285,12 @@ class BlobStoreMachine(RuleBasedStateMachine):
             assert plan.recompute_time_s < plan.load_time_s
         self._apply(plan)
 
-    @rule(blocks=prompts, where=hbms, dt=now_steps, release=st.booleans())
+    @rule(blocks=prompts, where=hbms, dt=now_steps,
+          release=st.sampled_from(["now", "whole", "by blob"]))
     def worker_fetch(self, blocks, where, dt, release):
         """A worker's fetch (`kv_io.fetch`): its chain is pinned where it computes,
-        until `release_fetch` (now or by the unpin rule, copy by copy)."""
+        until `release_fetch` (now, or later by the release rule) or the unpin rule
+        (copy by copy)."""
         before = self.store.snapshot().requested_tokens
         result = fetch(self.store, tuple(blocks), where, self._tick(dt), None)
         requested = self.store.snapshot().requested_tokens - before
@@ -292,13 +298,15 @@ class BlobStoreMachine(RuleBasedStateMachine):
         self.requested_tokens += requested
         for blob_id in result.pinned:
             assert self.store.pinned(blob_id, where)
-        if release:
+        if release == "now":
             release_fetch(self.store, where, result)
+        elif release == "whole":
+            self.kept.append((where, result.pinned))
         else:
             self.pins.extend((blob_id, where) for blob_id in result.pinned)
 
-    @rule(session=sessions, blocks=prompts, where=hbms, dt=now_steps)
-    def handoff(self, session, blocks, where, dt):
+    @rule(session=sessions, blocks=prompts, where=hbms, dt=now_steps, keep=st.booleans())
+    def handoff(self, session, blocks, where, dt, keep):
         """A fill worker's call handed off (`kv_io.write_for_handoff`): its copies at
         ``where`` pinned until the decode worker has them, then offloaded."""
         chain, handoff = write_for_handoff(self.store, session, tuple(blocks), where, DRAM,
@@ -311,10 +319,13 @@ class BlobStoreMachine(RuleBasedStateMachine):
             assert handoff.pinned == tuple(b for b in chain if b in at)
             for blob_id in handoff.pinned:
                 assert self.store.pinned(blob_id, where)
-            release_handoff(self.store, handoff, self._tick(dt))
+            if keep:  # (the decode worker pulls it later: the release rule)
+                self.kept.append((where, handoff))
+            else:
+                release_handoff(self.store, handoff, self._tick(dt))
 
-    @rule(session=sessions, blocks=prompts, where=hbms, dt=now_steps)
-    def fetched_handoff(self, session, blocks, where, dt):
+    @rule(session=sessions, blocks=prompts, where=hbms, dt=now_steps, keep=st.booleans())
+    def fetched_handoff(self, session, blocks, where, dt, keep):
         """A fill worker's call from its fetch to its hand-off: `kv_io.handoff_fetched`
         passes the fetch's pins on to the hand-off. Its twin, a copy of the store taken
         after the fetch, releases the fetch and then writes for the hand-off
@@ -341,7 +352,10 @@ class BlobStoreMachine(RuleBasedStateMachine):
             self.refs.setdefault(session, set()).update(self.store.index.chain_of(chain[-1]))
         if handoff is not None:
             assert handoff.pinned == twin_handoff.pinned
-            release_handoff(self.store, handoff, self._tick(dt))
+            if keep:
+                self.kept.append((where, handoff))
+            else:
+                release_handoff(self.store, handoff, self._tick(dt))
 
     @rule(session=sessions, blocks=prompts, where=hbms, dt=now_steps)
     def offload_call(self, session, blocks, where, dt):
@@ -440,6 +454,28 @@ class BlobStoreMachine(RuleBasedStateMachine):
         blob_id, where = self.pins.pop(data.draw(st.integers(0, len(self.pins) - 1)))
         self.store.unpin(where, [blob_id])
 
+    @precondition(lambda self: self.kept)
+    @rule(data=st.data(), dt=now_steps)
+    def release_kept(self, data, dt):
+        """A kept fetch released whole (`release_fetch`), or a kept hand-off pulled
+        (`release_handoff`: unpinned whole, then offloaded)."""
+        where, kept = self.kept.pop(data.draw(st.integers(0, len(self.kept) - 1)))
+        if isinstance(kept, tuple):
+            self.store.unpin(where, kept)
+        else:
+            release_handoff(self.store, kept, self._tick(dt))
+
+    @precondition(lambda self: any(isinstance(k, tuple) and k for _, k in self.kept))
+    @rule(data=st.data())
+    def unpin_one_of_kept(self, data):
+        """One copy of a kept fetch's chain unpinned by itself; the rest of its pins
+        are the unpin rule's from then on (copy by copy)."""
+        fetches = [i for i, (_, k) in enumerate(self.kept) if isinstance(k, tuple) and k]
+        where, chain = self.kept.pop(data.draw(st.sampled_from(fetches)))
+        k = data.draw(st.integers(0, len(chain) - 1))
+        self.store.unpin(where, [chain[k]])
+        self.pins.extend((blob_id, where) for blob_id in chain[:k] + chain[k + 1:])
+
     # -- invariants ---------------------------------------------------------
     @invariant()
     def blobs_never_change(self):
@@ -503,10 +539,32 @@ class BlobStoreMachine(RuleBasedStateMachine):
             rest = self.store.index[blob_id].rest
             assert by_rest.setdefault(rest, rest) is rest
 
+    def _model_pins(self) -> Counter:
+        """The model's pins, blob by blob: (blob, place) counted once a pin."""
+        pins = Counter(self.pins)
+        for where, kept in self.kept:
+            pins.update((blob_id, where) for blob_id in (
+                kept if isinstance(kept, tuple) else kept.pinned))
+        return pins
+
     @invariant()
     def pinned_copies_stay(self):
-        for blob_id, where in self.pins:
+        for blob_id, where in self._model_pins():
             assert blob_id in self.store.placement.at[where]
+
+    @invariant()
+    def pins_count_as_the_model(self):
+        # Read on a copy: a read counts a place's pinned chains in, and the rules that
+        # follow must find them still pinned whole. Through `pinned` first, then every
+        # count at once.
+        model = self._model_pins()
+        store = copy.deepcopy(self.store)
+        for blob_id, where in model:
+            assert store.pinned(blob_id, where)
+        by_place: dict[Location, dict[int, int]] = {}
+        for (blob_id, where), n in model.items():
+            by_place.setdefault(where, {})[blob_id] = n
+        assert copy.deepcopy(self.store).pin_counts() == by_place
 
     @invariant()
     def hits_and_misses_add_up(self):
