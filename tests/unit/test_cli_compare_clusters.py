@@ -123,7 +123,7 @@ def test_the_table_prints_both_clusters_side_by_side(setup, capsys, no_plot):
 @pytest.mark.parametrize(("extra", "message"), [
     (("--clusters", "agg.toml"), "--clusters: expected two or more"),
     (("--clusters", "{d}/agg.toml,{d}/missing.toml"), "--clusters: "),
-    (("--clusters", "{d}/agg.toml,{d}/bad.toml"), "bad.toml: pools[0].phase: expected prefill"),
+    (("--clusters", "{d}/agg.toml,{d}/bad.toml"), "bad.toml:{line}: pools[0].phase: expected prefill"),
     (("--clusters", "{d}/agg.toml,{d}/agg.toml"), "names a cluster twice"),
     (("--clusters", "{d}/agg.toml,{d}/disagg.toml", "--controllers", "retire,buffered"),
      "--controllers: with --clusters, name one controller"),
@@ -131,6 +131,8 @@ def test_the_table_prints_both_clusters_side_by_side(setup, capsys, no_plot):
 def test_bad_input_is_one_line_and_exit_2(setup, capsys, extra, message):
     (setup / "bad.toml").write_text(AGG.replace('phase = "mixed"', 'phase = "both"'))
     extra = [e.format(d=setup) for e in extra]
+    # The error names the line where the bad field is written.
+    message = message.format(line=AGG.splitlines().index('phase = "mixed"') + 1)
     out = setup / "never"
     code, stdout, err = run(["compare", str(setup / "tiny.jsonl"), "--model", "llama-3.1-70b",
                              "--no-progress", "--out", str(out), *extra], capsys)
