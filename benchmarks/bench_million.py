@@ -7,8 +7,14 @@ times, 240 sessions an hour, the default model and cluster) in its own subproces
 Prints calls, wall s, calls per wall s, simulated s per wall s, events per call and peak
 RSS (target < 2 GB).
 
+--out writes the outputs as `tokenfactory replay --out DIR` does (summary.json,
+series.csv, decisions.jsonl, metrics.om.gz at the default `--metrics` level) into a
+temporary folder removed afterwards, and prints the folder's size: the 2 GB target
+holds with the outputs written (issue 36, item 4).
+
     python benchmarks/bench_million.py [--calls 1000000] [--base-sessions 200]
                                        [--sessions-per-hour 240] [--controller buffered]
+                                       [--out] [--json]
 """
 
 from __future__ import annotations
@@ -72,6 +78,8 @@ def main() -> int:
                     help="sessions synthesised once and repeated")
     ap.add_argument("--sessions-per-hour", type=float, default=240.0)
     ap.add_argument("--controller", default="buffered")
+    ap.add_argument("--out", action="store_true",
+                    help="write the outputs as --out does (a temporary folder; its size printed)")
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout at the end")
     args = ap.parse_args()
     args.calls = positive_ints("--calls", args.calls)[0]
@@ -85,9 +93,10 @@ def main() -> int:
     print(core_line())
     print(f"synthetic agent sessions: {args.base_sessions} x{repeat} ({base_calls:,} calls each "
           f"copy), real think times, {args.sessions_per_hour:g} sessions/h, gb200-nvl72x2, "
-          f"controller {args.controller}", flush=True)
+          f"controller {args.controller}" + (", outputs written (--out)" if args.out else ""),
+          flush=True)
     fig = run_isolated(spec([path], "native", controller=args.controller, repeat=repeat,
-                            sessions_per_hour=args.sessions_per_hour))
+                            sessions_per_hour=args.sessions_per_hour, out=args.out))
     rates = per_wall(fig)
     print(f"{fig['calls']:,} calls of {fig['submitted']:,} submitted ({fig['lost']} lost), "
           f"{fig['sessions']:,} sessions, wall {fig['replay_s']:,.1f} s (+{fig['prepare_s']:.1f} s "
@@ -96,6 +105,11 @@ def main() -> int:
           f"simulated s/wall s ({fig['simulated_s'] / 86400:,.1f} simulated days), "
           f"{rates['events_per_call']:.1f} events/call, peak RSS {fig['peak_rss_mb']:,.0f} MB "
           f"[{verdict(fig['peak_rss_mb'] < PEAK_RSS_TARGET_MB)} < 2 GB]")
+    if args.out:
+        files = ", ".join(f"{name} {size / 1e6:,.1f}" for name, size in fig["out_files"].items()
+                          if not name.startswith("."))
+        print(f"outputs: folder {fig['out_bytes'] / 1e6:,.1f} MB ({files}), "
+              f"{fig['out_bytes'] / 1e6 * 10_000 / max(fig['calls'], 1):.1f} MB per 10,000 calls")
     if args.json:
         print(json.dumps(fig))
     return 0

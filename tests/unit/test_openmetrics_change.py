@@ -259,3 +259,25 @@ def test_a_counter_beats_every_30_s_while_calls_are_in_flight(tmp_path):
         0.0, 285.0, 400.0, 430.0, 460.0, 490.0, 775.0, 1000.0]
     assert [t for t, _ in points(text, "t_queue_requests")] == [
         0.0, 285.0, 570.0, 855.0, 1000.0]
+
+
+def test_the_compressing_thread_writes_the_pieces_in_order_and_hands_back_its_error():
+    """metrics.om.gz's pieces are compressed from a second thread (`_write_behind`): the
+    same bytes in the same order; a failed write is raised in the caller, not lost."""
+    import io
+
+    from orchestrator.run.openmetrics_text import _write_behind
+
+    pieces = [f"piece {k}\n".encode() * (k % 7 + 1) for k in range(200)]
+    out = io.BytesIO()
+    _write_behind(out, iter(pieces))
+    assert out.getvalue() == b"".join(pieces)
+
+    class Full(io.BytesIO):
+        def write(self, data):
+            if self.tell() > 100:
+                raise OSError(28, "No space left on device")
+            return super().write(data)
+
+    with pytest.raises(OSError, match="No space left"):
+        _write_behind(Full(), iter(pieces))
