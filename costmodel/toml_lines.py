@@ -122,3 +122,14 @@ def field_line(text: str, field: str) -> int | None:
             return lines[path]
         path = path[:-1]
     return None
+
+
+def with_field_line(message: str, where: str, text: str) -> str:
+    """An error `WHERE: FIELD: what` about the TOML `text` read from WHERE, as
+    `WHERE:LINE: FIELD: what`: the line where FIELD (or the table holding it) is written;
+    the message as it was when no line is found."""
+    if not message.startswith(f"{where}: "):
+        return message
+    rest = message[len(where) + 2:]
+    line = field_line(text, rest.split(": ", 1)[0])
+    return message if line is None else f"{where}:{line}: {rest}"

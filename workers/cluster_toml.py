@@ -19,7 +19,7 @@ from costmodel.hardware import HardwareSpec, load_hardware
 from costmodel.layout import Layout
 from costmodel.phase import Phase
 from costmodel.precision import Precision
-from costmodel.toml_lines import field_line
+from costmodel.toml_lines import with_field_line
 from workers.cluster import (
     GB,
     HANDOFFS,
@@ -384,17 +384,7 @@ def load_cluster_file(path: Path) -> ClusterSpec:
     try:
         return cluster_from_dict(data, str(path))
     except ClusterError as exc:
-        raise ClusterError(_with_line(str(exc), str(path), text)) from None
-
-
-def _with_line(message: str, where: str, text: str) -> str:
-    """`WHERE: FIELD: what` -> `WHERE:LINE: FIELD: what`, the line where FIELD (or the
-    table holding it) is written; the message as it was when no line is found."""
-    if not message.startswith(f"{where}: "):
-        return message
-    rest = message[len(where) + 2:]
-    line = field_line(text, rest.split(": ", 1)[0])
-    return message if line is None else f"{where}:{line}: {rest}"
+        raise ClusterError(with_field_line(str(exc), str(path), text)) from None
 
 
 def with_decode_mtp(spec: ClusterSpec, mtp: int) -> ClusterSpec:
