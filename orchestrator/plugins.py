@@ -4,7 +4,8 @@
 (where the built-ins `retire`, `buffered` and `predictive` are registered, and where a
 user's package can register its own); `--controller pkg.module:Class` imports it
 (modules are found on the Python path and in the current directory; a DeprecationWarning
-raised by the user's module, such as an old import path's, is shown). The factory is
+raised by the user's module, such as an old import path's, is shown), and
+`--controller path/to/file.py:Class` runs that file as a module. The factory is
 called with the run's `ControlConfig`, and with `base_target_batch=` too if it takes
 that keyword; what it returns must have a `name` and a `decide(observation, now_s)`.
 Every failure is one line naming the policy.
@@ -12,13 +13,16 @@ Every failure is one line naming the policy.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
 import inspect
 import os
 import re
 import sys
 import warnings
 from importlib.metadata import entry_points
+from pathlib import Path
 
 from orchestrator.control.config import ControlConfig
 from orchestrator.control.policies.base import AdmissionPolicy, PluginError, observed_facts
@@ -36,10 +40,35 @@ def registered(kind: str = "controller") -> dict[str, object]:
     return {ep.name: ep for ep in entry_points(group=GROUPS[kind])}
 
 
+def _file_module_name(path: Path) -> str:
+    resolved = path.resolve()
+    return f"{resolved.stem}_{hashlib.sha1(str(resolved).encode()).hexdigest()[:8]}"
+
+
+def _from_file(path: Path):
+    """The module a `file.py:Class` spec names, run once per resolved path under a name
+    of its own (so that two files named alike do not replace each other in sys.modules)."""
+    if not path.is_file():
+        raise ImportError(f"no file {str(path)!r}")
+    resolved = path.resolve()
+    name = _file_module_name(path)
+    if name not in sys.modules:
+        module = importlib.util.module_from_spec(
+            importlib.util.spec_from_file_location(name, resolved))
+        sys.modules[name] = module  # before running it: dataclasses and pickle look it up
+        try:
+            module.__spec__.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
+    return sys.modules[name]
+
+
 def _import(spec: str, kind: str = "controller"):
-    module_name, _, attr = spec.partition(":")
+    from_file = ".py:" in spec
+    module_name, _, attr = spec.rpartition(":") if from_file else spec.partition(":")
     if not module_name or not attr:
-        raise PluginError(f"{kind} {spec!r}: expected module:attribute")
+        raise PluginError(f"{kind} {spec!r}: expected module:attribute or file.py:attribute")
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.append(cwd)
@@ -47,10 +76,12 @@ def _import(spec: str, kind: str = "controller"):
         with warnings.catch_warnings():
             # Shown: a DeprecationWarning raised by the user's own modules (an import path
             # that moved, orchestrator._moved), which Python hides outside __main__.
-            top = re.escape(module_name.partition(".")[0])
+            top = (_file_module_name(Path(module_name)) if from_file
+                   else module_name.partition(".")[0])
             warnings.filterwarnings("default", category=DeprecationWarning,
-                                    module=rf"{top}(\.|$)")
-            module = importlib.import_module(module_name)
+                                    module=rf"{re.escape(top)}(\.|$)")
+            module = (_from_file(Path(module_name)) if from_file
+                      else importlib.import_module(module_name))
     except ImportError as exc:
         raise PluginError(f"{kind} {spec!r}: cannot import {module_name!r}: {exc}") from None
     except Exception as exc:  # the user's module raised while importing
@@ -70,7 +101,7 @@ def _factory(spec: str, kind: str = "controller"):
     eps = registered(kind)
     if spec not in eps:
         known = ", ".join(sorted(eps)) or "none registered"
-        raise PluginError(f"unknown {kind} {spec!r}; known: {known} (or give module:Class)")
+        raise PluginError(f"unknown {kind} {spec!r}; known: {known} (or give module:Class or file.py:Class)")
     try:
         return eps[spec].load()
     except Exception as exc:
@@ -115,5 +146,5 @@ def load_policy(spec: str, config: ControlConfig, base_target_batch: int = 4) ->
     name = getattr(policy, "name", None)
     if not isinstance(name, str) or not name:
         raise PluginError(f"controller {spec!r}: {type(policy).__name__} has no name")
-    observed_facts(policy)  # an unknown fact named in `observes`: one line, before the run
+    observed_facts(policy, f"controller {spec!r}")  # an unknown fact: one line, before the run
     return policy

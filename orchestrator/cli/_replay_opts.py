@@ -66,13 +66,15 @@ def add_run_options(p: argparse.ArgumentParser, controller: bool = True) -> None
     p.add_argument("--cluster", default=DEFAULT_CLUSTER,
                    help="cluster preset or TOML file (default: %(default)s)")
     p.add_argument("--reallocator", default="hysteresis",
-                   help="slow loop: a registered name or module:Class (default: hysteresis)")
+                   help="slow loop: a registered name, module:Class or file.py:Class "
+                        "(default: hysteresis)")
     p.add_argument("--router", default="prefix-affinity",
-                   help="router: a registered name or module:Class (default: prefix-affinity)")
+                   help="router: a registered name, module:Class or file.py:Class "
+                        "(default: prefix-affinity)")
     if controller:
         p.add_argument("--controller", default=DEFAULT_CONTROLLER,
                        help=f"admission policy: retire, buffered, predictive, local, smith, binding, "
-                            f"another registered name or module:Class "
+                            f"another registered name, module:Class or file.py:Class "
                             f"(default: {DEFAULT_CONTROLLER})")
     p.add_argument("--seed", type=non_negative_int, default=0, help="random seed (default %(default)s)")
     p.add_argument("--kv-policy", choices=KV_POLICIES, default=DEFAULT_KV_POLICY.value,

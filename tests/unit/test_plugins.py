@@ -41,6 +41,7 @@ def user_module(tmp_path, monkeypatch):
 
         NOT_CALLABLE = 3
     '''))
+    (tmp_path / "broken.py").write_text("1 / 0\n")
     monkeypatch.chdir(tmp_path)
     yield "mypolicies"
     sys.modules.pop("mypolicies", None)
@@ -59,6 +60,29 @@ def test_a_users_policy_loads_by_import_path(user_module):
     assert policy.name == "always"
 
 
+def test_a_users_policy_loads_from_a_file_anywhere(tmp_path, monkeypatch):
+    """`file.py:Class`, relative to the current directory or absolute; two files of one
+    name in different folders are two modules."""
+    for folder, name in (("a", "first"), ("b", "second")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "policy.py").write_text(textwrap.dedent(f'''
+            from orchestrator.control.policies.base import AdmissionDecision, AdmissionReason
+
+            class Mine:
+                name = "{name}"
+                def __init__(self, config):
+                    pass
+                def decide(self, obs, now_s):
+                    return AdmissionDecision(1, AdmissionReason.HOLD)
+        '''))
+    monkeypatch.chdir(tmp_path)
+    first = load_policy("a/policy.py:Mine", ControlConfig())
+    second = load_policy(f"{tmp_path / 'b' / 'policy.py'}:Mine", ControlConfig())
+    assert (first.name, second.name) == ("first", "second")
+    assert isinstance(first, AdmissionPolicy) and type(first) is not type(second)
+    assert "policy" not in sys.modules  # no module of the bare file name was put in place
+
+
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
@@ -68,8 +92,17 @@ def test_a_users_policy_loads_by_import_path(user_module):
         ("mypolicies:NOT_CALLABLE", "int is not callable"),
         ("mypolicies:NoDecide", "NoDecide has no decide(observation, now_s) method"),
         ("mypolicies:Exploding", "constructing it raised RuntimeError: boom"),
-        ("mypolicies:Sees", "sees: observes names unknown facts ['gpu_temperature']; "
-                            "known: ['fill_backlog', 'kv_links', 'queue_pools']"),
+        ("mypolicies:Sees", "controller 'mypolicies:Sees': Sees.observes names unknown "
+                            "facts ['gpu_temperature']; known: ['fill_backlog', 'kv_links', "
+                            "'queue_pools']"),
+        ("mypolicies.py:Sees", "controller 'mypolicies.py:Sees': Sees.observes names unknown "
+                               "facts ['gpu_temperature']"),
+        ("nosuch.py:Cls", "controller 'nosuch.py:Cls': cannot import 'nosuch.py': no file "
+                          "'nosuch.py'"),
+        ("mypolicies.py:Missing", "controller 'mypolicies.py:Missing': 'mypolicies.py' has "
+                                  "no attribute 'Missing'"),
+        ("broken.py:Cls", "controller 'broken.py:Cls': importing 'broken.py' raised "
+                          "ZeroDivisionError: division by zero"),
         ("pid", "unknown controller 'pid'; known: binding, buffered, local, predictive, retire"),
     ],
 )

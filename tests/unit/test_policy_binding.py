@@ -189,6 +189,6 @@ def test_observes_naming_an_unknown_fact_is_refused_in_one_line():
         name = "odd"
         observes = frozenset({"fill_backlog", "gpu_temperature"})
 
-    with pytest.raises(PluginError, match=r"odd: observes names unknown facts "
+    with pytest.raises(PluginError, match=r"odd: Odd.observes names unknown facts "
                                           r"\['gpu_temperature'\]"):
         observed_facts(Odd())

@@ -170,13 +170,15 @@ QUEUE_POOLS = "queue_pools"  # each queued call's fill pool: `pool_limits` (modu
 OPTIONAL_FACTS = frozenset({FILL_BACKLOG, KV_LINKS, QUEUE_POOLS})
 
 
-def observed_facts(policy: object) -> frozenset[str]:
-    """The optional facts `policy` declares it reads (`observes`), checked."""
+def observed_facts(policy: object, label: str | None = None) -> frozenset[str]:
+    """The optional facts `policy` declares it reads (`observes`), checked; an error
+    names `label` (the policy as the user gave it), else the policy's own `name`."""
     facts = frozenset(getattr(policy, "observes", ()))
     unknown = facts - OPTIONAL_FACTS
     if unknown:
-        raise PluginError(f"{getattr(policy, 'name', policy)!s}: observes names unknown "
-                          f"facts {sorted(unknown)}; known: {sorted(OPTIONAL_FACTS)}")
+        who = label or str(getattr(policy, "name", policy))
+        raise PluginError(f"{who}: {type(policy).__name__}.observes names unknown facts "
+                          f"{sorted(unknown)}; known: {sorted(OPTIONAL_FACTS)}")
     return facts
 
 
