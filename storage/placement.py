@@ -89,11 +89,18 @@ class Placement:
         held_by = copies.get
         grown_from = self._plus[location].get
         before = len(here)
+        # The last holder set met and what it grows to: a chain's blobs share a few
+        # sets, so most blobs take it by one identity check, not a lookup.
+        last = grown = _UNKNOWN
         for blob_id in blob_ids:
             here[blob_id] = now_s
             held = held_by(blob_id)
-            grown = grown_from(held)
-            copies[blob_id] = self._with(held, location) if grown is None else grown
+            if held is not last:
+                last = held
+                grown = grown_from(held)
+                if grown is None:
+                    grown = self._with(held, location)
+            copies[blob_id] = grown
         # (One check a run, not a lookup a blob: a copy already here, or an id given
         # twice, leaves the place fewer new copies than ids.)
         if len(here) - before != len(blob_ids):
@@ -112,13 +119,16 @@ class Placement:
         rest_of = self._minus[location].get
         gone: list[BlobId] = []
         blob_id = None
+        last = rest = _UNKNOWN  # the last holder set met and what is left of it (as add_run)
         try:
             for blob_id in blob_ids:
                 del here[blob_id]  # (a statement, not a method call: KeyError when absent)
                 held = copies[blob_id]
-                rest = rest_of(held, _UNKNOWN)
-                if rest is _UNKNOWN:
-                    rest = self._without(held, location)
+                if held is not last:
+                    last = held
+                    rest = rest_of(held, _UNKNOWN)
+                    if rest is _UNKNOWN:
+                        rest = self._without(held, location)
                 if rest is None:
                     del copies[blob_id]
                     gone.append(blob_id)
