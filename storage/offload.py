@@ -53,7 +53,10 @@ def leading_drops(placement: Placement, pins: dict[BlobId, int], ids: tuple[Blob
                 first = helds.index(held)
                 if first < lead:
                     lead = first
-    return present[:lead], (ids[ids.index(present[lead]):] if lead < len(present) else ())
+    if lead == len(present):  # (the common case: all of them; no copy of the list)
+        return present, ()
+    # (Every id present: the walk starts at the same position in both.)
+    return present[:lead], ids[lead if len(present) == len(ids) else ids.index(present[lead]):]
 
 
 def offload_on_draft(draft: Draft, pins: dict[BlobId, int], ids: Sequence[BlobId],
