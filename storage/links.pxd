@@ -19,7 +19,6 @@ cdef class _LinkState:
     cdef public Py_ssize_t count
     cdef public double load
     cdef public long long stamp
-    cdef public long long step
 
 cdef class _Group:
     cdef public tuple route
@@ -41,7 +40,6 @@ cdef class Fabric:
     cdef public dict _groups
     cdef public dict _states
     cdef public long long _stamp
-    cdef public long long _step
     cdef public object _next_id
     cdef public double now_s
     cdef public double _based_s
@@ -76,6 +74,5 @@ cdef class Fabric:
 
     @cython.locals(group=_Group, link=_LinkState, state=_LinkState, n=Py_ssize_t, _j=Py_ssize_t,
                    count=Py_ssize_t, share=cython.double, left=cython.double,
-                   then=cython.double, stamp=cython.longlong, step=cython.longlong,
-                   moved=list, heap=list)
+                   then=cython.double, stamp=cython.longlong, busy=list)
     cpdef _fill(self)
