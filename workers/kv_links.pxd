@@ -28,6 +28,7 @@ cdef class KvLinks:
     cdef public dict _use
     cdef public dict _uses
     cdef public list _busy
+    cdef public tuple _busy_loads
     cdef public dict _busy_by_loads
     cdef public dict _landing
     cdef public dict _routes
@@ -41,5 +42,5 @@ cdef class KvLinks:
 
     @cython.locals(use=LinkUse, load=cython.double, moved=cython.double, dt=cython.double,
                    t0=cython.double, w=cython.double, first=cython.longlong,
-                   last=cython.longlong)
+                   last=cython.longlong, busy=list, loads=tuple, i=Py_ssize_t)
     cpdef _integrate(self, double now_s)

@@ -104,11 +104,16 @@ class KvLinks:
         # Every link's bytes carried, made when a sharing first puts it to use (a link is
         # in _use from the first time its bytes are added: its first window).
         self._uses: dict[str, LinkUse] = {}
-        # Each link busy since _last_s and its bytes per second: the fabric's `loads`
-        # as (the link's use, load) pairs, kept per loads dict (the fabric keeps one per
-        # sharing) with the dict itself, so that its id is not reused while kept.
-        self._busy: list[tuple[LinkUse, float]] = []
-        self._busy_by_loads: dict[int, tuple[dict[str, float], list[tuple[LinkUse, float]]]] = {}
+        # Each link busy since _last_s (its use) and its bytes per second, in the same
+        # order: the fabric's `loads` as a list of uses and a tuple of loads, kept per
+        # loads dict (the fabric keeps one per sharing) with the dict itself, so that its
+        # id is not reused while kept. (Two objects an entry, not a pair per link: the
+        # kept entries outlive the collector's young generations, and every object in
+        # them is traversed again at each older collection.)
+        self._busy: list[LinkUse] = []
+        self._busy_loads: tuple[float, ...] = ()
+        self._busy_by_loads: dict[int, tuple[dict[str, float], list[LinkUse],
+                                             tuple[float, ...]]] = {}
         # Copies still on their way to a place: place -> transfer -> the blobs it is the
         # latest copy of there (a later copy of a blob to the same place takes it over):
         # the step's tuple of ids as given, made a set the first time another copy reads
@@ -258,6 +263,7 @@ class KvLinks:
         if kept is None:
             kept = self._keep_busy(loads)
         self._busy = kept[1]
+        self._busy_loads = kept[2]
         next_s = fabric.next_s  # inf with no flow in flight, as _timer_s with no timer
         if next_s == self._timer_s:
             return
@@ -274,19 +280,19 @@ class KvLinks:
             self._timer = loop.call_at(next_s, self._wake, loop)
 
     def _keep_busy(self, loads: dict[str, float]
-                   ) -> tuple[dict[str, float], list[tuple[LinkUse, float]]]:
-        """The (use, load) pairs of a loads dict of the fabric, kept under its id."""
+                   ) -> tuple[dict[str, float], list[LinkUse], tuple[float, ...]]:
+        """The uses and the loads of a loads dict of the fabric, kept under its id."""
         uses = self._uses
         busy = []
-        for name, load in loads.items():
+        for name in loads:
             use = uses.get(name)
             if use is None:
                 use = uses[name] = LinkUse(name)
-            busy.append((use, load))
+            busy.append(use)
         kept = self._busy_by_loads
         if len(kept) >= SHARINGS_KEPT:
             kept.clear()
-        entry = kept[id(loads)] = (loads, busy)
+        entry = kept[id(loads)] = (loads, busy, tuple(loads.values()))
         return entry
 
     def _on_timer(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -317,8 +323,11 @@ class KvLinks:
         first = self._last_window  # int(t0 // w), worked out at the last event
         last = self._last_window = int(now_s // w)
         dt = now_s - t0
+        busy, loads = self._busy, self._busy_loads
         if first == last:  # the common case: within one window (LinkUse.add inline)
-            for use, load in self._busy:
+            for i in range(len(busy)):
+                use = busy[i]
+                load = loads[i]
                 moved = load * dt
                 use.total += moved
                 if use.window == first:
@@ -328,7 +337,9 @@ class KvLinks:
                         self._use[use.name] = use
                     use.add(first, moved)
             return
-        for use, load in self._busy:
+        for i in range(len(busy)):
+            use = busy[i]
+            load = loads[i]
             if use.window < 0:
                 self._use[use.name] = use
             use.total += load * dt
