@@ -69,10 +69,10 @@ cdef class Fabric:
     cpdef _share(self)
 
     @cython.locals(group=_Group, state=_LinkState, n=Py_ssize_t, _j=Py_ssize_t,
-                   share=cython.double, load=cython.double)
+                   share=cython.double, load=cython.double, busy=list)
     cpdef tuple _work_out_sharing(self, tuple key)
 
     @cython.locals(group=_Group, link=_LinkState, state=_LinkState, n=Py_ssize_t, _j=Py_ssize_t,
                    count=Py_ssize_t, share=cython.double, left=cython.double,
                    then=cython.double, stamp=cython.longlong, busy=list)
-    cpdef _fill(self)
+    cpdef list _fill(self)

@@ -436,10 +436,7 @@ class Fabric:
         on every busy link at them, kept under `key` (the groups' paths and flows). A
         link's load adds its flows' rates one by one, its paths in their order."""
         groups = self._groups.values()
-        self._fill()
-        for group in groups:
-            for state in group.route[4]:
-                state.load = 0.0
+        busy = self._fill()  # the busy links, in the order the groups first cross them
         for group in groups:
             share = group.share
             n = group.n
@@ -449,21 +446,21 @@ class Fabric:
                     load += share
                 state.load = load
         loads: dict[str, float] = {}
-        for group in groups:
-            for state in group.route[4]:
-                loads[state.name] = state.load
+        for state in busy:
+            loads[state.name] = state.load
         if len(self._sharings) >= SHARINGS_KEPT:
             self._sharings.clear()
         sharing = self._sharings[key] = (tuple([group.share for group in groups]), loads)
         return sharing
 
-    def _fill(self) -> None:
+    def _fill(self) -> list[_LinkState]:
         """Progressive filling over the paths in flight, each counting its flows: the
         link offering the smallest equal share fixes the rate of every unfixed flow
         crossing it; repeat. (Flows on the same path get the same rate: the filling
         fixes a path's flows together, and a link's spare goes down by the share once a
         flow, as filling over the flows takes it off: the same rates to the last bit.)
-        Sets each group's `share`.
+        Sets each group's `share` and each busy link's `load` to 0.0; returns the busy
+        links in the order the groups (in theirs) first cross them.
 
         Each step picks the link with the smallest equal share (spare over unfixed
         flows; the first name on a tie) by a scan over the busy links' figures: a
@@ -481,6 +478,7 @@ class Fabric:
                     state.stamp = stamp
                     state.spare = state.bytes_per_s
                     state.count = state.n
+                    state.load = 0.0
                     busy.append(state)
         while True:
             link = None
@@ -511,3 +509,4 @@ class Fabric:
                     if state is not link:
                         state.count -= n
             link.count = 0
+        return busy
