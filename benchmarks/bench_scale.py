@@ -19,13 +19,17 @@ sessions, ~775,000 calls), against the targets: under 15 minutes of wall time, n
 lost, peak RSS under 4 GB.
 
     python benchmarks/bench_scale.py [--racks 1,2,4,8,16] [--sessions 200] [--full]
-                                     [--only-full] [--json]
+                                     [--only-full] [--every S] [--until S] [--json]
+
+`--until S` stops the full run at S simulated seconds (`--every` sets its progress
+lines' period): the CPU per simulated span, to compare two trees in one sitting.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import resource
 import subprocess
 import sys
@@ -92,19 +96,25 @@ def load(cluster: Path, sessions: int | None) -> dict:
                 repeat=REPEAT, duration_s=DURATION_S, **extra)
 
 
+class Stopped(Exception):
+    """The full run reached `--until`."""
+
+
 class Progress:
     """A line on stderr every `every_s` simulated seconds: wall and CPU s, calls done and
-    in flight, resident set (a run of many minutes says where it is)."""
+    in flight, resident set (a run of many minutes says where it is); the run stops at
+    the first look at or after `until_s` (`Stopped`)."""
 
-    def __init__(self, every_s: float) -> None:
+    def __init__(self, every_s: float, until_s: float = math.inf) -> None:
         self.every_s, self.next_s, self.done = every_s, 0.0, 0
+        self.until_s = until_s
         self.wall0, self.cpu0 = time.perf_counter(), time.process_time()
 
     def on_done(self, orch, req, now_s: float) -> None:
         self.done += 1
 
     def on_sample(self, orch, obs, now_s: float) -> None:
-        if now_s < self.next_s:
+        if now_s < self.next_s and now_s < self.until_s:
             return
         self.next_s = now_s + self.every_s
         wall_s = time.perf_counter() - self.wall0
@@ -114,20 +124,27 @@ class Progress:
               f"{time.process_time() - self.cpu0:>6,.0f} s  done {self.done:>8,}  in flight "
               f"{orch.in_flight():>6,}  {self.done / max(wall_s, 1e-9):>5,.0f} calls/s  "
               f"RSS {rss_mb:>6,.0f} MB", file=sys.stderr, flush=True)
+        if now_s >= self.until_s:
+            raise Stopped
 
 
-def full_run(cluster: Path) -> dict:
+def full_run(cluster: Path, every_s: float = 600.0, until_s: float = math.inf) -> dict | None:
     """The essay's whole load in this process, as `tokenfactory replay` runs it, with a
-    progress line every 600 simulated seconds; its figures as replay_runner gives them."""
+    progress line every `every_s` simulated seconds; its figures as replay_runner gives
+    them. Stopped at `until_s` simulated seconds (a span's CPU, from its progress
+    lines), it returns None."""
     from orchestrator.run.settings import RunSettings, prepare, run_replay
     from traces.replay import LoadOptions
 
     settings = RunSettings(cluster=str(cluster), seed=0, load=LoadOptions(  # the CLI's seed
         sessions_per_hour=SESSIONS_PER_HOUR, repeat=REPEAT, duration_s=DURATION_S))
     prepared = prepare([DEV_TRACES], "weka", settings)
-    progress = Progress(600.0)
+    progress = Progress(every_s, until_s)
     wall0, cpu0 = time.perf_counter(), time.process_time()
-    result, summary = run_replay(prepared, settings, listeners=[progress])
+    try:
+        result, summary = run_replay(prepared, settings, listeners=[progress])
+    except Stopped:
+        return None
     requests = summary["requests"]
     return {"calls": requests["completed"], "submitted": requests["submitted"],
             "lost": requests["lost"], "sessions": requests["sessions"],
@@ -144,6 +161,11 @@ def main() -> int:
     ap.add_argument("--full", action="store_true",
                     help="then the essay's whole load (~775,000 calls) on 16 racks")
     ap.add_argument("--only-full", action="store_true", help="the essay's whole load only")
+    ap.add_argument("--every", type=float, default=600.0,
+                    help="the full run's progress line every this many simulated seconds")
+    ap.add_argument("--until", type=float, default=math.inf,
+                    help="stop the full run at this simulated second (its progress lines "
+                         "give each span's CPU)")
     ap.add_argument("--json", action="store_true", help="the rows as JSON at the end")
     args = ap.parse_args()
     racks = positive_ints("--racks", args.racks)
@@ -187,7 +209,11 @@ def main() -> int:
                   f"(0: flat in cluster size), largest / smallest cluster: "
                   f"{per_call[-1] / per_call[0]:.2f}x")
         if args.full or args.only_full:
-            fig = full_run(plans[16])
+            fig = full_run(plans[16], args.every, args.until)
+            if fig is None:
+                print(f"essay load on 16 racks: stopped at {args.until:,.0f} simulated s "
+                      f"(--until): the progress lines above")
+                return 0
             rows.append({"kind": "full", **fig})
             calls, wall_s = fig["calls"], fig["replay_s"]
             print(f"essay load on 16 racks: {calls:,} calls of {fig['submitted']:,} "
