@@ -5,7 +5,7 @@ frontiers) takes its colours and fonts from here, so a controller has the same
 colour in every plot.
 
 - Colours: Okabe & Ito's palette ("Color Universal Design", 2008), told apart
-  with the common colour-vision deficiencies. Each built-in admission
+  with the common colour-vision deficiencies, and one more (`PALETTE`). Each built-in admission
   controller has its own (`CONTROLLER_COLOURS`); any other name (a user's
   controller, a cluster, a KV policy) gets the next palette colour no
   built-in controller uses, in the order names are first seen, then the
@@ -31,13 +31,18 @@ BLUE = "#0072B2"
 VERMILLION = "#D55E00"
 REDDISH_PURPLE = "#CC79A7"
 OKABE_ITO = (BLACK, ORANGE, SKY_BLUE, BLUISH_GREEN, YELLOW, BLUE, VERMILLION, REDDISH_PURPLE)
+# One more when Okabe & Ito's eight are spent: Paul Tol's "wine" (his muted scheme, also
+# told apart with the common colour-vision deficiencies), darker than reddish purple.
+WINE = "#882255"
+PALETTE = (*OKABE_ITO, WINE)
 
 # The built-in admission controllers (orchestrator.control.policies): red for the essay's
 # anti-pattern, blue for its remedy, green for its predictive variant, orange for today's
-# engines, reddish purple for the delay-compensated controller, sky blue for buffered's
-# variant on the binding resource.
+# engines, reddish purple for the delay-compensated controller and wine for its variant
+# per fill pool, sky blue for buffered's variant on the binding resource.
 CONTROLLER_COLOURS = {"retire": VERMILLION, "buffered": BLUE, "predictive": BLUISH_GREEN,
-                      "local": ORANGE, "smith": REDDISH_PURPLE, "binding": SKY_BLUE}
+                      "local": ORANGE, "smith": REDDISH_PURPLE, "binding": SKY_BLUE,
+                      "smith-pools": WINE}
 # What other names take, in order: the palette less the built-ins' colours; yellow last
 # (faint on white).
 OTHER_COLOURS = (BLACK, YELLOW)
