@@ -8,7 +8,7 @@ orchestrator.run.idle_spans) samples the cluster every period through the
 `Sampler` (orchestrator.run.sampler), hands the admission policy its lagged
 observation and applies its decision; the `SlowLoop` (orchestrator.run.slow_loop)
 does the same for reallocation; they record the series and the counters the
-summary is built from.
+summary is built from. Its routing is `CallRouting` (orchestrator.run.routing).
 Conservation is checked at every sample: submitted = completed + rejected + in flight.
 """
 
@@ -32,22 +32,22 @@ from orchestrator.control.policies.base import (
 )
 from orchestrator.control.predictor import Predictor, PredictorSettings
 from orchestrator.control.realloc import ReallocationPolicy, Reallocator
-from orchestrator.control.router import FillCandidate, PrefixAffinityRouter, RoutingPolicy
+from orchestrator.control.router import PrefixAffinityRouter, RoutingPolicy
 from orchestrator.control.stability import LoopModel
 from orchestrator.run.collector import fewer_young_collections
 from orchestrator.run.completed import CompletedCalls
 from orchestrator.run.fast_loop import ConservationError, DecisionLog, FastLoop
 from orchestrator.run.feeder import Feeder
 from orchestrator.run.ledger import LedgerListener, held_call_ids
-from orchestrator.run.plugin_checks import checked_route, plugin_failed
+from orchestrator.run.plugin_checks import plugin_failed
 from orchestrator.run.quotes import PoolQuotes
 from orchestrator.run.reconfig import Reconfigurer
 from orchestrator.run.result import ReplayResult, decode_slots
+from orchestrator.run.routing import CallRouting
 from orchestrator.run.sampler import HbmPeak, Sampler, energy_j
 from orchestrator.run.series import Series
 from orchestrator.run.sessions import Outcome, Pending
 from orchestrator.run.slow_loop import SlowLoop
-from storage.tiers import Tier
 from traces.model import Session
 from traces.replay import LoadOptions
 from traces.shared_prefix import SharedChains
@@ -77,7 +77,7 @@ def _block_tokens(sessions: Sequence[Session]) -> int:
     return sizes.pop()
 
 
-class Orchestrator:
+class Orchestrator(CallRouting):
     """A replay: the sessions fed into the cluster's runtime, the fast loop admitting
     them, the slow loop reallocating workers between pools. The first six arguments
     may be given in order; the rest by name."""
@@ -246,60 +246,6 @@ class Orchestrator:
             self.feeder.session_finished(alone=True)
         else:
             pending.future.set_result(Outcome.REJECTED)
-
-    # -- routing -------------------------------------------------------------------------
-    def _candidates(self, resident: dict[str, int] | None = None) -> list[FillCandidate]:
-        """The intake workers as the router sees them; `resident`: tokens of the call's
-        prefix in each one's HBM, by name (retained KV)."""
-        out = []
-        # Each worker's candidate of the last call routed, again while its figures hold:
-        # a profile of 1,152 GPUs (24 fill workers, thousands of calls queued) showed
-        # building them anew at every call at 3% of the run.
-        kept = self._kept_candidates
-        for w in self.runtime.intake_workers():  # fill workers and mixed workers
-            queued, accepting = w.queue.queued_tokens, w.accepting
-            tokens = resident.get(w.name, 0) if resident else 0
-            last = kept.get(w.name)
-            if (last is None or last[0] is not w.spec or last[1].queued_tokens != queued
-                    or last[1].accepting != accepting or last[1].resident_tokens != tokens):
-                last = kept[w.name] = (w.spec, FillCandidate(
-                    name=w.name, phase=w.spec.phase.name.lower(), node=w.spec.node,
-                    queued_tokens=queued, accepting=accepting, resident_tokens=tokens))
-            out.append(last[1])
-        return out
-
-    def route(self, pending: Pending, now_s: float) -> bool:
-        worker, candidates = self._choose(pending.request)
-        if checked_route(worker, self.router, candidates) is None:
-            return False
-        self.runtime.submit_fill(worker, pending.request, now_s)
-        return True
-
-    def fill_pool(self, pending: Pending) -> str | None:
-        """The fill pool (phase) the router would send `pending` to now, on the prefix
-        cache as it is; None when it would hold the call."""
-        worker, candidates = self._choose(pending.request)
-        for c in candidates:
-            if c.name == worker:
-                return c.phase
-        return None
-
-    def _choose(self, req) -> tuple[str | None, list[FillCandidate]]:
-        """The router's worker for `req` now, and the candidates it chose from."""
-        match = self.runtime.store.match(req.block_ids)
-        nodes = frozenset()
-        resident = None
-        if match.blob_ids:
-            nodes = frozenset(loc.holder for loc in self.runtime.store.holders(match.blob_ids[-1])
-                              if loc.tier is Tier.DRAM)
-            if self.kv_policy is KVPolicy.RETAIN:
-                resident = self.runtime.resident_tokens(match.blob_ids)
-        candidates = self._candidates(resident)
-        try:
-            worker = self.router.choose(match.matched_tokens, candidates, nodes)
-        except Exception as exc:
-            raise plugin_failed("router", self.router, exc) from exc
-        return worker, candidates
 
     def notify(self, event: str, *args: object) -> None:
         if len(self.listeners) != self._hooks_of:  # listeners added: look hooks up again
