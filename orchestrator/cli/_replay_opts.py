@@ -73,8 +73,9 @@ def add_run_options(p: argparse.ArgumentParser, controller: bool = True) -> None
                         "(default: prefix-affinity)")
     if controller:
         p.add_argument("--controller", default=DEFAULT_CONTROLLER,
-                       help=f"admission policy: retire, buffered, predictive, local, smith, binding, "
-                            f"another registered name, module:Class or file.py:Class "
+                       help=f"admission policy: retire, buffered, predictive, local, smith, "
+                            f"smith-pools, binding, another registered name, module:Class "
+                            f"or file.py:Class "
                             f"(default: {DEFAULT_CONTROLLER})")
     p.add_argument("--seed", type=non_negative_int, default=0, help="random seed (default %(default)s)")
     p.add_argument("--kv-policy", choices=KV_POLICIES, default=DEFAULT_KV_POLICY.value,
