@@ -4,21 +4,24 @@ Pure: `decide(observation, now_s) -> ReallocDecision`. The demand imbalance
 is decode's pressure minus the fill pools' pressure, each roughly 0..1 (over 1
 when work queues), smoothed by an EWMA over `realloc_ewma_s`. With
 hysteresis, a worker moves only when the smoothed imbalance leaves the dead
-band [-threshold, +threshold], and never within `dwell_s` of the last move.
-Without hysteresis (for tests that show flapping) the threshold is zero and
-there is no dwell.
+band [-threshold, +threshold], never within `dwell_s` of the last move, and
+never when, by the observation it acts on, the move would leave the pool that
+gives the worker more pressed than the pool that takes it (`relieves`: a move
+that only shifts the bottleneck). Without hysteresis (for tests that show
+flapping) the threshold is zero and there is neither dwell nor that check.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from numbers import Real
 from typing import Protocol, runtime_checkable
 
 from orchestrator.control.config import ControlConfig
-from orchestrator.control.observe import Observation
+from orchestrator.control.observe import Observation, PoolObservation
 from orchestrator.control.policies.base import DecisionError
 
 
@@ -27,6 +30,7 @@ class ReallocReason(Enum):
     DEAD_BAND = "dead_band"  # imbalance inside the band: leave the pools alone
     DWELL = "dwell"  # too soon after the last move
     NO_DONOR = "no_donor"  # the pool that should give a worker has only one
+    WOULD_BIND = "would_bind"  # the giving pool would be left more pressed than the taker
     TO_DECODE = "to_decode"
     TO_FILL = "to_fill"
 
@@ -86,6 +90,31 @@ def demand_imbalance(obs: Observation) -> float:
     return min(decode, 2.0) - min(fill, 2.0)
 
 
+def pressure_after(obs: Observation, pool: PoolObservation, change: int) -> float:
+    """A pool's pressure as `demand_imbalance` reads it, the work observed at it spread
+    over its workers after `change` (+1 takes one, -1 gives one): decode, what it runs
+    and what waits for it per slot; a fill pool, its busy share plus its queued calls
+    per worker over 4."""
+    if pool.phase == "decode":
+        workers = sum(p.workers for p in obs.pools if p.phase == "decode")
+        slots = obs.decode_slots / max(workers, 1) * (workers + change)
+        waiting = obs.decode_running + obs.decode_loading + obs.ready_depth
+        return waiting / slots if slots > 0 else math.inf
+    workers = pool.workers + change
+    if workers <= 0:
+        return math.inf
+    return (pool.busy_fraction * pool.workers + pool.queue_depth / 4.0) / workers
+
+
+def relieves(obs: Observation, move: Move) -> bool:
+    """Whether `move` leaves the pool that takes the worker at least as pressed as the
+    one that gives it, each read from `obs` with the work it holds now: when it does
+    not, the move shifts the bottleneck to the giver rather than easing it."""
+    pools = {p.name: p for p in obs.pools}
+    giver, taker = pools[move.from_pool], pools[move.to_pool]
+    return pressure_after(obs, taker, +1) >= pressure_after(obs, giver, -1)
+
+
 class Reallocator:
     """The built-in slow loop (registered as `hysteresis`)."""
 
@@ -110,8 +139,10 @@ class Reallocator:
         return self._smoothed
 
     def decide_on(self, imbalance: float, now_s: float, pools: dict[str, tuple[str, int]],
-                  ) -> ReallocDecision:
-        """Decide on an already smoothed imbalance. `pools` maps name -> (phase, workers)."""
+                  relieves: Callable[[Move], bool] | None = None) -> ReallocDecision:
+        """Decide on an already smoothed imbalance. `pools` maps name -> (phase, workers);
+        `relieves(move)`, with hysteresis, whether the move eases the bottleneck rather
+        than shifting it (None: not checked)."""
         if -self.threshold <= imbalance <= self.threshold:
             return ReallocDecision(None, ReallocReason.DEAD_BAND, imbalance)
         if now_s - self._last_move_s < self.dwell_s:
@@ -124,13 +155,16 @@ class Reallocator:
             return ReallocDecision(None, ReallocReason.NO_DONOR, imbalance)
         # The donor with the most workers gives one; ties broken by name.
         donor = max(donors)[1]
+        move = Move(donor, takers[0])
+        if self.hysteresis and relieves is not None and not relieves(move):
+            return ReallocDecision(None, ReallocReason.WOULD_BIND, imbalance)
         self._last_move_s = now_s
         reason = ReallocReason.TO_DECODE if to_decode else ReallocReason.TO_FILL
-        return ReallocDecision(Move(donor, takers[0]), reason, imbalance)
+        return ReallocDecision(move, reason, imbalance)
 
     def decide(self, obs: Observation | None, now_s: float) -> ReallocDecision:
         if obs is None:
             return ReallocDecision(None, ReallocReason.NO_OBSERVATION, 0.0)
         smoothed = self.smooth(demand_imbalance(obs), obs.time_s)
         pools = {p.name: (p.phase, p.workers) for p in obs.pools}
-        return self.decide_on(smoothed, now_s, pools)
+        return self.decide_on(smoothed, now_s, pools, lambda move: relieves(obs, move))

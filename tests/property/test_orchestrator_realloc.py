@@ -1,5 +1,6 @@
-"""The slow loop: no move inside the dead band, none faster than the dwell time, and
-without hysteresis a dithering demand makes it flap."""
+"""The slow loop: no move inside the dead band, none faster than the dwell time, none
+that would leave the giving pool more pressed than the taking one, and without
+hysteresis a dithering demand makes it flap."""
 
 import itertools
 
@@ -7,7 +8,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from orchestrator.control.config import ControlConfig
-from orchestrator.control.realloc import Reallocator, ReallocReason
+from orchestrator.control.observe import Observation, PoolObservation
+from orchestrator.control.realloc import (
+    Move,
+    Reallocator,
+    ReallocReason,
+    demand_imbalance,
+    pressure_after,
+    relieves,
+)
 
 POOLS = {"prefill": ("prefill", 3), "midfill": ("midfill", 3), "decode": ("decode", 4)}
 CFG = ControlConfig(realloc_threshold=0.3, realloc_dwell_s=300.0)
@@ -39,3 +48,53 @@ def test_without_hysteresis_a_dithering_demand_flaps():
     assert sum(d.move is not None for d in flaps) == 20
     assert {d.reason for d in flaps} == {ReallocReason.TO_DECODE, ReallocReason.TO_FILL}
     assert all(steady.decide_on(x, 60.0 * i, POOLS).move is None for i, x in enumerate(dither))
+
+
+def _obs(*, prefill=(1, 0.1, 0), midfill=(2, 1.0, 6), decode_workers=1, slots=32,
+         running=32, ready=22) -> Observation:
+    """A lagged observation: pools (workers, busy share, queued calls) for the fills,
+    decode's slots, running calls and ready buffer."""
+    pools = (PoolObservation("prefill", "prefill", prefill[0], prefill[2], 0, 0, prefill[1]),
+             PoolObservation("midfill", "midfill", midfill[0], midfill[2], 0, 0, midfill[1]),
+             PoolObservation("decode", "decode", decode_workers, 0, running, slots, 1.0))
+    return Observation(time_s=0.0, admission_queue=40, admission_queue_interactive=0,
+                       fill_queue=prefill[2] + midfill[2], fill_running=3, ready_depth=ready,
+                       decode_loading=0, decode_running=running, decode_slots=slots,
+                       admitted_total=0, retired_total=0, completed_total=0,
+                       rejected_total=0, predicted_decode_calls_per_s=1.0,
+                       predicted_fill_latency_s=1.0, pools=pools)
+
+
+def test_a_move_that_would_leave_the_giver_binding_is_refused():
+    """Decode full with a ready buffer, the midfill pool's two workers busy with a queue:
+    decode's pressure is high, but one midfill worker left would carry twice its load,
+    more pressed than decode with a third of its slots more (seed 2 at 32 slots, 4x in
+    docs/control.md: the move starved decode behind the one midfill worker left)."""
+    obs = _obs()
+    assert demand_imbalance(obs) > CFG.realloc_threshold  # decode reads as the want
+    assert not relieves(obs, Move("midfill", "decode"))
+    d = Reallocator(CFG).decide(obs, 0.0)
+    assert d.move is None and d.reason is ReallocReason.WOULD_BIND
+    # With the midfill pool idle, the same want moves a worker.
+    idle = _obs(midfill=(2, 0.2, 0))
+    d = Reallocator(CFG).decide(idle, 0.0)
+    assert d.move == Move("midfill", "decode") and d.reason is ReallocReason.TO_DECODE
+    # Without hysteresis nothing is checked (the flapping baseline).
+    assert Reallocator(ControlConfig(hysteresis=False)).decide(obs, 0.0).move is not None
+
+
+@given(st.integers(2, 6), st.floats(0.0, 1.0), st.integers(0, 40), st.integers(1, 4),
+       st.integers(0, 200), st.integers(0, 60))
+def test_a_move_made_leaves_the_taker_at_least_as_pressed_as_the_giver(
+        mid_workers, busy, queued, decode_workers, running, ready):
+    slots = 32 * decode_workers
+    obs = _obs(midfill=(mid_workers, busy, queued), decode_workers=decode_workers,
+               slots=slots, running=min(running, slots), ready=ready)
+    d = Reallocator(CFG).decide(obs, 0.0)
+    if d.move is not None:
+        pools = {p.name: p for p in obs.pools}
+        taker, giver = pools[d.move.to_pool], pools[d.move.from_pool]
+        assert pressure_after(obs, taker, +1) >= pressure_after(obs, giver, -1)
+    if d.reason is ReallocReason.WOULD_BIND:
+        assert not relieves(obs, Move("midfill", "decode") if d.imbalance > 0
+                            else Move("decode", "midfill"))
