@@ -6,9 +6,11 @@ when work queues), smoothed by an EWMA over `realloc_ewma_s`. With
 hysteresis, a worker moves only when the smoothed imbalance leaves the dead
 band [-threshold, +threshold], never within `dwell_s` of the last move, and
 never when, by the observation it acts on, the move would leave the pool that
-gives the worker more pressed than the pool that takes it (`relieves`: a move
-that only shifts the bottleneck). Without hysteresis (for tests that show
-flapping) the threshold is zero and there is neither dwell nor that check.
+gives the worker more pressed than the pool that takes it (a move that only
+shifts the bottleneck). Without hysteresis (for tests that show flapping) the
+threshold is zero and there is neither dwell nor that check. Of the pools on
+the giving side, the one the move leaves least pressed gives the worker; of
+those on the taking side, the most pressed takes it (`pressure_after`).
 """
 
 from __future__ import annotations
@@ -106,15 +108,6 @@ def pressure_after(obs: Observation, pool: PoolObservation, change: int) -> floa
     return (pool.busy_fraction * pool.workers + pool.queue_depth / 4.0) / workers
 
 
-def relieves(obs: Observation, move: Move) -> bool:
-    """Whether `move` leaves the pool that takes the worker at least as pressed as the
-    one that gives it, each read from `obs` with the work it holds now: when it does
-    not, the move shifts the bottleneck to the giver rather than easing it."""
-    pools = {p.name: p for p in obs.pools}
-    giver, taker = pools[move.from_pool], pools[move.to_pool]
-    return pressure_after(obs, taker, +1) >= pressure_after(obs, giver, -1)
-
-
 class Reallocator:
     """The built-in slow loop (registered as `hysteresis`)."""
 
@@ -139,32 +132,40 @@ class Reallocator:
         return self._smoothed
 
     def decide_on(self, imbalance: float, now_s: float, pools: dict[str, tuple[str, int]],
-                  relieves: Callable[[Move], bool] | None = None) -> ReallocDecision:
+                  pressure: Callable[[str, int], float] | None = None) -> ReallocDecision:
         """Decide on an already smoothed imbalance. `pools` maps name -> (phase, workers);
-        `relieves(move)`, with hysteresis, whether the move eases the bottleneck rather
-        than shifting it (None: not checked)."""
+        `pressure(name, change)`: a pool's pressure once it has given (-1) or taken (+1)
+        a worker, or as it is (0), read from the observation (None: not known; the
+        donor is then the pool with the most workers, the taker the first by name)."""
         if -self.threshold <= imbalance <= self.threshold:
             return ReallocDecision(None, ReallocReason.DEAD_BAND, imbalance)
         if now_s - self._last_move_s < self.dwell_s:
             return ReallocDecision(None, ReallocReason.DWELL, imbalance)
         to_decode = imbalance > 0
-        donors = sorted((w, n) for n, (ph, w) in pools.items()
-                        if (ph != "decode") == to_decode and w > 1)
+        # Donors by preference without pressures: the most workers, ties by name, last first.
+        donors = [n for _, n in sorted(((w, n) for n, (ph, w) in pools.items()
+                                        if (ph != "decode") == to_decode and w > 1),
+                                       reverse=True)]
         takers = sorted(n for n, (ph, _) in pools.items() if (ph == "decode") == to_decode)
         if not donors or not takers:
             return ReallocDecision(None, ReallocReason.NO_DONOR, imbalance)
-        # The donor with the most workers gives one; ties broken by name.
-        donor = max(donors)[1]
-        move = Move(donor, takers[0])
-        if self.hysteresis and relieves is not None and not relieves(move):
-            return ReallocDecision(None, ReallocReason.WOULD_BIND, imbalance)
+        if pressure is None:
+            donor, taker = donors[0], takers[0]
+        else:
+            # The donor left least pressed, the taker most pressed (ties: the order above).
+            donor = min(donors, key=lambda n: pressure(n, -1))
+            taker = min(takers, key=lambda n: -pressure(n, 0))
+            if self.hysteresis and pressure(taker, +1) < pressure(donor, -1):
+                return ReallocDecision(None, ReallocReason.WOULD_BIND, imbalance)
         self._last_move_s = now_s
         reason = ReallocReason.TO_DECODE if to_decode else ReallocReason.TO_FILL
-        return ReallocDecision(move, reason, imbalance)
+        return ReallocDecision(Move(donor, taker), reason, imbalance)
 
     def decide(self, obs: Observation | None, now_s: float) -> ReallocDecision:
         if obs is None:
             return ReallocDecision(None, ReallocReason.NO_OBSERVATION, 0.0)
         smoothed = self.smooth(demand_imbalance(obs), obs.time_s)
         pools = {p.name: (p.phase, p.workers) for p in obs.pools}
-        return self.decide_on(smoothed, now_s, pools, lambda move: relieves(obs, move))
+        by_name = {p.name: p for p in obs.pools}
+        return self.decide_on(smoothed, now_s, pools,
+                              lambda name, change: pressure_after(obs, by_name[name], change))

@@ -15,7 +15,6 @@ from orchestrator.control.realloc import (
     ReallocReason,
     demand_imbalance,
     pressure_after,
-    relieves,
 )
 
 POOLS = {"prefill": ("prefill", 3), "midfill": ("midfill", 3), "decode": ("decode", 4)}
@@ -72,7 +71,8 @@ def test_a_move_that_would_leave_the_giver_binding_is_refused():
     docs/control.md: the move starved decode behind the one midfill worker left)."""
     obs = _obs()
     assert demand_imbalance(obs) > CFG.realloc_threshold  # decode reads as the want
-    assert not relieves(obs, Move("midfill", "decode"))
+    pools = {p.name: p for p in obs.pools}
+    assert pressure_after(obs, pools["decode"], +1) < pressure_after(obs, pools["midfill"], -1)
     d = Reallocator(CFG).decide(obs, 0.0)
     assert d.move is None and d.reason is ReallocReason.WOULD_BIND
     # With the midfill pool idle, the same want moves a worker.
@@ -95,6 +95,29 @@ def test_a_move_made_leaves_the_taker_at_least_as_pressed_as_the_giver(
         pools = {p.name: p for p in obs.pools}
         taker, giver = pools[d.move.to_pool], pools[d.move.from_pool]
         assert pressure_after(obs, taker, +1) >= pressure_after(obs, giver, -1)
-    if d.reason is ReallocReason.WOULD_BIND:
-        assert not relieves(obs, Move("midfill", "decode") if d.imbalance > 0
-                            else Move("decode", "midfill"))
+    if d.reason is ReallocReason.WOULD_BIND:  # then every donor would bind
+        pools = {p.name: p for p in obs.pools}
+        givers = [p for p in obs.pools if (p.phase != "decode") == (d.imbalance > 0)
+                  and p.workers > 1]
+        takers = [p for p in obs.pools if (p.phase == "decode") == (d.imbalance > 0)]
+        taken = max(pressure_after(obs, p, +1) for p in takers)
+        assert all(pressure_after(obs, p, -1) > taken - 1e-12 for p in givers), pools
+
+
+def test_the_least_pressed_pool_gives_and_the_most_pressed_takes():
+    """Two fill pools could give decode a worker: the idle prefill pool does, not the
+    busier midfill pool with more workers (which gave before pressures were read)."""
+    obs = _obs(prefill=(2, 0.1, 0), midfill=(3, 0.9, 2))
+    d = Reallocator(CFG).decide(obs, 0.0)
+    assert d.move == Move("prefill", "decode")
+    assert Reallocator(CFG).decide_on(d.imbalance, 0.0, {  # by workers without pressures
+        p.name: (p.phase, p.workers) for p in obs.pools}).move == Move("midfill", "decode")
+    # Decode nearly idle: a move to fill goes to the more pressed fill pool, whichever
+    # its name (the first by name took it before).
+    idle = _obs(prefill=(1, 0.3, 0), midfill=(1, 1.0, 8), decode_workers=3, slots=96,
+                running=5, ready=0)
+    d = Reallocator(CFG).decide(idle, 0.0)
+    assert d.move == Move("decode", "midfill") and d.reason is ReallocReason.TO_FILL
+    busy_prefill = _obs(prefill=(1, 1.0, 8), midfill=(1, 0.3, 0), decode_workers=3,
+                        slots=96, running=5, ready=0)
+    assert Reallocator(CFG).decide(busy_prefill, 0.0).move == Move("decode", "prefill")
