@@ -121,3 +121,12 @@ def test_the_least_pressed_pool_gives_and_the_most_pressed_takes():
     busy_prefill = _obs(prefill=(1, 1.0, 8), midfill=(1, 0.3, 0), decode_workers=3,
                         slots=96, running=5, ready=0)
     assert Reallocator(CFG).decide(busy_prefill, 0.0).move == Move("decode", "prefill")
+
+
+def test_docs_list_every_reallocation_reason():
+    """docs/metrics.md names the reasons a reallocation line can carry: all of them."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    missing = [r.value for r in ReallocReason if f"`{r.value}`" not in text]
+    assert not missing, missing
