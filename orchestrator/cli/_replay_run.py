@@ -11,7 +11,6 @@ from pathlib import Path
 from orchestrator.cli._common import UserError
 from orchestrator.cli._metrics_run import OM_NAME, metrics_hub
 from orchestrator.control.policies import UnknownPolicyError
-from orchestrator.run.collector import fewer_young_collections
 from orchestrator.run.output import (
     OutputError,
     SeriesWriter,
@@ -156,13 +155,9 @@ def replay_into(prepared: Prepared, settings: RunSettings, directory: Path | Non
     summary["run"] = run
     context_note(summary, settings.model)
     if directory is not None:
-        # The writing allocates a tuple or a list per point read back: collected every 700
-        # allocations, the default, the young generation would set off collections of
-        # everything the run keeps (1.6% of a --out run's CPU, py-spy on 113 sessions).
-        with fewer_young_collections():
-            write_json(directory / f"{prefix}summary.json", summary)
-            series_writer.close(result.series)
-            hub.write(recorder, directory / f"{prefix}{OM_NAME}", result.simulated_s)
+        write_json(directory / f"{prefix}summary.json", summary)
+        series_writer.close(result.series)
+        hub.write(recorder, directory / f"{prefix}{OM_NAME}", result.simulated_s)
     if tracer is not None:
         write_trace_events(tracer, Path(args.trace_events), prefix, run, result.simulated_s)
     return result, summary

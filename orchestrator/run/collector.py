@@ -1,5 +1,5 @@
-"""The garbage collector during a replay, its summary and the writing of its outputs: its
-young generation collected less often (`fewer_young_collections`), then as it was."""
+"""The garbage collector during a replay and its summary: its young generation collected
+less often (`fewer_young_collections`), then as it was."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ GC_YOUNG_THRESHOLD = 100_000
 @contextmanager
 def fewer_young_collections() -> Iterator[None]:
     """The collector's young generation collected every GC_YOUNG_THRESHOLD allocations
-    inside (a replay, its summary, `--out`'s files). Nearly everything a replay allocates lives for a call
+    inside (a replay, its summary). Nearly everything a replay allocates lives for a call
     or longer (sessions' block ids, requests, the store's entries): collected every 700
     allocations, the default, the young generation hands them on to be traversed again
     and again; and the summary's few thousand allocations after a run would set off a

@@ -248,14 +248,11 @@ class OpenMetricsRecorder(OpenMetricsText):
                     continue
                 s = series.get(labels)
                 if histogram and buckets is not None and s is not None:
-                    # The counts so far, one more in each bucket from an observation's up
-                    # (and in the count, the +Inf bucket's), then the sum: one tuple built
-                    # per observation, the buckets below it taken as they are.
-                    values, total = s.values, child._sum._value
+                    # The counts so far, one more in each bucket from an observation's up.
+                    counts = list(s.values[:-2])
                     for i in buckets.get(child, ()):
-                        values = (*values[:i], *map(_PLUS_ONE, values[i:-1]), total)
-                    if values[-1] is not total:
-                        values = (*values[:-1], total)
+                        counts[i:] = map(_PLUS_ONE, counts[i:])
+                    values = (*counts, counts[-1], child._sum._value)
                 elif histogram:
                     counts = tuple(accumulate(map(_VALUE, child._buckets)))
                     values = (*counts, counts[-1], child._sum._value)

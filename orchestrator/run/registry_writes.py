@@ -22,7 +22,7 @@ class RegistryWrites:
         self._written: dict[tuple, tuple[object, object]] = {}  # _w's child and family, by key
         # A gauge child's value object and its family, by _c's key.
         self._values: dict[tuple, tuple[object, object]] = {}
-        self._rows: dict[tuple, list] = {}  # gauges set together (`_row`)
+        self._rows: dict[tuple, list[tuple]] = {}  # gauges set together (`_row`)
         self._last: dict[object, float] = {}  # totals already turned into increments
         # The families written since the recorder last took them (`changed`): it reads
         # those only, the rest are as it last found them. Every write to the registry
@@ -78,25 +78,18 @@ class RegistryWrites:
             v._value = value
             self.touched.add(family)
 
-    def _row(self, names: tuple[str, ...], labels: tuple[str, ...]) -> list:
-        """The value objects and families of gauges `names` under `labels`, and the numbers
-        `_put` last set them to (None: not yet), for `_put`."""
+    def _row(self, names: tuple[str, ...], labels: tuple[str, ...]) -> list[tuple]:
+        """The value objects and families of gauges `names` under `labels`, for `_put`."""
         row = self._rows.get((names, labels))
         if row is None:
             row = self._rows[names, labels] = [
-                [(self._c(name, *labels)._value, self.m[PREFIX + name]) for name in names],
-                None]
+                (self._c(name, *labels)._value, self.m[PREFIX + name]) for name in names]
         return row
 
-    def _put(self, row: list, numbers: tuple) -> None:
-        """Set a row of gauges (`_row`) to `numbers`, as `_set` each: nothing to do while
-        they are the numbers it last set (only this writer sets them; most readings find a
-        worker's or a pool's row as it was)."""
-        if numbers == row[1]:
-            return
-        row[1] = numbers
+    def _put(self, row: list[tuple], numbers) -> None:
+        """Set a row of gauges (`_row`) to `numbers`, as `_set` each."""
         touched = self.touched
-        for (v, family), value in zip(row[0], numbers, strict=True):
+        for (v, family), value in zip(row, numbers, strict=True):
             value = float(value)
             if v._value != value:
                 v._value = value
