@@ -42,5 +42,5 @@ cdef class KvLinks:
 
     @cython.locals(use=LinkUse, load=cython.double, moved=cython.double, dt=cython.double,
                    t0=cython.double, w=cython.double, first=cython.longlong,
-                   last=cython.longlong, busy=list, loads=tuple, i=Py_ssize_t)
+                   last=cython.longlong, busy=list, loads=tuple)
     cpdef _integrate(self, double now_s)

@@ -325,9 +325,7 @@ class KvLinks:
         dt = now_s - t0
         busy, loads = self._busy, self._busy_loads
         if first == last:  # the common case: within one window (LinkUse.add inline)
-            for i in range(len(busy)):
-                use = busy[i]
-                load = loads[i]
+            for use, load in zip(busy, loads, strict=True):
                 moved = load * dt
                 use.total += moved
                 if use.window == first:
@@ -337,9 +335,7 @@ class KvLinks:
                         self._use[use.name] = use
                     use.add(first, moved)
             return
-        for i in range(len(busy)):
-            use = busy[i]
-            load = loads[i]
+        for use, load in zip(busy, loads, strict=True):
             if use.window < 0:
                 self._use[use.name] = use
             use.total += load * dt
