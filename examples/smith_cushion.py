@@ -1,7 +1,9 @@
 """`smith-pools` with a 6 s cushion instead of `smith`'s 8 s (docs/control.md, "The
 compensated controllers where admission binds": tried where admission per pool alone
 left `local`'s p99 TTFT unmet). Use it as `--controller examples.smith_cushion:SmithPools6`
-from a checkout's root."""
+from a checkout's root. `SmithPools7_9` and `SmithPools8_1`, 0.1 s either side of the
+8 s, measure how far a change that should not matter moves a point's figures ("The map
+at f882903")."""
 
 from orchestrator.control.config import ControlConfig
 from orchestrator.control.policies.smith import SmithPoolsAdmission
@@ -13,4 +15,23 @@ class SmithPools6(SmithPoolsAdmission):
     name = "smith-pools-6s"
 
     def __init__(self, config: ControlConfig, cushion_s: float = CUSHION_S) -> None:
+        super().__init__(config, cushion_s)
+
+
+class SmithPools7_9(SmithPoolsAdmission):
+    """`smith-pools` with a 7.9 s cushion: how far a change that should not matter moves
+    the preset's figures (docs/control.md, "The map at f882903")."""
+
+    name = "smith-pools-7.9s"
+
+    def __init__(self, config: ControlConfig, cushion_s: float = 7.9) -> None:
+        super().__init__(config, cushion_s)
+
+
+class SmithPools8_1(SmithPoolsAdmission):
+    """`smith-pools` with an 8.1 s cushion (as `SmithPools7_9`)."""
+
+    name = "smith-pools-8.1s"
+
+    def __init__(self, config: ControlConfig, cushion_s: float = 8.1) -> None:
         super().__init__(config, cushion_s)

@@ -4,7 +4,6 @@ each test's comments."""
 
 import math
 from collections import deque
-from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -56,27 +55,6 @@ def test_it_caps_only_the_busy_pools_calls_to_the_fill_bound():
     pools.decide(obs(t=1.0, prefill_busy=0.9), 3.0)
     assert pools.busy["prefill"] == pytest.approx(0.1 + 0.8 * (1 - math.exp(-0.1)))
     assert pools.busy["midfill"] == pytest.approx(0.9)
-
-
-def test_its_fill_bound_is_the_measured_drain_where_that_binds():
-    config = ControlConfig(observation_lag_s=5.0)
-    pools, smith = SmithPoolsAdmission(config, cushion_s=2.0), SmithAdmission(config, 2.0)
-    # Nothing decoding (the model predicts no completion: correction 1); one call left
-    # the fills in the second between the two observations (ready): a drain of 1 call/s.
-    # Decided at t=6 on the observation of t=1: the 5 seen in fill less 5 s drained, none
-    # admitted since, so none in fill now.
-    first, second = obs(running=0), replace(obs(t=1.0, running=0), ready_depth=1)
-    for policy in (pools, smith):
-        policy.decide(first, 5.0)
-    # smith holds the fills to decode's 2 completions/s over the 2 s cushion: 4 calls.
-    # smith-pools to the drain over a fill (1 s) and the cushion: 1 x 3 = 3, fewer.
-    assert smith.decide(second, 6.0).admit == 4
-    d = pools.decide(second, 6.0)
-    assert pools.estimate.fill_rate == smith.estimate.fill_rate == 1.0
-    assert d.pool_limits == {"midfill": 3}
-    assert pools.held_in_fill(second) == 3.0 < smith.held_in_fill(second) == 4.0
-    # Before a drain is measured, smith's bound: the first test's.
-    assert SmithPoolsAdmission(config, 2.0).held_in_fill(first) == 4.0
 
 
 def test_pool_limits_of_the_wrong_shape_are_refused():

@@ -66,16 +66,12 @@ class SmithAdmission:
         workers, routed before their prefix's worker is free)."""
         return obs.decode_slots + self.service_rate(obs) * self.cushion_s
 
-    def held_in_fill(self, obs: Observation) -> float:
-        """The calls the fills may hold: decode's completions predicted over the cushion."""
-        return self.service_rate(obs) * self.cushion_s
-
     def fill_room(self, obs: Observation, now_s: float) -> float:
         """Where the fills bind (a cold prefix each new session), calls admitted beyond
         what decode takes over the cushion only queue at the fill workers, routed before
         their prefix's worker is free: the calls being filled are held to the cushion's
-        predicted completions (`held_in_fill`), as local holds them to its free slots."""
-        return self.held_in_fill(obs) - self.estimate.in_fill(obs, now_s)
+        predicted completions, as local holds them to its free slots."""
+        return self.service_rate(obs) * self.cushion_s - self.estimate.in_fill(obs, now_s)
 
     def rooms(self, obs: Observation, now_s: float) -> tuple[float, float]:
         """Learn from `obs`; the calls the predicted present leaves room for under the
@@ -117,14 +113,7 @@ class SmithPoolsAdmission(SmithAdmission):
     pool's calls (the shell releases the queue in order under per-pool caps:
     policies.base, admission per pool). Each pool's busy share is its lagged
     `busy_fraction`, smoothed; a pool not yet seen counts as busy. Where every fill pool
-    is busy its decisions are `smith`'s, with this fill bound.
-
-    Its fill bound is set by the side that binds: the calls the fills hold at the drain
-    the lagged observations measured (`PresentEstimate.fill_rate`), each for its
-    predicted fill latency plus the cushion (Little's law), where that is fewer than
-    decode's completions over the cushion (`smith`'s). On the rack-scale preset decode's
-    384 slots make `smith`'s bound larger than anything the fills hold, and the busy
-    midfill pool's cap was never spent (docs/control.md, "The map with the fill drain")."""
+    is busy its decisions are `smith`'s."""
 
     name = "smith-pools"
     observes = frozenset({QUEUE_POOLS})
@@ -153,13 +142,6 @@ class SmithPoolsAdmission(SmithAdmission):
             old = self.busy.get(phase)
             self.busy[phase] = share if old is None else share + keep * (old - share)
         self._seen_s = obs.time_s
-
-    def held_in_fill(self, obs: Observation) -> float:
-        decode = super().held_in_fill(obs)
-        drain = self.estimate.fill_rate
-        if drain <= 0:  # no drain measured yet
-            return decode
-        return min(decode, drain * (obs.predicted_fill_latency_s + self.cushion_s))
 
     def decide(self, obs: Observation | None, now_s: float) -> AdmissionDecision:
         if obs is None:
