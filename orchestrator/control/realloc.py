@@ -96,7 +96,11 @@ def pressure_after(obs: Observation, pool: PoolObservation, change: int) -> floa
     """A pool's pressure as `demand_imbalance` reads it, the work observed at it spread
     over its workers after `change` (+1 takes one, -1 gives one): decode, what it runs
     and what waits for it per slot; a fill pool, its busy share plus its queued calls
-    per worker over 4."""
+    per worker over 4. The busy share is one period's, and a step's time counts in the
+    period it starts: a pool in the middle of long steps reads 0. So a fill pool is at
+    least as busy as its calls in fill say, a worker each (seed 2 at 32 slots, 4x in
+    docs/control.md: read idle with 3-6 calls in fill, the midfill pool gave a worker
+    and queued 55-87 calls)."""
     if pool.phase == "decode":
         workers = sum(p.workers for p in obs.pools if p.phase == "decode")
         slots = obs.decode_slots / max(workers, 1) * (workers + change)
@@ -105,7 +109,8 @@ def pressure_after(obs: Observation, pool: PoolObservation, change: int) -> floa
     workers = pool.workers + change
     if workers <= 0:
         return math.inf
-    return (pool.busy_fraction * pool.workers + pool.queue_depth / 4.0) / workers
+    busy = max(pool.busy_fraction, min(pool.running, pool.workers) / max(pool.workers, 1))
+    return (busy * pool.workers + pool.queue_depth / 4.0) / workers
 
 
 class Reallocator:

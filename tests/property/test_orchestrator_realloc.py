@@ -3,6 +3,7 @@ that would leave the giving pool more pressed than the taking one, and without
 hysteresis a dithering demand makes it flap."""
 
 import itertools
+from dataclasses import replace
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -81,6 +82,25 @@ def test_a_move_that_would_leave_the_giver_binding_is_refused():
     assert d.move == Move("midfill", "decode") and d.reason is ReallocReason.TO_DECODE
     # Without hysteresis nothing is checked (the flapping baseline).
     assert Reallocator(ControlConfig(hysteresis=False)).decide(obs, 0.0).move is not None
+
+
+def test_a_fill_pool_running_calls_is_busy_whatever_its_period_read():
+    """The midfill pool read idle (its long steps started in earlier periods) with calls
+    in fill: as seen at seed 2, 32 slots, 4x (8.1 s cushion, t = 535 s), where moving one
+    of its two workers left the other 87 calls queued 300 s later. Its pressure counts
+    the calls it runs, and the move is refused; with none running it is made."""
+    obs = _obs(midfill=(2, 0.0, 1), running=31, ready=22)
+    midfill = PoolObservation("midfill", "midfill", 2, 1, 6, 0, 0.0)
+    obs = replace(obs, pools=(obs.pools[0], midfill, obs.pools[2]))
+    decode = obs.pools[2]
+    # Decode with a worker more: (31 + 22) / 64 = 0.83. The midfill pool with one: its two
+    # workers busy (6 calls in fill) plus 1 queued over 4, on one worker: 2.25.
+    assert pressure_after(obs, midfill, -1) == 2.25
+    assert pressure_after(obs, decode, +1) == (31 + 22) / 64
+    assert Reallocator(CFG).decide(obs, 0.0).reason is ReallocReason.WOULD_BIND
+    idle = replace(obs, pools=(obs.pools[0], replace(midfill, running=0), decode))
+    assert pressure_after(idle, idle.pools[1], -1) == 0.25
+    assert Reallocator(CFG).decide(idle, 0.0).move == Move("midfill", "decode")
 
 
 @given(st.integers(2, 6), st.floats(0.0, 1.0), st.integers(0, 40), st.integers(1, 4),
