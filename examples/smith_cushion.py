@@ -13,25 +13,22 @@ CUSHION_S = 6.0
 
 class SmithPools6(SmithPoolsAdmission):
     name = "smith-pools-6s"
+    default_cushion_s = CUSHION_S
 
-    def __init__(self, config: ControlConfig, cushion_s: float = CUSHION_S) -> None:
-        super().__init__(config, cushion_s)
+    def __init__(self, config: ControlConfig, cushion_s: float | None = None) -> None:
+        super().__init__(config, self.default_cushion_s if cushion_s is None else cushion_s)
 
 
-class SmithPools7_9(SmithPoolsAdmission):
+class SmithPools7_9(SmithPools6):
     """`smith-pools` with a 7.9 s cushion: how far a change that should not matter moves
     the preset's figures (docs/control.md, "The map at f882903")."""
 
     name = "smith-pools-7.9s"
-
-    def __init__(self, config: ControlConfig, cushion_s: float = 7.9) -> None:
-        super().__init__(config, cushion_s)
+    default_cushion_s = 7.9
 
 
-class SmithPools8_1(SmithPoolsAdmission):
+class SmithPools8_1(SmithPools6):
     """`smith-pools` with an 8.1 s cushion (as `SmithPools7_9`)."""
 
     name = "smith-pools-8.1s"
-
-    def __init__(self, config: ControlConfig, cushion_s: float = 8.1) -> None:
-        super().__init__(config, cushion_s)
+    default_cushion_s = 8.1
