@@ -170,7 +170,7 @@ class Reallocator:
         if obs is None:
             return ReallocDecision(None, ReallocReason.NO_OBSERVATION, 0.0)
         smoothed = self.smooth(demand_imbalance(obs), obs.time_s)
-        pools = {p.name: (p.phase, p.workers) for p in obs.pools}
         by_name = {p.name: p for p in obs.pools}
-        return self.decide_on(smoothed, now_s, pools,
+        return self.decide_on(smoothed, now_s,
+                              {n: (p.phase, p.workers) for n, p in by_name.items()},
                               lambda name, change: pressure_after(obs, by_name[name], change))
