@@ -111,6 +111,12 @@ class MetricsListener(RegistryWrites):
         ends the span has arrived) is the last sample's cluster, read now."""
         self.refresh()
 
+    def on_end(self, orch, end_s: float) -> None:
+        """The run has ended: the last sample is read now, so that no reference to the run
+        is kept for the recorder's reading at the end (the run's state is then freed
+        before its summary is made, not after)."""
+        self.refresh()
+
     def refresh(self) -> None:
         """Read the cluster as of the last sample, if that was not done (before a
         reading the run did not sample for: an idle span's, the run's end)."""

@@ -97,8 +97,9 @@ class Orchestrator(CallRouting):
         self.logger = logger  # where decisions are logged (DecisionLog), or None
         # Observers of the run (metrics, trace events): each may define on_sample(orch, obs,
         # now_s), on_submit/on_done/on_reject(orch, req, now_s), on_decision(orch, decision,
-        # now_s), on_skip(orch, first_s, last_s, ticks) and on_reallocation(orch, decision,
-        # now_s). They read; they never steer.
+        # now_s), on_skip(orch, first_s, last_s, ticks), on_reallocation(orch, decision,
+        # now_s) and on_end(orch, end_s), after which they keep no reference to the run.
+        # They read; they never steer.
         self.listeners = list(listeners)
         # Each event's listener methods, looked up once (`notify`); listeners are only
         # ever added (a live backend's ledger), which looks them up again.
@@ -345,6 +346,7 @@ class Orchestrator(CallRouting):
         if self.ledger is not None:
             self.ledger_report = self.ledger.ledger.reconcile(held_call_ids(self))
         await self.runtime.stop()
+        self.notify("on_end", loop.time())
         return self._result(loop.time(), time.perf_counter() - wall0)  # wall-clock ok
 
     def wake(self) -> None:

@@ -7,6 +7,7 @@ import json
 import shutil
 import socket
 import subprocess
+import weakref
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
@@ -320,3 +321,30 @@ def test_the_metrics_file_leaves_out_the_live_process_collector(tmp_path):
     recorder.scrape(5.0, keep_all=True)
     assert recorder.points > 0
     assert [f.wrapper for f in recorder._families_now()] == [calls]
+
+
+def test_a_run_is_freed_before_its_summary_with_the_metrics_listener_attached():
+    """The listener reading only at the readings keeps the last sample's run for the
+    recorder's reading at the end; it reads it at the run's end (`on_end`) instead, so
+    the run's state (in reference cycles) is collected before the summary is made, not
+    kept beside it: no reference to the orchestrator is left once `run_replay` returns,
+    the recorder not yet finished."""
+    settings = RunSettings(load=LoadOptions(max_sessions=3, think_scale=0.2))
+    prepared = prepare([sample_path()], "auto", settings)
+    registry = CollectorRegistry()
+    recorder = OpenMetricsRecorder(registry, 5.0)
+    listener = MetricsListener(Metrics(registry), "r", "buffered", readings=recorder)
+    recorder.before_read = listener.refresh
+
+    class Witness:  # a listener holding the run only weakly
+        ref = None
+
+        def on_sample(self, orch, obs, now_s):
+            if self.ref is None:
+                self.ref = weakref.ref(orch)
+
+    witness = Witness()
+    result, _ = run_replay(prepared, settings, listeners=[listener, recorder, witness])
+    assert witness.ref is not None and witness.ref() is None
+    recorder.finish(result.simulated_s)  # reads what the listener read at the end
+    assert recorder.scrapes > 0
