@@ -250,7 +250,6 @@ class MetricsHub:
                                    readings=recorder if self.port is None else None)
         if recorder is None:
             return [listener], None
-        recorder.before_read = listener.refresh
         recorder.observations = lambda: listener.observations
         if self.port is None:  # the listener is the registry's one writer
             recorder.changed = listener.changed

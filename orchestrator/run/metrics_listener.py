@@ -112,14 +112,15 @@ class MetricsListener(RegistryWrites):
         self.refresh()
 
     def on_end(self, orch, end_s: float) -> None:
-        """The run has ended: the last sample is read now, so that no reference to the run
-        is kept for the recorder's reading at the end (the run's state is then freed
-        before its summary is made, not after)."""
+        """The run has ended: the last sample is read now, for the recorder's reading at
+        the end (`OpenMetricsRecorder.finish`), and no reference to the run is kept (its
+        state is then freed before its summary is made, not after)."""
         self.refresh()
 
     def refresh(self) -> None:
         """Read the cluster as of the last sample, if that was not done (before a
-        reading the run did not sample for: an idle span's, the run's end)."""
+        reading the run did not sample for: an idle span's, `on_idle`; the run's end,
+        `on_end`)."""
         if self._pending is not None:
             self._read(*self._pending)
 

@@ -83,7 +83,7 @@ class OpenMetricsRecorder(OpenMetricsText):
     def __init__(self, registry: CollectorRegistry, interval_s: float,
                  spill_dir: Path | None = None, heartbeat_s: float = HEARTBEAT_S,
                  rate_heartbeat_s: float = RATE_HEARTBEAT_S,
-                 drop_labels: frozenset[str] = frozenset(), before_read=None,
+                 drop_labels: frozenset[str] = frozenset(),
                  observations=None, changed=None, observed=None) -> None:
         if not interval_s > 0:
             raise ValueError(f"metrics interval must be > 0 s, got {interval_s!r}")
@@ -93,10 +93,6 @@ class OpenMetricsRecorder(OpenMetricsText):
         self.registry, self.interval_s = registry, interval_s
         self.drop_labels = frozenset(drop_labels)
         self.heartbeat_s, self.rate_heartbeat_s = heartbeat_s, rate_heartbeat_s
-        # Called before the reading at the run's end, which the run did not sample for:
-        # brings the registry up to date (MetricsListener.refresh; the listener reads
-        # the last sample before a skipped span itself, as it is idle).
-        self.before_read = before_read
         # A count of the histograms' observations so far (MetricsListener.observations):
         # while it stands still the histograms are not read again. None: read them always.
         self.observations = observations
@@ -289,9 +285,9 @@ class OpenMetricsRecorder(OpenMetricsText):
 
     def finish(self, end_s: float) -> None:
         """Keep every series' state at the run's end, and the last point seen of a series
-        that has left the registry."""
-        if self.before_read is not None:
-            self.before_read()
+        that has left the registry. The registry is as the run left it: the listener that
+        reads the cluster only at the readings read its last sample at the run's end
+        (MetricsListener.on_end)."""
         self.scrape(end_s, keep_all=True)
         for fam in self._families:
             fam.seen()

@@ -252,7 +252,6 @@ def test_a_listener_reading_only_at_the_readings_writes_what_one_reading_every_s
         recorder = OpenMetricsRecorder(registry, 5.0)
         listener = MetricsListener(Metrics(registry), "r", "buffered",
                                    readings=recorder if lazy else None)
-        recorder.before_read = listener.refresh
         result, _ = run_replay(prepared, settings, listeners=[listener, recorder])
         recorder.finish(result.simulated_s)
         assert recorder.scrapes > 0 and len(recorder.busy) < recorder.scrapes  # idle spans
@@ -277,7 +276,6 @@ def test_a_recorder_reading_only_the_families_the_listener_wrote_writes_the_same
         recorder = OpenMetricsRecorder(registry, 5.0)
         listener = MetricsListener(Metrics(registry, Compat.VLLM), "r", "buffered",
                                    readings=recorder)
-        recorder.before_read = listener.refresh
         if fed:
             recorder.changed, recorder.observed = listener.changed, listener.take_observed
         result, _ = run_replay(prepared, settings, listeners=[listener, recorder])
@@ -334,7 +332,6 @@ def test_a_run_is_freed_before_its_summary_with_the_metrics_listener_attached():
     registry = CollectorRegistry()
     recorder = OpenMetricsRecorder(registry, 5.0)
     listener = MetricsListener(Metrics(registry), "r", "buffered", readings=recorder)
-    recorder.before_read = listener.refresh
 
     class Witness:  # a listener holding the run only weakly
         ref = None
