@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodel.errors import CostModelError
+from costmodel.fill_phase import is_midfill
 from costmodel.hardware import HardwareSpec
 from costmodel.phase import Phase
 from costmodel.plan_candidates import Candidate, PlanGrid, PoolShape
@@ -43,8 +44,9 @@ class PlanError(CostModelError):
 class WorkloadStats:
     """The trace as the planner sees it: per call input, cached and output tokens, the
     sessions' total active time (think gaps plus recorded service), and the router's
-    threshold between prefill and midfill. Decode and midfill are split from prefill
-    by cached prefix, as the router splits them."""
+    threshold between prefill and midfill. Midfill is split from prefill as the router
+    splits it (`costmodel.fill_phase.is_midfill`: a long cached prefix and no more new
+    tokens than it)."""
 
     sessions: int
     input_tokens: np.ndarray
@@ -73,8 +75,8 @@ class WorkloadStats:
 
     def shapes(self, arrangement: str = "three-pool",
                context_window: float | None = None) -> dict[str, PoolShape]:
-        """Per pool, the calls it serves. `three-pool`: prefill and midfill split by
-        cached prefix, as the router splits them; `two-pool`: every fill on prefill (the
+        """Per pool, the calls it serves. `three-pool`: prefill and midfill split as the
+        router splits them (`is_midfill`); `two-pool`: every fill on prefill (the
         router's choice when a cluster has no midfill pool); `mixed`: every fill on the
         aggregated workers (the shape named `mixed`). Contexts are capped at
         `context_window` (a sequence never holds more KV than the model's context)."""
@@ -84,8 +86,8 @@ class WorkloadStats:
         out_shapes = {}
         everything = np.ones(inp.shape, dtype=bool)
         if arrangement == "three-pool":
-            groups = (("prefill", Phase.PREFILL, cached < self.midfill_min_prefix_tokens),
-                      ("midfill", Phase.MIDFILL, cached >= self.midfill_min_prefix_tokens))
+            midfill = is_midfill(cached, new, self.midfill_min_prefix_tokens)
+            groups = (("prefill", Phase.PREFILL, ~midfill), ("midfill", Phase.MIDFILL, midfill))
         else:
             groups = (("mixed" if arrangement == "mixed" else "prefill", Phase.PREFILL,
                        everything),)

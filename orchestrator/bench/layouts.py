@@ -20,6 +20,10 @@ import numpy as np
 
 from costmodel.capacity import kv_capacity
 from costmodel.errors import CostModelError
+
+# A routed prefix of at least this many tokens is midfill work (the router's threshold);
+# a benchmark's prompts share none, so all of them are prefill.
+from costmodel.fill_phase import MIDFILL_MIN_PREFIX_TOKENS
 from costmodel.hardware import HardwareSpec
 from costmodel.layout import Layout, check_layout
 from costmodel.model import ModelSpec
@@ -28,10 +32,6 @@ from costmodel.plan_sizing import Nodes, size_pools
 from costmodel.plan_values import WorkloadStats
 from costmodel.precision import Precision
 from orchestrator.bench.screen import rank_layouts
-
-# A routed prefix of at least this many tokens is midfill work (the router's threshold);
-# a benchmark's prompts share none, so all of them are prefill.
-from orchestrator.control.router import MIDFILL_MIN_PREFIX_TOKENS
 
 # How many of each family the search keeps (before MTP variants): the best by the cost
 # core's first-order estimate (`screen`), so a search stays near twenty layouts.

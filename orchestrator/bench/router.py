@@ -26,10 +26,10 @@ class BalancedRouter:
         self.in_flight: dict[str, int] = {}
 
     def choose(self, prefix_tokens: int, candidates: list[FillCandidate],
-               prefix_nodes: frozenset[str]) -> str | None:
+               prefix_nodes: frozenset[str], new_tokens: int = 0) -> str | None:
         mixed = [c for c in candidates if c.accepting and c.phase == "mixed"]
         if not mixed:
-            return choose_fill_worker(prefix_tokens, candidates, prefix_nodes)
+            return choose_fill_worker(prefix_tokens, candidates, prefix_nodes, new_tokens)
         counts = self.in_flight
         best = min(mixed, key=lambda c: (counts.get(c.name, 0), c.queued_tokens, c.name))
         counts[best.name] = counts.get(best.name, 0) + 1

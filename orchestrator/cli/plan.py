@@ -142,8 +142,8 @@ def workload_from_traces(paths: list[Path], fmt: str):
     """The planner's view of the traces: per call token counts, the sessions' active time."""
     import numpy as np
 
+    from costmodel.fill_phase import MIDFILL_MIN_PREFIX_TOKENS
     from costmodel.plan_values import WorkloadStats
-    from orchestrator.control.router import MIDFILL_MIN_PREFIX_TOKENS
     from traces import read_sessions
     from traces.stats import session_duration_s
 

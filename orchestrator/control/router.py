@@ -1,10 +1,12 @@
 """The router: which fill worker takes a call.
 
 A call goes to a mixed worker when the cluster has them (an aggregated pool fills
-and decodes each call where it lands). Otherwise a call whose cached prefix is
-long goes to midfill (when there is a midfill pool), else to prefill. Within the pool, workers whose node already holds
-the prefix in host memory come first, then the one with the least queued work;
-names break ties so routing is deterministic.
+and decodes each call where it lands). Otherwise a call whose cached prefix is long
+and whose new tokens are no more than it goes to midfill (when there is a midfill
+pool), else to prefill (`costmodel.fill_phase.is_midfill`: a session's first call
+shares a cached prefix of tool definitions but is prefill work). Within the pool,
+workers whose node already holds the prefix in host memory come first, then the one
+with the least queued work; names break ties so routing is deterministic.
 
 When KV stays resident in HBM (`--kv-policy retain`, workers.kv_policy), each candidate
 says how many of the call's prefix tokens its HBM holds (`resident_tokens`, what a
@@ -25,9 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-# A prefix at least this long makes a call midfill work (the source essay, docs/sources.md: midfill
-# is a long cached prefix, 10k-100k+, with a short suffix).
-MIDFILL_MIN_PREFIX_TOKENS = 4096
+from costmodel.fill_phase import MIDFILL_MIN_PREFIX_TOKENS as MIDFILL_MIN_PREFIX_TOKENS
+from costmodel.fill_phase import is_midfill
+
 # Out of balance for prefix affinity (module docstring): about a third of one fill step
 # of the planned clusters (~100k tokens) beyond the shortest queue, and 1.5 times it.
 BALANCE_ABS_TOKENS = 32_768
@@ -45,10 +47,10 @@ class FillCandidate:
 
 
 def choose_fill_worker(prefix_tokens: int, candidates: list[FillCandidate],
-                       prefix_nodes: frozenset[str]) -> str | None:
-    """The worker for a call with `prefix_tokens` cached on `prefix_nodes`; None when no
-    worker accepts work."""
-    want = "midfill" if prefix_tokens >= MIDFILL_MIN_PREFIX_TOKENS else "prefill"
+                       prefix_nodes: frozenset[str], new_tokens: int = 0) -> str | None:
+    """The worker for a call with `prefix_tokens` cached on `prefix_nodes` and
+    `new_tokens` to compute; None when no worker accepts work."""
+    want = "midfill" if is_midfill(prefix_tokens, new_tokens) else "prefill"
     # The accepting workers, and of them the mixed ones and those of the wanted phase, in
     # one pass (in the candidates' order).
     open_: list[FillCandidate] = []
@@ -83,12 +85,15 @@ def choose_fill_worker(prefix_tokens: int, candidates: list[FillCandidate],
 
 @runtime_checkable
 class RoutingPolicy(Protocol):
-    """The router's interface: which fill worker takes a call, or None to hold it."""
+    """The router's interface: which fill worker takes a call, or None to hold it. A
+    router whose `choose` names a `new_tokens` parameter is also told the call's tokens
+    less its cached prefix (`new_tokens=`); a `choose` of the three arguments alone is
+    called with those, as before the parameter existed."""
 
     name: str
 
     def choose(self, prefix_tokens: int, candidates: list[FillCandidate],
-               prefix_nodes: frozenset[str]) -> str | None: ...
+               prefix_nodes: frozenset[str], new_tokens: int = 0) -> str | None: ...
 
 
 class PrefixAffinityRouter:
@@ -100,5 +105,5 @@ class PrefixAffinityRouter:
         pass
 
     def choose(self, prefix_tokens: int, candidates: list[FillCandidate],
-               prefix_nodes: frozenset[str]) -> str | None:
-        return choose_fill_worker(prefix_tokens, candidates, prefix_nodes)
+               prefix_nodes: frozenset[str], new_tokens: int = 0) -> str | None:
+        return choose_fill_worker(prefix_tokens, candidates, prefix_nodes, new_tokens)

@@ -58,7 +58,7 @@ class Capacity:
 
 def workload_of(sessions: Sequence[Session]) -> WorkloadStats:
     """The planner's view of sessions (as `tokenfactory plan` reads a trace)."""
-    from orchestrator.control.router import MIDFILL_MIN_PREFIX_TOKENS
+    from costmodel.fill_phase import MIDFILL_MIN_PREFIX_TOKENS
 
     calls = [c for s in sessions for c in s.calls]
     if not calls:

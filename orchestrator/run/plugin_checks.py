@@ -99,3 +99,14 @@ def checked_route(worker: object, router: object,
                               f"or None")
     raise PolicyError(f"{_label('router', router)} chose {worker!r}: expected the name of "
                       f"one of its candidates or None")
+
+
+def takes_new_tokens(router: object) -> bool:
+    """Whether `router.choose` names a `new_tokens` parameter (or takes any keyword):
+    such a router is told a call's new tokens; one written for the three arguments
+    alone is called with those (`RoutingPolicy`)."""
+    try:
+        params = inspect.signature(router.choose).parameters.values()
+    except (TypeError, ValueError):  # no signature to read (a builtin): the three
+        return False
+    return any(p.name == "new_tokens" or p.kind is p.VAR_KEYWORD for p in params)

@@ -39,7 +39,7 @@ from orchestrator.run.completed import CompletedCalls
 from orchestrator.run.fast_loop import ConservationError, DecisionLog, FastLoop
 from orchestrator.run.feeder import Feeder
 from orchestrator.run.ledger import LedgerListener, held_call_ids
-from orchestrator.run.plugin_checks import plugin_failed
+from orchestrator.run.plugin_checks import plugin_failed, takes_new_tokens
 from orchestrator.run.quotes import PoolQuotes
 from orchestrator.run.reconfig import Reconfigurer
 from orchestrator.run.result import ReplayResult, decode_slots
@@ -123,6 +123,7 @@ class Orchestrator(CallRouting):
         # RoutingPolicy); None: the built-ins.
         self._reallocator = reallocator
         self.router: RoutingPolicy = router or PrefixAffinityRouter()
+        self.router_takes_new_tokens = takes_new_tokens(self.router)
         self._kept_candidates: dict[str, tuple] = {}  # name -> (spec, candidate): `_candidates`
         self.block_tokens = _block_tokens(self.sessions)
         # The controller's model of the service: its own, learnt from completed calls,

@@ -12,7 +12,7 @@ from workers.kv_policy import KVPolicy
 
 class CallRouting:
     """The `Orchestrator`'s routing methods; the run sets the `runtime`, `router`,
-    `kv_policy` and `_kept_candidates` they use."""
+    `router_takes_new_tokens`, `kv_policy` and `_kept_candidates` they use."""
 
     def _candidates(self, resident: dict[str, int] | None = None) -> list[FillCandidate]:
         """The intake workers as the router sees them; `resident`: tokens of the call's
@@ -62,7 +62,11 @@ class CallRouting:
                 resident = self.runtime.resident_tokens(match.blob_ids)
         candidates = self._candidates(resident)
         try:
-            worker = self.router.choose(match.matched_tokens, candidates, nodes)
+            if self.router_takes_new_tokens:
+                worker = self.router.choose(match.matched_tokens, candidates, nodes,
+                                            new_tokens=req.input_tokens - match.matched_tokens)
+            else:
+                worker = self.router.choose(match.matched_tokens, candidates, nodes)
         except Exception as exc:
             raise plugin_failed("router", self.router, exc) from exc
         return worker, candidates
