@@ -1,6 +1,7 @@
 """examples/: every controller there loads as a user gives it (`--controller
-examples/file.py:Class`), so the examples docs/control.md and docs/plugins.md point to
-keep working as the code under them changes."""
+examples/file.py:Class`), and every router (a class with `choose`) as `--router` loads
+it, so the examples docs/control.md and docs/plugins.md point to keep working as the
+code under them changes."""
 
 import ast
 from pathlib import Path
@@ -8,16 +9,24 @@ from pathlib import Path
 import pytest
 
 from orchestrator.control.config import ControlConfig
+from orchestrator.plugins import load as load_plugin
 from orchestrator.plugins import load_policy
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def _classes() -> list[tuple[str, str]]:
+def _classes(routers: bool = False) -> list[tuple[str, str]]:
+    """The examples' classes: the controllers, or with `routers` the routers (the
+    classes that define `choose`)."""
     found = []
     for path in sorted(EXAMPLES.glob("*.py")):
         tree = ast.parse(path.read_text())
-        found += [(path.name, node.name) for node in tree.body if isinstance(node, ast.ClassDef)]
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                chooses = any(isinstance(f, ast.FunctionDef) and f.name == "choose"
+                              for f in node.body)
+                if chooses == routers:
+                    found.append((path.name, node.name))
     return found
 
 
@@ -31,3 +40,10 @@ def test_an_example_controller_loads_from_its_file(file, cls):
     policy = load_policy(f"{EXAMPLES / file}:{cls}", ControlConfig())
     assert isinstance(policy.name, str) and policy.name
     assert callable(policy.decide)
+
+
+@pytest.mark.parametrize(("file", "cls"), _classes(routers=True))
+def test_an_example_router_loads_from_its_file(file, cls):
+    router = load_plugin("router", f"{EXAMPLES / file}:{cls}", ControlConfig())
+    assert isinstance(router.name, str) and router.name
+    assert callable(router.choose)

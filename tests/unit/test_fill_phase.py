@@ -133,3 +133,19 @@ def test_a_router_of_three_arguments_still_routes_every_call():
     router = _ThreeArgumentsRouting()
     calls = _replay(router).requests
     assert router.calls == len(calls) > 0
+
+
+def test_the_spill_router_example_sends_prefill_work_to_the_shortest_fill_queue():
+    from examples.spill_router import SpillRouter
+
+    busy_prefill = [FillCandidate("prefill-0", "prefill", "n0", 500_000, True),
+                    FillCandidate("midfill-0", "midfill", "n0", 20_000, True)]
+    router = SpillRouter()
+    assert takes_new_tokens(router)
+    # Prefill work (more new tokens than cached) goes where fewer tokens are queued...
+    assert router.choose(12_000, busy_prefill, frozenset(), new_tokens=150_000) == "midfill-0"
+    idle_prefill = [FillCandidate("prefill-0", "prefill", "n0", 0, True),
+                    FillCandidate("midfill-0", "midfill", "n0", 0, True)]
+    assert router.choose(12_000, idle_prefill, frozenset(), new_tokens=150_000) == "prefill-0"
+    # ...and midfill work stays on midfill, even with the prefill worker idle.
+    assert router.choose(100_000, idle_prefill, frozenset(), new_tokens=2_000) == "midfill-0"
