@@ -20,10 +20,7 @@ import numpy as np
 
 from costmodel.capacity import kv_capacity
 from costmodel.errors import CostModelError
-
-# A routed prefix of at least this many tokens is midfill work (the router's threshold);
-# a benchmark's prompts share none, so all of them are prefill.
-from costmodel.fill_phase import MIDFILL_MIN_PREFIX_TOKENS
+from costmodel.fill_phase import MIDFILL_MIN_PREFIX_TOKENS  # no prompt shares a prefix: prefill
 from costmodel.hardware import HardwareSpec
 from costmodel.layout import Layout, check_layout
 from costmodel.model import ModelSpec
