@@ -14,13 +14,11 @@ line reads traces and writes files.
 
 from __future__ import annotations
 
-import importlib
-import warnings
-
 from costmodel import plan_values as values
 from costmodel.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from costmodel.hardware import HardwareSpec
 from costmodel.model import ModelSpec
+from costmodel.moved_names import moved_names
 from costmodel.plan_arrangements import (
     arrangement_options,
     arrangements,
@@ -65,10 +63,4 @@ def plan_cluster(model: ModelSpec, hw: HardwareSpec, gpus: int,
     return choose(plans)
 
 
-def __getattr__(name: str) -> object:
-    new = MOVED.get(name)
-    if new is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    warnings.warn(f"costmodel.plan.{name} moved to {new}.{name}: the old path is deprecated",
-                  DeprecationWarning, stacklevel=2)
-    return getattr(importlib.import_module(new), name)
+__getattr__ = moved_names(__name__, MOVED)

@@ -9,7 +9,7 @@ shapes); `reconfig` moves workers; `series`,
 `openmetrics` and `trace_events` are its observers.
 """
 
-import warnings as _warnings
+from costmodel.moved_names import moved_names as _moved_names
 
 # orchestrator/run.py became this package (ef2cb09); what it defined lives in
 # `orchestrator.run.settings`. A module and a package cannot share a name, so its
@@ -17,13 +17,4 @@ import warnings as _warnings
 _SETTINGS_NAMES = frozenset({"DEFAULT_MODEL", "DEFAULT_CLUSTER", "DEFAULT_CONTROLLER",
                              "RunSettings", "Prepared", "prepare", "run_replay",
                              "progress_bar"})
-
-
-def __getattr__(name: str) -> object:
-    if name in _SETTINGS_NAMES:
-        _warnings.warn(f"orchestrator.run.{name} moved to orchestrator.run.settings.{name}: "
-                       f"the old path is deprecated", DeprecationWarning, stacklevel=2)
-        from orchestrator.run import settings
-
-        return getattr(settings, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = _moved_names(__name__, dict.fromkeys(_SETTINGS_NAMES, "orchestrator.run.settings"))
