@@ -10,8 +10,8 @@ NVIDIA Dynamo's conditional disaggregation weighs load beside a call's effective
 (https://docs.nvidia.com/dynamo/latest/advanced-customizations/conditional-disaggregation).
 It is told each call's new tokens through the `new_tokens` parameter (docs/plugins.md)."""
 
-from costmodel.fill_phase import is_midfill
-from orchestrator.control.router import FillCandidate, PrefixAffinityRouter, choose_fill_worker
+from orchestrator.control.router import PrefixAffinityRouter, choose_fill_worker
+from tokenfactory import FillCandidate, is_midfill
 
 
 class SpillRouter(PrefixAffinityRouter):

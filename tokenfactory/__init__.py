@@ -9,7 +9,8 @@
   policy's optional `loop_model(config)` returns (its linearised loop);
 - reallocation (the slow loop): `ReallocationPolicy`, `ReallocDecision`, `ReallocReason`,
   `Move`;
-- routing: `RoutingPolicy`, `FillCandidate`;
+- routing: `RoutingPolicy`, `FillCandidate`, and `is_midfill(prefix_tokens, new_tokens)`,
+  the built-in router's rule for which fill pool a call's work belongs to;
 - `tokenfactory.kit`: the stability kit (needs Hypothesis; docs/plugins.md).
 
 These names stay put while the modules that implement them move (a name leaves
@@ -17,6 +18,7 @@ only after a release in which it warns). Everything here is re-exported from whe
 so `tokenfactory.Observation is orchestrator.control.observe.Observation`.
 """
 
+from costmodel.fill_phase import is_midfill
 from orchestrator.control.config import ControlConfig
 from orchestrator.control.observe import Observation, PoolObservation
 from orchestrator.control.policies.base import (
@@ -45,6 +47,7 @@ __all__ = [
     "ReallocReason",
     "ReallocationPolicy",
     "RoutingPolicy",
+    "is_midfill",
 ]
 
 

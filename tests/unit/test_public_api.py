@@ -34,6 +34,7 @@ PUBLIC = {
     "ReallocReason": "orchestrator.control.realloc",
     "ReallocationPolicy": "orchestrator.control.realloc",
     "RoutingPolicy": "orchestrator.control.router",
+    "is_midfill": "costmodel.fill_phase",
 }
 KIT_MODULES = ("checks", "properties", "scenario", "scopes", "strategies")
 # What docs/plugins.md shows of the kit: each must stay reachable under tokenfactory.kit.
