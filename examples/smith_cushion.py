@@ -50,3 +50,21 @@ class Smith8_1(Smith7_9):
 
     name = "smith-8.1s"
     default_cushion_s = 8.1
+
+
+class Smith4(Smith7_9):
+    """`smith` with a 4 s cushion: the cushion's trade at 32 slots, 4x (docs/control.md,
+    "The fills split as the router should"); `Smith6` and `Smith12` likewise."""
+
+    name = "smith-4s"
+    default_cushion_s = 4.0
+
+
+class Smith6(Smith7_9):
+    name = "smith-6s"
+    default_cushion_s = 6.0
+
+
+class Smith12(Smith7_9):
+    name = "smith-12s"
+    default_cushion_s = 12.0
