@@ -11,12 +11,18 @@ from orchestrator.control.policies.smith import SmithAdmission, SmithPoolsAdmiss
 CUSHION_S = 6.0
 
 
-class SmithPools6(SmithPoolsAdmission):
-    name = "smith-pools-6s"
-    default_cushion_s = CUSHION_S
+class _DefaultCushion:
+    """A `smith` policy built with the class's `default_cushion_s` unless one is given."""
+
+    default_cushion_s: float
 
     def __init__(self, config: ControlConfig, cushion_s: float | None = None) -> None:
         super().__init__(config, self.default_cushion_s if cushion_s is None else cushion_s)
+
+
+class SmithPools6(_DefaultCushion, SmithPoolsAdmission):
+    name = "smith-pools-6s"
+    default_cushion_s = CUSHION_S
 
 
 class SmithPools7_9(SmithPools6):
@@ -34,15 +40,12 @@ class SmithPools8_1(SmithPools6):
     default_cushion_s = 8.1
 
 
-class Smith7_9(SmithAdmission):
+class Smith7_9(_DefaultCushion, SmithAdmission):
     """`smith` with a 7.9 s cushion: how far a change that should not matter moves its
     figures (docs/control.md, "The fills split as the router should")."""
 
     name = "smith-7.9s"
     default_cushion_s = 7.9
-
-    def __init__(self, config: ControlConfig, cushion_s: float | None = None) -> None:
-        super().__init__(config, self.default_cushion_s if cushion_s is None else cushion_s)
 
 
 class Smith8_1(Smith7_9):

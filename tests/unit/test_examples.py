@@ -16,13 +16,13 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def _classes(routers: bool = False) -> list[tuple[str, str]]:
-    """The examples' classes: the controllers, or with `routers` the routers (the
-    classes that define `choose`)."""
+    """The examples' public classes: the controllers, or with `routers` the routers (the
+    classes that define `choose`); a private class (`_Name`) is a helper of theirs."""
     found = []
     for path in sorted(EXAMPLES.glob("*.py")):
         tree = ast.parse(path.read_text())
         for node in tree.body:
-            if isinstance(node, ast.ClassDef):
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
                 chooses = any(isinstance(f, ast.FunctionDef) and f.name == "choose"
                               for f in node.body)
                 if chooses == routers:
