@@ -4,6 +4,9 @@ A long cached prefix with no more new tokens than it is midfill work; a call tha
 a cached prefix (the tool definitions every session caches) but brings more new tokens
 than that is prefill work, as a session's first call is."""
 
+import dataclasses
+import itertools
+
 import numpy as np
 import pytest
 
@@ -15,9 +18,12 @@ from orchestrator.control.policies import make_policy
 from orchestrator.control.router import FillCandidate, PrefixAffinityRouter, choose_fill_worker
 from orchestrator.run.plugin_checks import takes_new_tokens
 from orchestrator.run.replay import Orchestrator
+from tests.conftest import TRACE_DATA
 from tests.factories import short_agent_sessions, small_cluster
+from traces import read_sessions
 from traces.replay import LoadOptions
 from workers.clock import VirtualClock
+from workers.cluster_toml import load_cluster
 
 # (cached prefix, new tokens, midfill?)
 CASES = [
@@ -94,10 +100,13 @@ class _Recording(PrefixAffinityRouter):
 
     def __init__(self) -> None:
         self.told: list[tuple[int, int]] = []  # (prefix tokens, new tokens)
+        self.chosen: list[str | None] = []  # the worker each call went to
 
     def choose(self, prefix_tokens, candidates, prefix_nodes, new_tokens=0):
         self.told.append((prefix_tokens, new_tokens))
-        return super().choose(prefix_tokens, candidates, prefix_nodes, new_tokens)
+        worker = super().choose(prefix_tokens, candidates, prefix_nodes, new_tokens)
+        self.chosen.append(worker)
+        return worker
 
 
 class _ThreeArgumentsRouting(PrefixAffinityRouter):
@@ -149,3 +158,25 @@ def test_the_spill_router_example_sends_prefill_work_to_the_shortest_fill_queue(
     assert router.choose(12_000, idle_prefill, frozenset(), new_tokens=150_000) == "prefill-0"
     # ...and midfill work stays on midfill, even with the prefill worker idle.
     assert router.choose(100_000, idle_prefill, frozenset(), new_tokens=2_000) == "midfill-0"
+
+
+def test_on_the_preset_a_call_sharing_a_cached_prefix_but_bringing_more_is_prefilled():
+    """The bug 7dcbb5f fixed, on real sessions: the development traces' sessions share
+    their tool definitions, cached after the first session, and a later session's first
+    call brings far more new tokens than that: it is prefill work, not midfill."""
+    sessions = [dataclasses.replace(s, calls=s.calls[:3]) for s in
+                itertools.islice(read_sessions([TRACE_DATA / "weka-cc-dev"], "auto"), 4)]
+    control = ControlConfig(realloc_enabled=False)
+    router = _Recording()
+    orch = Orchestrator(load_cluster("gb200-nvl72x1").bind(load_model("kimi-k3-like")),
+                        sessions, make_policy("local", control, 12), control,
+                        LoadOptions(sessions_per_hour=3600, think_scale=0.02), 1,
+                        router=router)
+    calls = VirtualClock().run(orch.run()).requests
+    routed = [(p, n, w) for (p, n), w in zip(router.told, router.chosen, strict=True)]
+    assert len(routed) == len(calls) == 12
+    for prefix, new, worker in routed:
+        assert worker.startswith("midfill" if is_midfill(prefix, new) else "prefill")
+    shared_but_cold = [w for p, n, w in routed if MIDFILL_MIN_PREFIX_TOKENS <= p < n]
+    assert shared_but_cold and all(w.startswith("prefill") for w in shared_but_cold)
+    assert any(w.startswith("midfill") for _, _, w in routed)
