@@ -27,8 +27,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from costmodel.fill_phase import MIDFILL_MIN_PREFIX_TOKENS as MIDFILL_MIN_PREFIX_TOKENS
 from costmodel.fill_phase import is_midfill
+from costmodel.moved_names import moved_names
+
+# The threshold moved to costmodel.fill_phase with the rule it belongs to (7dcbb5f).
+__getattr__ = moved_names(__name__, {"MIDFILL_MIN_PREFIX_TOKENS": "costmodel.fill_phase"})
 
 # Out of balance for prefix affinity (module docstring): about a third of one fill step
 # of the planned clusters (~100k tokens) beyond the shortest queue, and 1.5 times it.

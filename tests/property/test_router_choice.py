@@ -5,10 +5,10 @@ candidates, prefix lengths and prefix nodes."""
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from costmodel.fill_phase import MIDFILL_MIN_PREFIX_TOKENS
 from orchestrator.control.router import (
     BALANCE_ABS_TOKENS,
     BALANCE_REL,
-    MIDFILL_MIN_PREFIX_TOKENS,
     FillCandidate,
     choose_fill_worker,
 )

@@ -204,3 +204,15 @@ def test_costmodel_plan_keeps_plan_cluster_and_refuses_names_it_never_had():
         assert callable(costmodel.plan.plan_cluster)
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
         costmodel.plan.nothing_here  # noqa: B018
+
+
+def test_the_midfill_threshold_left_the_router_warns_and_is_the_same_value():
+    namespace, caught = _import_as_a_user(
+        "from orchestrator.control.router import MIDFILL_MIN_PREFIX_TOKENS", ())
+    assert [str(w.message) for w in caught] == [
+        "orchestrator.control.router.MIDFILL_MIN_PREFIX_TOKENS moved to "
+        "costmodel.fill_phase.MIDFILL_MIN_PREFIX_TOKENS: the old path is deprecated"]
+    assert all((w.filename, w.lineno) == (USER_FILE, 1) for w in caught)
+    from costmodel.fill_phase import MIDFILL_MIN_PREFIX_TOKENS
+
+    assert namespace["MIDFILL_MIN_PREFIX_TOKENS"] == MIDFILL_MIN_PREFIX_TOKENS
