@@ -14,6 +14,7 @@ from orchestrator.control.observe import Observation, PoolObservation
 from orchestrator.control.policies.base import (
     FILL_BACKLOG,
     KV_LINKS,
+    QUEUE_POOLS,
     AdmissionReason,
     PluginError,
     loop_model_of,
@@ -28,8 +29,8 @@ from workers.clock import VirtualClock
 
 
 def obs(t=0.0, backlog_tokens=0, tokens_total=0, busy_s_total=0.0, link=0.0, per_call=10_000.0,
-        rate=2.0, admitted=0):
-    pool = PoolObservation(name="prefill", phase="prefill", workers=2, queue_depth=0,
+        rate=2.0, admitted=0, queued=0, others=()):
+    pool = PoolObservation(name="prefill", phase="prefill", workers=2, queue_depth=queued,
                            running=1, slots=0, busy_fraction=1.0, backlog_tokens=backlog_tokens,
                            tokens_total=tokens_total, busy_s_total=busy_s_total)
     return Observation(time_s=t, admission_queue=50, admission_queue_interactive=50,
@@ -37,7 +38,7 @@ def obs(t=0.0, backlog_tokens=0, tokens_total=0, busy_s_total=0.0, link=0.0, per
                        decode_running=0, decode_slots=10, admitted_total=admitted,
                        retired_total=0, completed_total=0, rejected_total=0,
                        predicted_decode_calls_per_s=rate, predicted_fill_latency_s=1.0,
-                       pools=(pool,), kv_link_utilisation=link,
+                       pools=(pool, *others), kv_link_utilisation=link,
                        predicted_fill_tokens_per_call=per_call)
 
 
@@ -66,36 +67,66 @@ def test_without_a_measured_fill_rate_it_decides_as_buffered():
     assert binding.pools["prefill"].tokens_per_s() is None
 
 
-def run(policy, seconds, tokens_per_s, busy_per_s, backlog, admitted_per_s):
+def run(policy, seconds, tokens_per_s, busy_per_s, backlog, queued=0, others=lambda k: ()):
     d = None
     for k in range(seconds + 1):
         o = obs(t=float(k), backlog_tokens=backlog, tokens_total=tokens_per_s * k,
-                busy_s_total=busy_per_s * k, admitted=admitted_per_s * k)
+                busy_s_total=busy_per_s * k, admitted=2 * k, queued=queued, others=others(k))
         d = policy.decide(o, k + 5.0)
     return d
 
 
-def test_a_saturated_fill_pool_binds_at_its_rate_over_its_tokens_per_admitted_call():
+def test_a_saturated_fill_pool_caps_its_own_calls_at_its_rate_over_its_tokens_per_call():
     # Each second the pool's two workers compute 20,000 tokens in 2 busy seconds (10,000
-    # a busy second each, 20,000 for the pool) and 2 calls are admitted; the backlog holds
-    # at 1,000,000 tokens: 10,000 tokens reach the pool per call admitted. After 40 s the
-    # smoothed busy share is 1 - e^-4 > 0.9. Its target: 20,000 x 8 s + 2 x 2 x 10,000 =
-    # 200,000 tokens; the fill loop asks 20,000 + 0.5 x (200,000 - 1,000,000) / 5 < 0.
+    # a busy second each, 20,000 for the pool); 99 calls queued and 1 running there hold
+    # 1,000,000 tokens: 10,000 a call. After 40 s the smoothed busy share is 1 - e^-4 >
+    # 0.9. Its target: 20,000 x 8 s + 2 x 2 x 10,000 = 200,000 tokens; its loop asks
+    # 20,000 + 0.5 x (200,000 - 1,000,000) / 5 < 0: none of its calls, while decode's
+    # loop admits the others.
     policy = BindingAdmission(ControlConfig(observation_lag_s=5.0))
-    d = run(policy, 40, 20_000, 2.0, 1_000_000, 2)
+    buffered = BufferedAdmission(ControlConfig(observation_lag_s=5.0))
+    d = run(policy, 40, 20_000, 2.0, 1_000_000, queued=99)
+    b = run(buffered, 40, 20_000, 2.0, 1_000_000, queued=99)
     loop = policy.pools["prefill"]
     assert loop.tokens_per_s() == pytest.approx(20_000.0)
-    assert loop.tokens_per_admitted() == pytest.approx(10_000.0)
+    assert loop.per_call == pytest.approx(10_000.0)
     assert loop.busy_share == pytest.approx(1 - math.exp(-4.0))
     assert policy.target_fill_tokens(20_000.0, 10_000.0, 2) == 200_000.0
-    assert d.admit == 0 and d.reason is AdmissionReason.FILL_BACKLOG
-    # An empty backlog: 20,000 + 0.5 x 200,000 / 5 = 40,000 tokens/s, 4 calls/s, above
-    # decode's 2 (plus its backlog term): decode's loop decides, as buffered's would.
-    empty = BindingAdmission(ControlConfig(observation_lag_s=5.0))
-    d = run(empty, 40, 20_000, 2.0, 0, 2)
-    assert empty.fill_rate(obs(t=41.0, tokens_total=20_000 * 41, busy_s_total=82.0,
-                               admitted=82)) == pytest.approx(4.0, rel=1e-3)
-    assert d.reason is not AdmissionReason.FILL_BACKLOG
+    assert d.pool_limits == {"prefill": 0}
+    assert d.admit == b.admit > 0 and d.reason is AdmissionReason.FILL_BACKLOG
+
+
+def test_a_fill_pools_cap_is_its_loops_calls_a_period_with_the_fraction_carried():
+    # The same pool with 1 queued and 1 running call over 20,000 tokens held (10,000 a
+    # call): its loop asks 20,000 + 0.5 x (200,000 - 20,000) / 5 = 38,000 tokens/s, 3.8 of
+    # its calls a second; each period's cap is the whole part of the credit earned.
+    config = ControlConfig(observation_lag_s=5.0)
+    assert (config.backlog_gain, config.backlog_ewma_s, config.ready_buffer_s) == (0.5, 5.0, 8.0)
+    policy = BindingAdmission(config)
+    run(policy, 40, 20_000, 2.0, 20_000, queued=1)
+    step = 3.8 * policy.period_s
+    for k in range(41, 46):
+        credit = policy._fill_credit["prefill"]
+        d = policy.decide(obs(t=float(k), backlog_tokens=20_000, tokens_total=20_000 * k,
+                              busy_s_total=2.0 * k, queued=1), k + 5.0)
+        assert d.pool_limits["prefill"] == int(credit + step)
+        assert policy._fill_credit["prefill"] == pytest.approx(credit + step
+                                                               - d.pool_limits["prefill"])
+
+
+def test_a_pool_that_does_not_bind_takes_no_cap_beside_one_that_does():
+    """A midfill pool half busy beside the saturated prefill pool: only prefill's calls
+    are capped; the midfill pool's go as decode's loop admits them (before 7dcbb5f+ one
+    rate held both)."""
+    def midfill(k):
+        return (PoolObservation(name="midfill", phase="midfill", workers=2, queue_depth=0,
+                                running=1, slots=0, busy_fraction=0.5, backlog_tokens=5_000,
+                                tokens_total=10_000 * k, busy_s_total=1.0 * k),)
+
+    policy = BindingAdmission(ControlConfig(observation_lag_s=5.0))
+    d = run(policy, 40, 20_000, 2.0, 1_000_000, queued=99, others=midfill)
+    assert set(d.pool_limits) == {"prefill"}
+    assert d.admit > 0 and d.pool_limits["prefill"] == 0
 
 
 def test_the_fill_loop_does_not_bind_while_the_pool_idles_part_of_the_time():
@@ -176,7 +207,7 @@ def test_the_walked_facts_are_gathered_only_for_a_policy_that_observes_them():
     """`binding` names the fill backlog and the links in `observes`; `buffered` names
     neither, so its samples read 0 for both (the walks are not made), the rest alike."""
     control = ControlConfig(realloc_enabled=False)
-    assert observed_facts(BindingAdmission(control)) == {FILL_BACKLOG, KV_LINKS}
+    assert observed_facts(BindingAdmission(control)) == {FILL_BACKLOG, KV_LINKS, QUEUE_POOLS}
     assert observed_facts(BufferedAdmission(control)) == frozenset()
     plain = _samples(BufferedAdmission(control), control)
     assert plain and all(o.fill_backlog_tokens == 0 and o.kv_link_utilisation == 0.0
