@@ -29,10 +29,10 @@ the last two samples at which its byte counters moved (`kv_link_utilisation`), n
 than its own recent admission rate scaled down to that target, over all calls. Every
 fact is in the observation, as late as the rest (no oracle).
 
-Up to 6786044 the fill loop held every call to the binding pool's rate (one admission
-rate for all): on the preset at x0.02, 2x, where the prefill worker binds, that held the
-midfill pool's calls with it (busy 0.32 against `local`'s 0.82), -16.6% goodput and
-+31.5% p99 TTFT on `local` (docs/control.md).
+Up to 6786044 (38d0c38 changed it) the fill loop held every call to the binding pool's
+rate (one admission rate for all): on the preset at x0.02, 2x, where the prefill worker
+binds, that held the midfill pool's calls with it (busy 0.32 against `local`'s 0.82),
+-16.6% goodput and +31.5% p99 TTFT on `local` (docs/control.md).
 """
 
 from __future__ import annotations
