@@ -22,6 +22,8 @@ cdef class _LinkState:
 
 cdef class _Group:
     cdef public tuple route
+    cdef public Py_ssize_t seq
+    cdef public long long stamp
     cdef public Py_ssize_t n
     cdef public double at_bytes
     cdef public double rate_bytes_per_s
@@ -52,7 +54,8 @@ cdef class Fabric:
     cdef public list _due
     cdef public dict loads
     cdef public dict _paths
-    cdef public dict _sharings
+    cdef public list _touched
+    cdef public Py_ssize_t _groups_made
 
     @cython.locals(group=_Group, state=_LinkState, at=cython.double, dt=cython.double,
                    route=tuple, size=cython.double)
@@ -62,17 +65,13 @@ cdef class Fabric:
                    end_at=cython.double, k=Py_ssize_t, gone=cython.bint)
     cpdef list advance(self, double now_s)
 
-    @cython.locals(group=_Group, at=cython.double, rate=cython.double,
+    @cython.locals(group=_Group, state=_LinkState, at=cython.double, rate=cython.double,
                    left=cython.double, finish_s=cython.double, next_s=cython.double,
-                   now_s=cython.double, dt=cython.double, i=Py_ssize_t, rates=tuple,
-                   key_parts=list)
+                   now_s=cython.double, dt=cython.double, loads=dict)
     cpdef _share(self)
-
-    @cython.locals(group=_Group, state=_LinkState, n=Py_ssize_t, _j=Py_ssize_t,
-                   share=cython.double, load=cython.double, busy=list)
-    cpdef tuple _work_out_sharing(self, tuple key)
 
     @cython.locals(group=_Group, link=_LinkState, state=_LinkState, n=Py_ssize_t, _j=Py_ssize_t,
                    count=Py_ssize_t, share=cython.double, left=cython.double,
-                   then=cython.double, stamp=cython.longlong, busy=list)
-    cpdef list _fill(self)
+                   then=cython.double, load=cython.double, stamp=cython.longlong, busy=list,
+                   touched=list, i=Py_ssize_t)
+    cpdef _fill_piece(self)

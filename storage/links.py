@@ -25,10 +25,16 @@ clock and rate afresh: its cost is the paths in flight, not the flows (hundreds
 of copies share a cluster of 16 racks' links at the essay's load, over far fewer
 paths).
 
-The max-min fair rates and the links' loads depend only on the paths in flight
-and their numbers of flows (the bandwidths are fixed), and a cluster's copies take
-a few paths over and over: the sharing is kept per sequence of (path, flows) in
-flight (many re-shares find theirs already worked out), in a bounded table.
+A start or a finish can change the rates only of the paths connected to it through
+shared links: max-min fairness falls apart over the connected pieces of the graph of
+paths in flight and the links they cross. So a re-share fills only the piece the
+changed paths' links are in (found by a walk from those links), and every other path
+keeps its rate. The filling over a piece does, for each of its links, the very float
+operations the filling over every path in flight would (a link's figures move only
+with the paths crossing it, and the links are picked in the same order), so the rates
+and loads are the same to the last bit; its cost is the piece, not the cluster (a
+cluster of 16 racks has hundreds of paths in flight at the essay's load, in pieces of
+a rack's links or less).
 """
 
 from __future__ import annotations
@@ -38,8 +44,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from heapq import heappop, heappush
 
-# Sharings kept (per sequence of paths in flight); the table starts over when full.
-SHARINGS_KEPT = 4096
 # The loads with no flow in flight (read, never changed).
 _NO_LOADS: dict[str, float] = {}
 _INF = math.inf
@@ -74,8 +78,9 @@ class _LinkState:
         self.groups: list[_Group] = []  # the groups in flight crossing it, oldest first
         self.spare = 0.0  # the filling's: bandwidth not yet given out
         self.count = 0  # the filling's: flows crossing it whose rate is not fixed yet
-        self.load = 0.0  # the filling's: bandwidth in use at its rates
-        self.stamp = 0  # the filling that last set it up
+        self.load = 0.0  # bandwidth in use at its flows' rates (set by the last filling
+        # of its piece)
+        self.stamp = 0  # the walk or filling that last set it up
 
 
 _Route = tuple[tuple[str, ...], float, dict[str, tuple[float, str]], int,
@@ -126,16 +131,19 @@ class _Group:
     is done when the clock reaches its `end_at`; the group keeps its flows' ends in a
     heap (the first one first, start order on a tie)."""
 
-    __slots__ = ("at_bytes", "ends", "n", "rate_bytes_per_s", "route", "share", "starts")
+    __slots__ = ("at_bytes", "ends", "n", "rate_bytes_per_s", "route", "seq", "share",
+                 "stamp", "starts")
 
-    def __init__(self, route: _Route) -> None:
+    def __init__(self, route: _Route, seq: int) -> None:
         self.route = route
+        self.seq = seq  # made after the groups of lower numbers (the groups' order)
+        self.stamp = 0  # the walk that last found it
         self.n = 0  # flows in flight on the path
         self.at_bytes = 0.0
         self.rate_bytes_per_s = 0.0  # each flow's
         self.ends: list[tuple[float, int]] = []  # (end_at, flow id), a heap
         self.starts = 0.0  # its flows' start_at added up (their bytes moved: n x clock - this)
-        self.share = 0.0  # the rate the sharing being worked out gives each flow
+        self.share = 0.0  # each flow's max-min fair rate, set by its piece's filling
 
     def at(self, dt: float) -> float:
         """The clock `dt` seconds after the fabric's `_based_s`."""
@@ -189,9 +197,10 @@ class Fabric:
         # A path as given -> (its links, each once; its narrowest bandwidth; per link, the
         # narrowest other link; its number).
         self._paths: dict[tuple[str, ...], _Route] = {}
-        # The (path's number, flows) of the groups in flight, in their order -> each
-        # group's rate in that order and the load on every busy link.
-        self._sharings: dict[tuple[int, ...], tuple[tuple[float, ...], dict[str, float]]] = {}
+        # The links of the paths whose flows started or finished since the last share:
+        # where the next one starts its walk (`_fill_piece`).
+        self._touched: list[_LinkState] = []
+        self._groups_made = 0  # groups made so far: each one's `seq`
 
     def link(self, name: str) -> Link:
         try:
@@ -238,7 +247,8 @@ class Fabric:
             key = route[3]  # its path's number
             group = groups.get(key)
             if group is None:
-                group = groups[key] = _Group(route)
+                group = groups[key] = _Group(route, self._groups_made)
+                self._groups_made += 1
                 for state in route[4]:
                     state.groups.append(group)
             at = group.at(dt)  # the clock now, as `_share` sets it
@@ -246,8 +256,10 @@ class Fabric:
             heappush(group.ends, (flow.end_at, fid))
             group.n += 1
             group.starts += at
+            touched = self._touched
             for state in route[4]:
                 state.n += 1
+                touched.append(state)
             fid += 1
         self._next_id = fid
         self._share()
@@ -311,8 +323,10 @@ class Fabric:
                     del groups[route[3]]
                 for name in links:
                     moved[name] = None
+                touched = self._touched
                 for state in route[4]:
                     state.n -= k
+                    touched.append(state)
                     if gone:
                         state.groups.remove(group)
             if len(finished) > 1:
@@ -384,10 +398,12 @@ class Fabric:
         return self.loads.get(name, 0.0)
 
     def _share(self) -> None:
-        """At `now_s`, after a start or a finish: every group's clock runs on to now at its
-        old rate and takes its new max-min fair rate; then the earliest finish (each
-        group's first flow's), the groups due then and the load on every busy link. The
-        cost is the paths in flight, not the flows."""
+        """At `now_s`, after a start or a finish: the piece the changed paths are in takes
+        its new max-min fair rates (`_fill_piece`); every group's clock runs on to now at
+        its old rate and takes its new rate; then the earliest finish (each group's first
+        flow's), the groups due then and the load on every busy link, in the order the
+        groups (in theirs) first cross them. The cost is the paths in flight, not the
+        flows, and the filling's the piece's."""
         groups = self._groups
         now_s = self.now_s
         dt = now_s - self._based_s
@@ -396,25 +412,21 @@ class Fabric:
             self.loads = _NO_LOADS
             self.next_s = _INF
             self._due = []
+            self._touched = []
             return
-        key_parts: list[int] = []
-        for group in groups.values():
-            key_parts.append(group.route[3])
-            key_parts.append(group.n)
-        key = tuple(key_parts)
-        sharing = self._sharings.get(key)
-        if sharing is None:
-            sharing = self._work_out_sharing(key)
-        rates, self.loads = sharing
+        if self._touched:
+            self._fill_piece()
+        loads: dict[str, float] = {}
         next_s = _INF
         due: list[_Group] = []
-        i = 0  # a counter, not zip or enumerate: cheaper over a handful of groups
         for group in groups.values():
             at = group.at_bytes
             if dt > 0.0:
                 at = group.at_bytes = at + group.rate_bytes_per_s * dt
-            group.rate_bytes_per_s = rate = rates[i]
-            i += 1  # noqa: SIM113
+            group.rate_bytes_per_s = rate = group.share
+            for state in group.route[4]:
+                if state.name not in loads:
+                    loads[state.name] = state.load
             left = group.ends[0][0] - at
             if left <= 0.0:
                 finish_s = now_s
@@ -427,59 +439,49 @@ class Fabric:
                 due = [group]
             elif finish_s == next_s:
                 due.append(group)
+        self.loads = loads
         self.next_s = next_s
         self._due = due
 
-    def _work_out_sharing(self, key: tuple[int, ...]
-                          ) -> tuple[tuple[float, ...], dict[str, float]]:
-        """The max-min fair rate of each group's flows (in the groups' order) and the load
-        on every busy link at them, kept under `key` (the groups' paths and flows). A
-        link's load adds its flows' rates one by one, its paths in their order."""
-        groups = self._groups.values()
-        busy = self._fill()  # the busy links, in the order the groups first cross them
-        for group in groups:
-            share = group.share
-            n = group.n
-            for state in group.route[4]:
-                load = state.load
-                for _j in range(n):  # once a flow, as adding up the flows' rates does
-                    load += share
-                state.load = load
-        loads: dict[str, float] = {}
-        for state in busy:
-            loads[state.name] = state.load
-        if len(self._sharings) >= SHARINGS_KEPT:
-            self._sharings.clear()
-        sharing = self._sharings[key] = (tuple([group.share for group in groups]), loads)
-        return sharing
-
-    def _fill(self) -> list[_LinkState]:
-        """Progressive filling over the paths in flight, each counting its flows: the
-        link offering the smallest equal share fixes the rate of every unfixed flow
-        crossing it; repeat. (Flows on the same path get the same rate: the filling
-        fixes a path's flows together, and a link's spare goes down by the share once a
-        flow, as filling over the flows takes it off: the same rates to the last bit.)
-        Sets each group's `share` and each busy link's `load` to 0.0; returns the busy
-        links in the order the groups (in theirs) first cross them.
+    def _fill_piece(self) -> None:
+        """Progressive filling over the piece of the paths in flight that the links
+        touched since the last share are in (the links and the paths reached from them
+        through the paths crossing them), each path counting its flows: the link offering
+        the smallest equal share fixes the rate of every unfixed flow crossing it; repeat.
+        Sets each of the piece's groups' `share` and each of its links' `load`; the paths
+        outside it keep theirs (no path outside crosses a link inside, so their max-min
+        rates are unchanged). (Flows on the same path get the same rate: the filling fixes
+        a path's flows together, and a link's spare goes down by the share once a flow, as
+        filling over the flows takes it off: the same rates to the last bit. A link's
+        figures move only with the paths crossing it, and the links are picked by their
+        share and name alone: the same floats as a filling over every path in flight.)
 
         Each step picks the link with the smallest equal share (spare over unfixed
-        flows; the first name on a tie) by a scan over the busy links' figures: a
-        few dozen doubles even in a cluster of 16 racks, cheaper than a heap of
-        (share, name) entries pushed at every change (it picks the same link). Each
-        link's figures and its groups in flight are kept on its `_LinkState`: the
-        filling makes no table of its own."""
+        flows; the first name on a tie) by a scan over the piece's links: a few dozen
+        doubles at most, cheaper than a heap of (share, name) entries pushed at every
+        change (it picks the same link)."""
         self._stamp += 1
         stamp = self._stamp
-        busy: list[_LinkState] = []
-        for group in self._groups.values():
-            group.share = -1.0  # not fixed yet
-            for state in group.route[4]:
-                if state.stamp != stamp:
-                    state.stamp = stamp
-                    state.spare = state.bytes_per_s
-                    state.count = state.n
-                    state.load = 0.0
-                    busy.append(state)
+        touched, self._touched = self._touched, []
+        busy: list[_LinkState] = []  # the piece's links
+        for state in touched:
+            if state.stamp != stamp and state.groups:  # no path in flight: not busy
+                state.stamp = stamp
+                busy.append(state)
+        i = 0
+        while i < len(busy):  # the walk: the paths crossing each link found, their links
+            for group in busy[i].groups:
+                if group.stamp != stamp:
+                    group.stamp = stamp
+                    group.share = -1.0  # not fixed yet
+                    for state in group.route[4]:
+                        if state.stamp != stamp:
+                            state.stamp = stamp
+                            busy.append(state)
+            i += 1
+        for state in busy:
+            state.spare = state.bytes_per_s
+            state.count = state.n
         while True:
             link = None
             then = 0.0
@@ -509,4 +511,10 @@ class Fabric:
                     if state is not link:
                         state.count -= n
             link.count = 0
-        return busy
+        for state in busy:  # its flows' rates added one by one, its paths in their order
+            load = 0.0
+            for group in state.groups:
+                share = group.share
+                for _j in range(group.n):
+                    load += share
+            state.load = load

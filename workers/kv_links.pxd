@@ -29,7 +29,6 @@ cdef class KvLinks:
     cdef public dict _uses
     cdef public list _busy
     cdef public tuple _busy_loads
-    cdef public dict _busy_by_loads
     cdef public dict _landing
     cdef public dict _routes
     cdef public object _wake
@@ -37,7 +36,7 @@ cdef class KvLinks:
     @cython.locals(transfer=Transfer, fabric=Fabric)
     cpdef double _settle(self, double now_s, object loop)
 
-    @cython.locals(fabric=Fabric, next_s=cython.double)
+    @cython.locals(fabric=Fabric, next_s=cython.double, busy=list, use=LinkUse)
     cpdef _after_change(self, object loop)
 
     @cython.locals(use=LinkUse, load=cython.double, moved=cython.double, dt=cython.double,

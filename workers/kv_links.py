@@ -20,7 +20,7 @@ import asyncio
 import math
 from collections.abc import Callable
 
-from storage.links import SHARINGS_KEPT, Fabric
+from storage.links import Fabric
 from storage.plans import COPY, TransferPlan
 from storage.tiers import Location, Tier
 from workers.cluster import BoundCluster, WorkerSpec
@@ -105,15 +105,10 @@ class KvLinks:
         # in _use from the first time its bytes are added: its first window).
         self._uses: dict[str, LinkUse] = {}
         # Each link busy since _last_s (its use) and its bytes per second, in the same
-        # order: the fabric's `loads` as a list of uses and a tuple of loads, kept per
-        # loads dict (the fabric keeps one per sharing) with the dict itself, so that its
-        # id is not reused while kept. (Two objects an entry, not a pair per link: the
-        # kept entries outlive the collector's young generations, and every object in
-        # them is traversed again at each older collection.)
+        # order: the fabric's `loads` as a list of uses and a tuple of loads (the fabric
+        # makes a loads dict at every change).
         self._busy: list[LinkUse] = []
         self._busy_loads: tuple[float, ...] = ()
-        self._busy_by_loads: dict[int, tuple[dict[str, float], list[LinkUse],
-                                             tuple[float, ...]]] = {}
         # Copies still on their way to a place: place -> transfer -> the blobs it is the
         # latest copy of there (a later copy of a blob to the same place takes it over):
         # the step's tuple of ids as given, made a set the first time another copy reads
@@ -259,11 +254,15 @@ class KvLinks:
         (on `loop`, the running loop) at its next finish, kept when that did not move."""
         fabric = self.fabric
         loads = fabric.loads
-        kept = self._busy_by_loads.get(id(loads))  # held there: the id is that dict's
-        if kept is None:
-            kept = self._keep_busy(loads)
-        self._busy = kept[1]
-        self._busy_loads = kept[2]
+        uses = self._uses
+        busy = []
+        for name in loads:
+            use = uses.get(name)
+            if use is None:
+                use = uses[name] = LinkUse(name)
+            busy.append(use)
+        self._busy = busy
+        self._busy_loads = tuple(loads.values())
         next_s = fabric.next_s  # inf with no flow in flight, as _timer_s with no timer
         if next_s == self._timer_s:
             return
@@ -278,22 +277,6 @@ class KvLinks:
             self._timer = loop.call_at_again(fired, next_s)  # type: ignore[attr-defined]
         else:
             self._timer = loop.call_at(next_s, self._wake, loop)
-
-    def _keep_busy(self, loads: dict[str, float]
-                   ) -> tuple[dict[str, float], list[LinkUse], tuple[float, ...]]:
-        """The uses and the loads of a loads dict of the fabric, kept under its id."""
-        uses = self._uses
-        busy = []
-        for name in loads:
-            use = uses.get(name)
-            if use is None:
-                use = uses[name] = LinkUse(name)
-            busy.append(use)
-        kept = self._busy_by_loads
-        if len(kept) >= SHARINGS_KEPT:
-            kept.clear()
-        entry = kept[id(loads)] = (loads, busy, tuple(loads.values()))
-        return entry
 
     def _on_timer(self, loop: asyncio.AbstractEventLoop) -> None:
         """The fabric's next finish (`_timer_s`: the timer is cancelled whenever that
