@@ -34,15 +34,18 @@ OKABE_ITO = (BLACK, ORANGE, SKY_BLUE, BLUISH_GREEN, YELLOW, BLUE, VERMILLION, RE
 # One more when Okabe & Ito's eight are spent: Paul Tol's "wine" (his muted scheme, also
 # told apart with the common colour-vision deficiencies), darker than reddish purple.
 WINE = "#882255"
-PALETTE = (*OKABE_ITO, WINE)
+# And Tol's "olive" from the same scheme, for the no-control baseline.
+OLIVE = "#999933"
+PALETTE = (*OKABE_ITO, WINE, OLIVE)
 
 # The built-in admission controllers (orchestrator.control.policies): red for the essay's
 # anti-pattern, blue for its remedy, green for its predictive variant, orange for today's
 # engines, reddish purple for the delay-compensated controller and wine for its variant
-# per fill pool, sky blue for buffered's variant on the binding resource.
+# per fill pool, sky blue for buffered's variant on the binding resource, olive for no
+# control at all.
 CONTROLLER_COLOURS = {"retire": VERMILLION, "buffered": BLUE, "predictive": BLUISH_GREEN,
                       "local": ORANGE, "smith": REDDISH_PURPLE, "binding": SKY_BLUE,
-                      "smith-pools": WINE}
+                      "smith-pools": WINE, "admit-all": OLIVE}
 # What other names take, in order: the palette less the built-ins' colours; yellow last
 # (faint on white).
 OTHER_COLOURS = (BLACK, YELLOW)

@@ -74,7 +74,7 @@ def add_run_options(p: argparse.ArgumentParser, controller: bool = True) -> None
     if controller:
         p.add_argument("--controller", default=DEFAULT_CONTROLLER,
                        help=f"admission policy: retire, buffered, predictive, local, smith, "
-                            f"smith-pools, binding, another registered name, module:Class "
+                            f"smith-pools, binding, admit-all, another registered name, module:Class "
                             f"or file.py:Class "
                             f"(default: {DEFAULT_CONTROLLER})")
     p.add_argument("--seed", type=non_negative_int, default=0, help="random seed (default %(default)s)")

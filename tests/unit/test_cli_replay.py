@@ -57,7 +57,7 @@ def test_help_states_the_defaults(capsys):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--controller", "pid"], "unknown controller 'pid'; known: binding, buffered, local, predictive, retire"),
+        (["--controller", "pid"], "unknown controller 'pid'; known: admit-all, binding, buffered, local, predictive, retire"),
         (["--cluster", "nope"], "unknown cluster 'nope'; known: b200x8"),
         (["--model", "gpt-9"], "unknown model 'gpt-9'"),
         (["--fast-period", "10"], "control configuration refused: the fast loop (10 s)"),

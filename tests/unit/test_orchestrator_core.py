@@ -38,8 +38,8 @@ def test_bad_numbers_are_refused_by_name():
 
 
 def test_unknown_controller_lists_known():
-    with pytest.raises(ValueError, match="unknown controller 'pid'; known: binding, "
-                                         "buffered, local, predictive, retire"):
+    with pytest.raises(ValueError, match="unknown controller 'pid'; known: admit-all, "
+                                         "binding, buffered, local, predictive, retire"):
         make_policy("pid", ControlConfig())
 
 

@@ -103,7 +103,7 @@ def test_a_users_policy_loads_from_a_file_anywhere(tmp_path, monkeypatch):
                                   "no attribute 'Missing'"),
         ("broken.py:Cls", "controller 'broken.py:Cls': importing 'broken.py' raised "
                           "ZeroDivisionError: division by zero"),
-        ("pid", "unknown controller 'pid'; known: binding, buffered, local, predictive, retire"),
+        ("pid", "unknown controller 'pid'; known: admit-all, binding, buffered, local, predictive, retire"),
     ],
 )
 def test_loading_errors_name_the_policy(user_module, spec, message):

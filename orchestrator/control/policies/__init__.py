@@ -5,6 +5,7 @@ built-ins are registered by name as entry points (pyproject.toml,
 from __future__ import annotations
 
 from orchestrator.control.config import ControlConfig
+from orchestrator.control.policies.admit_all import AdmitAllAdmission
 from orchestrator.control.policies.base import (
     AdmissionDecision,
     AdmissionPolicy,
@@ -29,7 +30,8 @@ def make_policy(name: str, config: ControlConfig, base_target_batch: int = 4) ->
 UnknownPolicyError = PluginError
 
 
-__all__ = ["AdmissionDecision", "AdmissionPolicy", "AdmissionReason", "BindingAdmission",
+__all__ = ["AdmissionDecision", "AdmissionPolicy", "AdmissionReason", "AdmitAllAdmission",
+           "BindingAdmission",
            "BufferedAdmission", "LocalAdmission", "PluginError", "PredictiveAdmission",
            "RetireAdmission", "SmithAdmission", "SmithPoolsAdmission",
            "make_policy"]

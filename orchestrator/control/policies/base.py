@@ -70,6 +70,7 @@ class AdmissionReason(Enum):
     FILL_BACKLOG = "fill_backlog"  # at the fill pools' rate, on their backlog in tokens (binding)
     KV_LINK = "kv_link"  # held to what the busiest KV link carries (binding)
     HOLD = "hold"  # nothing to admit
+    ADMIT_ALL = "admit_all"  # every queued call, no admission control (admit-all)
 
 
 class DecisionError(ValueError):
