@@ -189,12 +189,12 @@ class BindingAdmission(BufferedAdmission):
         decay = 1.0 - math.exp(-self.period_s / self.config.backlog_ewma_s)
         self._admit_rate += decay * (admit / self.period_s - self._admit_rate)
         decision = self._decision(admit, error, target, self._batch_target(obs, now_s))
+        if limits is None and link_step >= decode_step:
+            return decision  # buffered's
         if link_step < decode_step:
             reason = AdmissionReason.KV_LINK
-        elif limits is not None and min(limits.values()) < admit:
+        elif min(limits.values()) < admit:
             reason = AdmissionReason.FILL_BACKLOG  # a binding pool's calls held to its loop
-        elif limits is None:
-            return decision
         else:
             reason = decision.reason
         return AdmissionDecision(admit=decision.admit, reason=reason,
