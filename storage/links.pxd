@@ -22,7 +22,6 @@ cdef class _LinkState:
 
 cdef class _Group:
     cdef public tuple route
-    cdef public Py_ssize_t seq
     cdef public long long stamp
     cdef public Py_ssize_t n
     cdef public double at_bytes
@@ -55,7 +54,6 @@ cdef class Fabric:
     cdef public dict loads
     cdef public dict _paths
     cdef public list _touched
-    cdef public Py_ssize_t _groups_made
 
     @cython.locals(group=_Group, state=_LinkState, at=cython.double, dt=cython.double,
                    route=tuple, size=cython.double)

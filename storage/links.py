@@ -131,12 +131,11 @@ class _Group:
     is done when the clock reaches its `end_at`; the group keeps its flows' ends in a
     heap (the first one first, start order on a tie)."""
 
-    __slots__ = ("at_bytes", "ends", "n", "rate_bytes_per_s", "route", "seq", "share",
-                 "stamp", "starts")
+    __slots__ = ("at_bytes", "ends", "n", "rate_bytes_per_s", "route", "share", "stamp",
+                 "starts")
 
-    def __init__(self, route: _Route, seq: int) -> None:
+    def __init__(self, route: _Route) -> None:
         self.route = route
-        self.seq = seq  # made after the groups of lower numbers (the groups' order)
         self.stamp = 0  # the walk that last found it
         self.n = 0  # flows in flight on the path
         self.at_bytes = 0.0
@@ -200,7 +199,6 @@ class Fabric:
         # The links of the paths whose flows started or finished since the last share:
         # where the next one starts its walk (`_fill_piece`).
         self._touched: list[_LinkState] = []
-        self._groups_made = 0  # groups made so far: each one's `seq`
 
     def link(self, name: str) -> Link:
         try:
@@ -241,14 +239,13 @@ class Fabric:
         if now_s != self.now_s or self.next_s <= now_s:
             self._finished = self.advance(now_s)
         first = fid = self._next_id
-        in_flight, groups = self._flows, self._groups
+        in_flight, groups, touched = self._flows, self._groups, self._touched
         dt = self.now_s - self._based_s
         for route, size in new:
             key = route[3]  # its path's number
             group = groups.get(key)
             if group is None:
-                group = groups[key] = _Group(route, self._groups_made)
-                self._groups_made += 1
+                group = groups[key] = _Group(route)
                 for state in route[4]:
                     state.groups.append(group)
             at = group.at(dt)  # the clock now, as `_share` sets it
@@ -256,7 +253,6 @@ class Fabric:
             heappush(group.ends, (flow.end_at, fid))
             group.n += 1
             group.starts += at
-            touched = self._touched
             for state in route[4]:
                 state.n += 1
                 touched.append(state)
@@ -303,6 +299,7 @@ class Fabric:
         while flows and self.next_s <= now_s:
             finish_s = self.next_s
             groups, ended, moved = self._groups, self._ended_bytes, self._ended_moved
+            touched = self._touched
             finished: list[int] = []
             for group in self._due:  # the groups whose first flow finishes now
                 ends = group.ends
@@ -323,7 +320,6 @@ class Fabric:
                     del groups[route[3]]
                 for name in links:
                     moved[name] = None
-                touched = self._touched
                 for state in route[4]:
                     state.n -= k
                     touched.append(state)

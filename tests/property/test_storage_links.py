@@ -171,7 +171,8 @@ def test_refilling_the_changed_piece_gives_what_filling_every_path_gives(spec, b
         live = {fid: p for fid, p in paths.items() if fid in fabric._flows}
         assert {fid: fabric.rate(fid) for fid in live} == progressive_filling(live, bw)
         loads: dict[str, float] = {}
-        for fid in sorted(live, key=lambda f: fabric._groups[fabric._flows[f].route[3]].seq):
+        order = {key: i for i, key in enumerate(fabric._groups)}  # the groups' order
+        for fid in sorted(live, key=lambda f: order[fabric._flows[f].route[3]]):
             for name in dict.fromkeys(live[fid]):
                 loads[name] = loads.get(name, 0.0) + fabric.rate(fid)
         assert list(fabric.loads) == list(loads)
