@@ -75,6 +75,16 @@ class KVCapacity:
         return per_token, slide, state, float(self.window_tokens)
 
     @cached_property
+    def linear_terms(self) -> tuple[float, float] | None:
+        """(bytes per token of context, bytes per sequence) when the model has no sliding
+        layer: `sequence_bytes_per_gpu(c)` is then `per_token * c + state` with these very
+        doubles (its sliding term adds +0.0), so a sum over many sequences can be made in
+        one pass; None with sliding layers."""
+        if self._slide_per_token != 0.0:
+            return None
+        return self._full_per_token, self.state_bytes_per_sequence_per_gpu
+
+    @cached_property
     def integer_footprints(self) -> tuple[int, int] | None:
         """(bytes per token, bytes per sequence) as integers when a footprint is exactly
         `per_token * context + state` in whole bytes (no sliding layer, both terms

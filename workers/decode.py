@@ -141,7 +141,7 @@ class DecodeWorker(DecodeKv):
     def _admit(self, now_s: float) -> None:
         if not self.accepting or not len(self.ready):
             return
-        used = sum(self._admission_needs(self._held()))
+        used = self._admission_needs_sum(self._held())
         joined = plan_decode_admission(
             self._occupied(), used, self.ready.peek(), self.target_batch,
             self.kv.instance_bytes, self._admission_need)

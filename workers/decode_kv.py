@@ -80,6 +80,18 @@ class DecodeKv:
         return self.kv.sequences_bytes_per_gpu([r.input_tokens + r.generated + reserve
                                                 for r in reqs])
 
+    def _admission_needs_sum(self, reqs) -> float:
+        """`sum(self._admission_needs(reqs))`, the same double: without sliding layers in one
+        pass over `reqs` (asked over the held batch at every admission, hundreds of
+        sequences a worker at the essay's scale), each footprint `per_token * c + state`
+        (`KVCapacity.linear_terms`)."""
+        terms = self.kv.linear_terms
+        if terms is None:
+            return sum(self._admission_needs(reqs))
+        per_token, state = terms
+        reserve = self._reserve.tokens()
+        return sum([per_token * (r.input_tokens + r.generated + reserve) + state for r in reqs])
+
     def _held(self) -> list[Request]:
         return [*self.running, *self._loading.values(), *self._loaded]
 

@@ -158,3 +158,24 @@ def test_whole_token_counts_sum_their_footprints_exactly_as_numpy(model):
 @given(st.lists(st.floats(-1e12, 1e12, allow_nan=False), max_size=700))
 def test_pairwise_sum_adds_as_numpy(values):
     assert pairwise_sum(values) == np.add.reduce(np.array(values, dtype=np.float64))
+
+
+@pytest.mark.parametrize("model", [LLAMA, GPT_OSS], ids=["gqa", "sliding"])
+@settings(max_examples=60, deadline=None)
+@given(lengths=st.lists(st.tuples(st.integers(0, 300_000), st.integers(0, 40_000)),
+                        max_size=40),
+       decayed=st.integers(0, 5_000))
+def test_the_held_batchs_admission_sum_is_the_sum_of_its_needs(model, lengths, decayed):
+    """`_admission_needs_sum` (one pass without sliding layers) gives the double that summing
+    each sequence's need does, at any reserve (decayed by some steps)."""
+    rt = ClusterRuntime(small_cluster().bind(model), block_tokens=64)
+    worker = rt.decode_workers["decode-0"]
+    worker._reserve.decay(decayed)
+    reqs = []
+    for i, (inputs, generated) in enumerate(lengths):
+        req = Request(i, "s", inputs, generated + 1)
+        req.generated = generated
+        reqs.append(req)
+    assert (worker.kv.linear_terms is None) == (model is GPT_OSS)
+    want = sum(worker._admission_need(r) for r in reqs)
+    assert worker._admission_needs_sum(reqs) == want
