@@ -162,7 +162,12 @@ def _choose_load(args: argparse.Namespace) -> dict:
 def run(args: argparse.Namespace) -> int:
     from orchestrator.cli._replay_run import out_dir_or_fail
     from orchestrator.cli.compare import compare
-    from orchestrator.run.demo import DEMO_CONTROLLERS, oscillation_ratio, run_binding_decisions
+    from orchestrator.run.demo import (
+        DEMO_CONTROLLERS,
+        demo_claims,
+        oscillation_ratio,
+        run_binding_decisions,
+    )
     from orchestrator.run.tables import summary_table
 
     out_dir_or_fail(args.out, args.overwrite)  # before the capacity is worked out
@@ -212,6 +217,11 @@ def run(args: argparse.Namespace) -> int:
           f"goodput {smith['goodput']['output_tokens_per_s']:,.0f} against "
           f"{local['goodput']['output_tokens_per_s']:,.0f} tokens/s, p99 TTFT "
           f"{smith['ttft_s']['p99']:.2f} against {local['ttft_s']['p99']:.2f} s")
+    claims = demo_claims(summaries)
+    print(f"the demo's claims on these traces: {sum(c.holds for c in claims)} of "
+          f"{len(claims)} hold (docs/demo.md)")
+    for c in claims:
+        print(f"  {'holds' if c.holds else 'does NOT hold'}: {c.claim} ({c.figures})")
     held = {name: run_binding_decisions(Path(args.out), name) for name in DEMO_CONTROLLERS}
     print("admission decisions that held queued calls back: "
           + ", ".join(f"{name} {n}" for name, n in held.items()))

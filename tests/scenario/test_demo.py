@@ -22,6 +22,7 @@ from orchestrator.run.demo import (
     DEMO_RULE_SHARE,
     binding_decisions,
     choose_load,
+    demo_claims,
     oscillation_ratio,
 )
 
@@ -171,3 +172,53 @@ def test_a_load_that_starts_no_session_still_gives_a_summary(tmp_path, capsys):
     for summary in printed["controllers"].values():
         assert summary["requests"]["sessions"] == 0
         assert summary["energy"]["joules_per_call"] is None
+
+
+def _summary(osc, predicted=None, measured=None, goodput=1000.0, p99=10.0, lost=0):
+    return {"control": {"oscillation_index": osc,
+                        "ringing_period_s": {"predicted": predicted, "measured": measured}},
+            "goodput": {"output_tokens_per_s": goodput}, "ttft_s": {"p99": p99},
+            "requests": {"lost": lost}}
+
+
+def test_the_demos_claims_are_judged_at_their_stated_bounds():
+    """Each claim holds at its bound and not past it: the ringing within 30% of the
+    prediction, the oscillation ratios at 3x, no worse service, nothing lost."""
+    def runs(measured=26.0, retire_osc=0.375, buffered=None, smith=None, lost=0):
+        return {"retire": _summary(retire_osc, 20.0, measured, 900.0, 20.0, lost),
+                "buffered": buffered or _summary(0.125, goodput=1000.0, p99=15.0),
+                "local": _summary(0.125, goodput=1000.0, p99=12.0),
+                "smith": smith or _summary(0.125, goodput=1000.0, p99=12.0)}
+
+    def verdicts(**kw):
+        return [c.holds for c in demo_claims(runs(**kw))]
+
+    assert verdicts() == [True] * 6  # ringing 26 s against 20 s (+30%), both ratios 3x
+    assert verdicts(measured=26.2) == [False, True, True, True, True, True]
+    assert verdicts(measured=None)[0] is False  # no peak: no ringing
+    assert verdicts(retire_osc=0.37)[1:5:3] == [False, False]  # both ratios under 3x
+    worse_p99 = _summary(0.125, goodput=1000.0, p99=20.5)
+    assert verdicts(buffered=worse_p99)[2] is False
+    less_goodput = _summary(0.125, goodput=999.0, p99=12.0)
+    assert verdicts(smith=less_goodput)[3] is False
+    assert verdicts(lost=1)[5] is False
+    claims = demo_claims(runs(lost=1))
+    assert claims[5].figures == "retire 1, buffered 0, local 0, smith 0"
+    assert claims[0].figures == "measured 26.0 s, predicted 20.0 s"
+
+
+def test_the_demo_prints_which_of_its_claims_hold_on_the_traces_given(tmp_path, capsys):
+    """A tiny load (one session): the text output ends its figures with the claims, each
+    said to hold or not."""
+    out = tmp_path / "demo"
+    assert main(["demo", "--out", str(out), "--no-progress", "--load", "1.0",
+                 "--duration", "60", "--max-sessions", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = next(i for i, line in enumerate(lines)
+                if line.startswith("the demo's claims on these traces: "))
+    claims = lines[head + 1:head + 7]
+    assert len(claims) == 6
+    assert all(c.startswith(("  holds: ", "  does NOT hold: ")) for c in claims)
+    held = sum(c.startswith("  holds: ") for c in claims)
+    assert lines[head] == (f"the demo's claims on these traces: {held} of 6 hold "
+                           "(docs/demo.md)")
