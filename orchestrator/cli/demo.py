@@ -167,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
         demo_claims,
         oscillation_ratio,
         run_binding_decisions,
+        shown_ratio,
     )
     from orchestrator.run.tables import summary_table
 
@@ -211,7 +212,7 @@ def run(args: argparse.Namespace) -> int:
               f"period), measured {measured}, lost {s['requests']['lost']}")
     for name in ("buffered", "smith"):
         ratio = oscillation_ratio(summaries["retire"], summaries[name])
-        print(f"oscillation index retire / {name}: {ratio:.2f}x")
+        print(f"oscillation index retire / {name}: {shown_ratio(ratio)}")
     smith, local = summaries["smith"], summaries["local"]
     print(f"smith (lag {load['observation_lag_s']:g} s, compensated) against local (unlagged): "
           f"goodput {smith['goodput']['output_tokens_per_s']:,.0f} against "

@@ -205,6 +205,9 @@ def test_the_demos_claims_are_judged_at_their_stated_bounds():
     claims = demo_claims(runs(lost=1))
     assert claims[5].figures == "retire 1, buffered 0, local 0, smith 0"
     assert claims[0].figures == "measured 26.0 s, predicted 20.0 s"
+    idle = demo_claims(runs(retire_osc=None))  # decode almost idle: no index, no ratio
+    assert [idle[1].holds, idle[4].holds] == [False, False]
+    assert idle[1].figures == "none: an index null, or both 0"
 
 
 def test_the_demo_prints_which_of_its_claims_hold_on_the_traces_given(tmp_path, capsys):
