@@ -5,6 +5,7 @@ KV placement policies (`--kv-policies offload,retain`), side by side."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
@@ -121,8 +122,9 @@ def parse_kv_policies(text: str) -> list[str]:
 
 
 def _run_all(args: argparse.Namespace, runs: dict[str, RunSettings], title: str,
-             notes: str = "") -> dict:
-    """Replay each labelled setting on the same sessions; write the report when asked."""
+             notes: str = "", claims_of: Callable[[dict], Sequence] | None = None) -> dict:
+    """Replay each labelled setting on the same sessions; write the report when asked
+    (with `claims_of(summaries)` judged there, when given: `write_report`'s claims)."""
     out = out_dir_or_fail(args.out, args.overwrite)
     by_cluster: dict[str, object] = {}  # the sessions are read once per cluster
     for settings in runs.values():
@@ -141,15 +143,17 @@ def _run_all(args: argparse.Namespace, runs: dict[str, RunSettings], title: str,
             from orchestrator.run.report import write_report
 
             write_json(directory / "compare.json", {"runs": summaries})
-            write_report(directory / "report.html", results, summaries, title, notes)
+            claims = claims_of(summaries) if claims_of is not None else ()
+            write_report(directory / "report.html", results, summaries, title, notes, claims)
     return summaries
 
 
-def compare(args: argparse.Namespace, names: list[str], title: str, notes: str = "") -> dict:
+def compare(args: argparse.Namespace, names: list[str], title: str, notes: str = "",
+            claims_of: Callable[[dict], Sequence] | None = None) -> dict:
     """The same sessions and seed under each controller in `names`."""
     base = settings_from_args(args, controller=names[0])
     return _run_all(args, {name: replace(base, controller=name) for name in names}, title,
-                    notes)
+                    notes, claims_of)
 
 
 def compare_clusters(args: argparse.Namespace, clusters: dict[str, str], controller: str,

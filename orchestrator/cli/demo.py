@@ -188,7 +188,8 @@ def run(args: argparse.Namespace) -> int:
              "admission on the present predicted from the lagged view, the orchestrator's "
              "own admissions and its learnt model (smith), on the same sessions and seed. "
              + " ".join(lines) + " The operating region: docs/control.md.")
-    summaries = compare(args, list(DEMO_CONTROLLERS), "tokenfactory demo", notes)
+    summaries = compare(args, list(DEMO_CONTROLLERS), "tokenfactory demo", notes,
+                        claims_of=demo_claims)
     if args.json:
         print_json({"load": load, "controllers": summaries})
         return 0

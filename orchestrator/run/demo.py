@@ -146,6 +146,8 @@ def demo_claims(summaries: Mapping[str, dict]) -> tuple[Claim, ...]:
     def serves(x: dict, y: dict) -> tuple[bool, str]:
         gx, gy = x["goodput"]["output_tokens_per_s"], y["goodput"]["output_tokens_per_s"]
         px, py = x["ttft_s"]["p99"], y["ttft_s"]["p99"]
+        if None in (gx, gy, px, py):  # a run that completed no call has no such figure
+            return False, "no figure: a run completed no call"
         return (gx >= gy and px <= py,
                 f"goodput {gx:,.0f} against {gy:,.0f} tokens/s, p99 TTFT {px:.2f} against "
                 f"{py:.2f} s")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -97,7 +98,9 @@ def _rows(summaries: dict[str, dict]) -> str:
 
 
 def write_report(path, results: dict[str, ReplayResult], summaries: dict[str, dict],
-                 title: str, notes: str = "") -> None:
+                 title: str, notes: str = "", claims: Sequence = ()) -> None:
+    """The runs' report page. `claims`: what the runs were run to show, each with `claim`,
+    `holds` and `figures` (`orchestrator.run.demo.Claim`), shown first when given."""
     from orchestrator.run.loop_plot import loop_png, loop_view
     from orchestrator.run.tables import null_notes
 
@@ -106,6 +109,14 @@ def write_report(path, results: dict[str, ReplayResult], summaries: dict[str, di
     loop = base64.b64encode(loop_png(views)).decode("ascii")
     notes_html = "".join(f"<p>{html.escape(line)}</p>" for line in null_notes(summaries))
     head = "".join(f"<th>{html.escape(n)}</th>" for n in summaries)
+    claims_html = "" if not claims else (
+        f"<h2>Claims on these traces: {sum(c.holds for c in claims)} of {len(claims)} hold</h2>"
+        "<table><tr><th>claim</th><th>holds</th><th>figures</th></tr>"
+        + "".join(f"<tr><td style=\"text-align:left\">{html.escape(c.claim)}</td>"
+                  f"<td>{'yes' if c.holds else 'NO'}</td>"
+                  f"<td style=\"text-align:left\">{html.escape(c.figures)}</td></tr>"
+                  for c in claims)
+        + "</table>")
     doc = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>
@@ -116,6 +127,7 @@ th:first-child {{ text-align: left; }}
 </style></head><body>
 <h1>{html.escape(title)}</h1>
 <p>{html.escape(notes)}</p>
+{claims_html}
 <img alt="decode occupancy, backlog, admission rate and TTFT over time"
  src="data:image/png;base64,{png}" style="width:100%">
 <h2>The loop</h2>

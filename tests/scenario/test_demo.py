@@ -205,6 +205,8 @@ def test_the_demos_claims_are_judged_at_their_stated_bounds():
     claims = demo_claims(runs(lost=1))
     assert claims[5].figures == "retire 1, buffered 0, local 0, smith 0"
     assert claims[0].figures == "measured 26.0 s, predicted 20.0 s"
+    none_done = _summary(0.125, goodput=1000.0, p99=None)  # no call completed: no p99
+    assert demo_claims(runs(buffered=none_done))[2].holds is False
     idle = demo_claims(runs(retire_osc=None))  # decode almost idle: no index, no ratio
     assert [idle[1].holds, idle[4].holds] == [False, False]
     assert idle[1].figures == "none: an index null, or both 0"
@@ -225,3 +227,8 @@ def test_the_demo_prints_which_of_its_claims_hold_on_the_traces_given(tmp_path, 
     held = sum(c.startswith("  holds: ") for c in claims)
     assert lines[head] == (f"the demo's claims on these traces: {held} of 6 hold "
                            "(docs/demo.md)")
+    # The report says the same, first.
+    html = (out / "report.html").read_text()
+    assert f"<h2>Claims on these traces: {held} of 6 hold</h2>" in html
+    assert html.count("<td>yes</td>") + html.count("<td>NO</td>") == 6
+    assert html.index("Claims on these traces") < html.index("<h2>Summary</h2>")
